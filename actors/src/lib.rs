@@ -1,1 +1,9 @@
-//! placeholder
+//! The state owners. Every actor that owns a writable file on the shared
+//! volume lives here, with the on-disk format it owns, and the filesystem seam
+//! ([`fs`]) that is the only code allowed to touch the volume.
+
+pub mod fs;
+pub mod partition;
+#[cfg(not(kaas_wip))]
+pub mod substrate;
+pub mod telemetry;

@@ -1,0 +1,175 @@
+//! The filesystem seam: the only way any kaas code touches the shared volume.
+//!
+//! Every effect on the volume — open, append, fsync, rename, exclusive create,
+//! unlink, list — goes through the [`Fs`] trait so that tests can swap in
+//! [`fault::FaultFs`], which fails the Nth operation or "crashes" between two
+//! steps (dropping every byte that was not fsynced), and then prove that
+//! re-driving the operation converges. The substrate contract allows exactly
+//! three atomic primitives (same-directory rename, exclusive create,
+//! close-to-open); the helpers here are built from those and nothing else.
+
+pub mod fault;
+pub mod real;
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+pub use real::RealFs;
+
+/// A file opened for reading. Reads are positional so one handle can serve
+/// many concurrent fetches.
+pub trait ReadFile: Send + Sync {
+    /// Read up to `buf.len()` bytes at `pos`; returns bytes read (0 at EOF).
+    fn read_at(&self, buf: &mut [u8], pos: u64) -> io::Result<usize>;
+    /// Current length of the file.
+    fn len(&self) -> io::Result<u64>;
+    /// Read exactly `buf.len()` bytes at `pos`, or fail with `UnexpectedEof`.
+    fn read_exact_at(&self, mut buf: &mut [u8], mut pos: u64) -> io::Result<()> {
+        while !buf.is_empty() {
+            match self.read_at(buf, pos)? {
+                0 => return Err(io::ErrorKind::UnexpectedEof.into()),
+                n => {
+                    buf = &mut buf[n..];
+                    pos += n as u64;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A file opened for writing by its single owner. Writes are positional:
+/// segments are append-only, and the owner always knows the append position.
+pub trait WriteFile: ReadFile {
+    /// Write all of `buf` at `pos`.
+    fn write_all_at(&self, buf: &[u8], pos: u64) -> io::Result<()>;
+    /// fdatasync: after this returns, everything written is durable. A failed
+    /// sync poisons the handle; callers must not retry it (see STYLE.md).
+    fn sync_data(&self) -> io::Result<()>;
+    /// Truncate or extend. Only used by an owner on a file of its own epoch
+    /// that holds no valid data past `len`.
+    fn set_len(&self, len: u64) -> io::Result<()>;
+}
+
+/// The volume. Paths are absolute (the seam does not hold a root) so one
+/// `Fs` can serve the data directory and a separate cluster directory.
+pub trait Fs: Send + Sync + 'static {
+    /// Open an existing file read-only.
+    fn open_read(&self, path: &Path) -> io::Result<Arc<dyn ReadFile>>;
+    /// O_CREAT|O_EXCL: atomic, exactly one racer wins (`AlreadyExists` otherwise).
+    fn create_exclusive(&self, path: &Path) -> io::Result<Arc<dyn WriteFile>>;
+    /// Open an existing file for writing (no create, no truncate).
+    fn open_write(&self, path: &Path) -> io::Result<Arc<dyn WriteFile>>;
+    /// Rename; atomic only within one directory, which is all kaas relies on.
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// Unlink one file.
+    fn remove_file(&self, path: &Path) -> io::Result<()>;
+    /// Create a directory and its parents; succeeds if it already exists.
+    fn create_dir_all(&self, path: &Path) -> io::Result<()>;
+    /// Remove an empty directory.
+    fn remove_dir(&self, path: &Path) -> io::Result<()>;
+    /// Names in a directory (not `.`/`..`). May be stale on NFS: callers use a
+    /// listing only to discover candidates, then open by exact name.
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>>;
+    /// Whether `path` is a directory (false when absent).
+    fn is_dir(&self, path: &Path) -> bool;
+    /// fsync a directory so that creates/renames/unlinks in it are durable.
+    fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+    /// Read a whole (small) file by exact name: the close-to-open read.
+    fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
+        let f = self.open_read(path)?;
+        let len = f.len()? as usize;
+        let mut buf = vec![0u8; len];
+        f.read_exact_at(&mut buf, 0)?;
+        Ok(buf)
+    }
+}
+
+/// Shared handle to the volume.
+pub type SharedFs = Arc<dyn Fs>;
+
+/// Rule 1 of the contract: write `bytes` to a temp name in the same
+/// directory, fsync it, rename it over `path`, fsync the directory. A reader
+/// on any host sees the old contents or the new, never a mix. A crash at any
+/// step leaves at worst a `.tmp-` file, which [`remove_stale_temps`] clears.
+pub fn write_atomic(fs: &dyn Fs, path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let dir = parent(path)?;
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
+    let tmp = dir.join(format!("{TEMP_PREFIX}{name}-{:016x}", rand::random::<u64>()));
+    let f = fs.create_exclusive(&tmp)?;
+    let res = f
+        .write_all_at(bytes, 0)
+        .and_then(|_| f.sync_data())
+        .and_then(|_| fs.rename(&tmp, path));
+    drop(f);
+    if let Err(e) = res {
+        // Best effort: a leftover temp is harmless and swept on recovery.
+        let _ = fs.remove_file(&tmp);
+        return Err(e);
+    }
+    fs.sync_dir(dir)
+}
+
+/// Prefix of every temp file written by [`write_atomic`].
+pub const TEMP_PREFIX: &str = ".tmp-";
+
+/// Remove temp files a crashed [`write_atomic`] left behind in `dir`. Only
+/// the directory's owner calls this, so no live temp of another writer is hit.
+pub fn remove_stale_temps(fs: &dyn Fs, dir: &Path) -> io::Result<()> {
+    for name in fs.list(dir)? {
+        if name.starts_with(TEMP_PREFIX) {
+            match fs.remove_file(&dir.join(&name)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Remove a file; `NotFound` counts as done (it may be a retried remove whose
+/// first reply was lost, see DESIGN.md section 11).
+pub fn remove_if_exists(fs: &dyn Fs, path: &Path) -> io::Result<()> {
+    match fs.remove_file(path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// Remove a directory tree, deepest first. Not atomic (nothing recursive
+/// is); callers first rename the tree aside so that no reader sees it
+/// half-deleted, then re-drive this until it reports success.
+pub fn remove_tree(fs: &dyn Fs, dir: &Path) -> io::Result<()> {
+    let names = match fs.list(dir) {
+        Ok(n) => n,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    for name in names {
+        let p = dir.join(&name);
+        if fs.is_dir(&p) {
+            remove_tree(fs, &p)?;
+        } else {
+            remove_if_exists(fs, &p)?;
+        }
+    }
+    match fs.remove_dir(dir) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
+fn parent(path: &Path) -> io::Result<&Path> {
+    path.parent()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no parent"))
+}
+
+/// Join helper that keeps call sites short.
+pub fn join(dir: &Path, name: &str) -> PathBuf {
+    dir.join(name)
+}

@@ -1,0 +1,796 @@
+//! The partition log as a plain-Rust state machine (no actix): segments,
+//! manifest, recovery, group-commit bookkeeping, roll and retention. The
+//! [`super::leader::PartitionLeader`] actor is a thin adapter around it.
+//!
+//! On disk, under `<data>/<topic>/<partition>/`:
+//! * `<base:020>-e<epoch>.log` — append-only RecordBatch v2 bytes, offsets and
+//!   partition leader epoch assigned by the leader that owns the file;
+//! * `<base:020>-e<epoch>.index` / `.timeindex` — sparse indexes, written once
+//!   at seal;
+//! * `manifest-e<epoch>.json` — the list of segments and their valid lengths.
+//!
+//! Invariants:
+//! * Only the leader of epoch E writes files named `-e<E>`; a file of another
+//!   epoch is never modified, only read up to the length the manifest records.
+//! * The manifest is written (atomically) before a segment it names is
+//!   created, and before a segment it drops is unlinked, so a crash between
+//!   steps leaves only unlisted files, which the next open removes.
+//! * Readers never see past the high watermark, which only moves after fsync.
+
+use super::index::{header_at, scan, Index, Scan, ScanStart};
+use super::manifest::{
+    manifest_name, parse_manifest_name, parse_segment_name, segment_stem, Manifest, SegmentEntry,
+};
+use crate::fs::{remove_if_exists, remove_stale_temps, write_atomic, ReadFile, SharedFs, WriteFile};
+use kaas_protocol::batch::{patch_batch, BatchInfo};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+
+/// Per-partition storage settings (Kafka topic config names in comments).
+#[derive(Debug, Clone)]
+pub struct LogConfig {
+    /// segment.bytes
+    pub segment_bytes: u64,
+    /// segment.ms
+    pub segment_ms: i64,
+    /// retention.ms (-1 = forever)
+    pub retention_ms: i64,
+    /// retention.bytes (-1 = unlimited)
+    pub retention_bytes: i64,
+    /// index.interval.bytes
+    pub index_interval_bytes: u64,
+    /// Write an active-segment checkpoint to the manifest after this many
+    /// bytes, bounding how much recovery has to CRC-scan.
+    pub checkpoint_bytes: u64,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            segment_bytes: 1 << 30,
+            segment_ms: 7 * 24 * 3600 * 1000,
+            retention_ms: 7 * 24 * 3600 * 1000,
+            retention_bytes: -1,
+            index_interval_bytes: 4096,
+            checkpoint_bytes: 64 << 20,
+        }
+    }
+}
+
+/// Errors of the log. The actor maps them to Kafka error codes.
+#[derive(Debug, thiserror::Error)]
+pub enum LogError {
+    /// A filesystem call failed; the actor stops and its restart recovers.
+    #[error("storage i/o: {0}")]
+    Io(#[from] io::Error),
+    /// A newer leader epoch owns this partition: we are a zombie.
+    #[error("fenced: partition owned by epoch {found}, ours is {ours}")]
+    Fenced {
+        /// Our epoch.
+        ours: i32,
+        /// The epoch found on disk.
+        found: i32,
+    },
+    /// The manifest could not be parsed.
+    #[error("corrupt manifest {path}: {reason}")]
+    CorruptManifest {
+        /// Manifest path.
+        path: PathBuf,
+        /// Parser error.
+        reason: String,
+    },
+    /// Offsets would overflow i64 / a segment would exceed u32 positions.
+    #[error("offset overflow")]
+    Overflow,
+}
+
+/// A segment as readers see it.
+pub struct SegView {
+    /// First offset.
+    pub base: i64,
+    /// Owning leader epoch.
+    pub epoch: i32,
+    stem: String,
+    dir: PathBuf,
+    file: OnceLock<Arc<dyn ReadFile>>,
+    size: AtomicU64,
+    next_offset: AtomicI64,
+    max_ts: AtomicI64,
+    max_ts_pos: AtomicU64,
+    live_index: Mutex<Option<Index>>,
+    sealed_index: OnceLock<Arc<Index>>,
+    interval: u64,
+}
+
+impl SegView {
+    fn new(dir: &Path, e: &SegmentEntry, interval: u64) -> Self {
+        Self {
+            base: e.base,
+            epoch: e.epoch,
+            stem: segment_stem(e.base, e.epoch),
+            dir: dir.to_path_buf(),
+            file: OnceLock::new(),
+            size: AtomicU64::new(e.size),
+            next_offset: AtomicI64::new(e.next_offset),
+            max_ts: AtomicI64::new(e.max_ts),
+            max_ts_pos: AtomicU64::new(e.max_ts_pos),
+            live_index: Mutex::new(None),
+            sealed_index: OnceLock::new(),
+            interval,
+        }
+    }
+
+    /// Durable valid bytes.
+    pub fn size(&self) -> u64 {
+        self.size.load(Ordering::Acquire)
+    }
+    /// One past the last durable offset.
+    pub fn next_offset(&self) -> i64 {
+        self.next_offset.load(Ordering::Acquire)
+    }
+    /// Largest batch timestamp (-1 if empty).
+    pub fn max_ts(&self) -> i64 {
+        self.max_ts.load(Ordering::Acquire)
+    }
+    /// Position of the batch with the largest timestamp.
+    pub fn max_ts_pos(&self) -> u64 {
+        self.max_ts_pos.load(Ordering::Acquire)
+    }
+    /// Path of the `.log` file.
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.join(format!("{}.log", self.stem))
+    }
+
+    /// Read handle, opened on first use (idle partitions hold no handle).
+    pub fn file(&self, fs: &SharedFs) -> io::Result<Arc<dyn ReadFile>> {
+        if let Some(f) = self.file.get() {
+            return Ok(f.clone());
+        }
+        let f = fs.open_read(&self.log_path())?;
+        Ok(self.file.get_or_init(|| f).clone())
+    }
+
+    fn index_of_sealed(&self, fs: &SharedFs) -> io::Result<Arc<Index>> {
+        if let Some(ix) = self.sealed_index.get() {
+            return Ok(ix.clone());
+        }
+        let idx = fs.read(&self.dir.join(format!("{}.index", self.stem)));
+        let tim = fs.read(&self.dir.join(format!("{}.timeindex", self.stem)));
+        let ix = match (idx, tim) {
+            (Ok(a), Ok(b)) => Index::decode(&a, &b, self.interval),
+            _ => None,
+        };
+        let ix = match ix {
+            Some(ix) => ix,
+            None => {
+                // Missing or torn index: rebuild from the log (always correct).
+                let mut ix = Index::new(self.interval);
+                let f = self.file(fs)?;
+                let start = ScanStart {
+                    pos: 0,
+                    next_offset: self.base,
+                    max_ts: -1,
+                    max_ts_pos: 0,
+                    verify_from: u64::MAX,
+                };
+                scan(f.as_ref(), self.base, start, self.size(), &mut ix)?;
+                ix
+            }
+        };
+        Ok(self.sealed_index.get_or_init(|| Arc::new(ix)).clone())
+    }
+
+    /// Position to start scanning for `offset`.
+    pub fn lookup_offset(&self, fs: &SharedFs, offset: i64) -> io::Result<u64> {
+        let rel = (offset - self.base).clamp(0, u32::MAX as i64) as u32;
+        if let Some(ix) = self.live_index.lock().unwrap().as_ref() {
+            return Ok(ix.lookup_offset(rel));
+        }
+        Ok(self.index_of_sealed(fs)?.lookup_offset(rel))
+    }
+
+    /// Position to start scanning for the first batch with max ts >= `ts`.
+    pub fn lookup_time(&self, fs: &SharedFs, ts: i64) -> io::Result<u64> {
+        if let Some(ix) = self.live_index.lock().unwrap().as_ref() {
+            return Ok(ix.lookup_time(ts));
+        }
+        Ok(self.index_of_sealed(fs)?.lookup_time(ts))
+    }
+
+    fn entry(&self, sealed: bool, created_ms: i64) -> SegmentEntry {
+        SegmentEntry {
+            base: self.base,
+            epoch: self.epoch,
+            sealed,
+            size: self.size(),
+            next_offset: self.next_offset(),
+            max_ts: self.max_ts(),
+            max_ts_pos: self.max_ts_pos(),
+            created_ms,
+        }
+    }
+}
+
+/// The read-mostly state shared with fetch and list-offsets readers.
+pub struct LogView {
+    /// First offset still in the log.
+    pub log_start_offset: i64,
+    /// One past the last durable offset; readers never go past it.
+    pub high_watermark: i64,
+    /// Current leader epoch.
+    pub epoch: i32,
+    /// (epoch, start offset) ascending.
+    pub epoch_history: Vec<(i32, i64)>,
+    /// Segments in offset order, the last one active.
+    pub segments: Vec<Arc<SegView>>,
+}
+
+/// What an fsync has to cover; taken by [`PartitionLog::sync_target`] and
+/// handed back to [`PartitionLog::complete_sync`] once the fsync succeeded.
+pub struct SyncTarget {
+    /// The active segment's handle.
+    pub file: Arc<dyn WriteFile>,
+    /// Bytes written when the target was taken.
+    pub pos: u64,
+    /// Next offset when the target was taken.
+    pub next_offset: i64,
+    max_ts: i64,
+    max_ts_pos: u64,
+}
+
+/// Result of an append.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Appended {
+    /// Offset of the first record appended.
+    pub base_offset: i64,
+    /// Offset of the last record appended.
+    pub last_offset: i64,
+}
+
+/// The single writer of one partition directory.
+pub struct PartitionLog {
+    fs: SharedFs,
+    dir: PathBuf,
+    cfg: LogConfig,
+    epoch: i32,
+    view: Arc<RwLock<LogView>>,
+    manifest: Manifest,
+    active: Arc<dyn WriteFile>,
+    active_seg: Arc<SegView>,
+    active_created_ms: i64,
+    write_pos: u64,
+    next_offset: i64,
+    written_max_ts: i64,
+    written_max_ts_pos: u64,
+    checkpoint_pos: u64,
+}
+
+impl PartitionLog {
+    /// Open (recover) the partition at `dir` as the leader of `epoch`.
+    ///
+    /// Recovery reads the highest manifest, CRC-scans only the active
+    /// segment's bytes after its checkpoint, seals the previous writer's
+    /// tail at its last valid batch (never truncating another epoch's file)
+    /// and starts appending to a segment of our own epoch. Then it removes
+    /// whatever a crash left unlisted. Every step is idempotent, so a crash
+    /// anywhere in here is handled by simply opening again.
+    pub fn open(
+        fs: SharedFs,
+        dir: &Path,
+        epoch: i32,
+        cfg: LogConfig,
+        now_ms: i64,
+    ) -> Result<Self, LogError> {
+        fs.create_dir_all(dir)?;
+        remove_stale_temps(fs.as_ref(), dir)?;
+        let names = fs.list(dir)?;
+        let found = names.iter().filter_map(|n| parse_manifest_name(n)).max();
+        if let Some(found) = found {
+            if found > epoch {
+                return Err(LogError::Fenced { ours: epoch, found });
+            }
+        }
+        let prior = match found {
+            Some(e) => {
+                let path = dir.join(manifest_name(e));
+                let bytes = fs.read(&path)?;
+                let m: Manifest =
+                    serde_json::from_slice(&bytes).map_err(|e| LogError::CorruptManifest {
+                        path: path.clone(),
+                        reason: e.to_string(),
+                    })?;
+                Some(m)
+            }
+            None => None,
+        };
+        let mut manifest = prior.clone().unwrap_or(Manifest {
+            version: 1,
+            epoch,
+            log_start_offset: 0,
+            segments: Vec::new(),
+            epoch_history: Vec::new(),
+        });
+        manifest.epoch = epoch;
+
+        // Validate the tail of the last segment.
+        let interval = cfg.index_interval_bytes;
+        let mut tail_index = Index::new(interval);
+        let mut reuse_active: Option<Arc<dyn WriteFile>> = None;
+        if let Some(last) = manifest.segments.last_mut() {
+            let path = dir.join(format!("{}.log", segment_stem(last.base, last.epoch)));
+            let scanned = if last.sealed {
+                None
+            } else {
+                match fs.open_read(&path) {
+                    Ok(f) => {
+                        let len = f.len()?;
+                        let start = ScanStart {
+                            pos: 0,
+                            next_offset: last.base,
+                            max_ts: -1,
+                            max_ts_pos: 0,
+                            verify_from: last.size,
+                        };
+                        Some((scan(f.as_ref(), last.base, start, len, &mut tail_index)?, len))
+                    }
+                    // Named by the manifest but never created: empty.
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => Some((
+                        Scan {
+                            end_pos: 0,
+                            next_offset: last.base,
+                            max_ts: -1,
+                            max_ts_pos: 0,
+                            batches: 0,
+                            stopped: None,
+                        },
+                        u64::MAX,
+                    )),
+                    Err(e) => return Err(e.into()),
+                }
+            };
+            if let Some((s, file_len)) = scanned {
+                if s.end_pos < last.size {
+                    // The checkpoint promised more than is there: never
+                    // silently lose acknowledged data.
+                    tracing::error!(
+                        dir = %dir.display(),
+                        checkpoint = last.size,
+                        valid = s.end_pos,
+                        "segment shorter than its checkpoint"
+                    );
+                }
+                if let Some(why) = &s.stopped {
+                    tracing::warn!(dir = %dir.display(), reason = %why, valid = s.end_pos, "ignoring torn tail");
+                }
+                last.size = s.end_pos;
+                last.next_offset = s.next_offset;
+                last.max_ts = s.max_ts;
+                last.max_ts_pos = s.max_ts_pos;
+                let clean_end = file_len == s.end_pos || file_len == u64::MAX;
+                if last.epoch == epoch && (clean_end || s.end_pos == 0) {
+                    // Our own active file: keep appending to it. If it holds
+                    // only garbage it is ours to truncate.
+                    let f = if file_len == u64::MAX {
+                        match fs.create_exclusive(&path) {
+                            Ok(f) => f,
+                            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                                fs.open_write(&path)?
+                            }
+                            Err(e) => return Err(e.into()),
+                        }
+                    } else {
+                        fs.open_write(&path)?
+                    };
+                    if !clean_end {
+                        f.set_len(0)?;
+                        f.sync_data()?;
+                    }
+                    reuse_active = Some(f);
+                } else {
+                    last.sealed = true;
+                }
+            }
+        }
+
+        let next_offset = manifest
+            .segments
+            .last()
+            .map(|s| s.next_offset)
+            .unwrap_or(manifest.log_start_offset);
+        if manifest.epoch_history.last().map(|(e, _)| *e) != Some(epoch) {
+            manifest.epoch_history.push((epoch, next_offset));
+        }
+
+        let (active, created_ms, write_pos) = match reuse_active {
+            Some(f) => {
+                let last = manifest.segments.last().expect("reuse implies a segment");
+                (f, last.created_ms, last.size)
+            }
+            None => {
+                // Roll onto a new segment of our epoch: manifest first, then
+                // create. A crash in between leaves a manifest naming a file
+                // that does not exist, which the branch above treats as empty.
+                manifest.segments.push(SegmentEntry {
+                    base: next_offset,
+                    epoch,
+                    sealed: false,
+                    size: 0,
+                    next_offset,
+                    max_ts: -1,
+                    max_ts_pos: 0,
+                    created_ms: now_ms,
+                });
+                tail_index = Index::new(interval);
+                write_atomic(
+                    fs.as_ref(),
+                    &dir.join(manifest_name(epoch)),
+                    &serde_json::to_vec(&manifest).expect("manifest serializes"),
+                )?;
+                let path = dir.join(format!("{}.log", segment_stem(next_offset, epoch)));
+                let f = match fs.create_exclusive(&path) {
+                    Ok(f) => f,
+                    // Left by an earlier attempt of this same step: ours.
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                        let f = fs.open_write(&path)?;
+                        f.set_len(0)?;
+                        f.sync_data()?;
+                        f
+                    }
+                    Err(e) => return Err(e.into()),
+                };
+                fs.sync_dir(dir)?;
+                (f, now_ms, 0)
+            }
+        };
+        // Make the recovered state the durable manifest (also records the
+        // new epoch in the history), then sweep what is not listed.
+        write_atomic(
+            fs.as_ref(),
+            &dir.join(manifest_name(epoch)),
+            &serde_json::to_vec(&manifest).expect("manifest serializes"),
+        )?;
+        Self::sweep(fs.as_ref(), dir, &manifest, epoch)?;
+
+        let segs: Vec<Arc<SegView>> = manifest
+            .segments
+            .iter()
+            .map(|e| Arc::new(SegView::new(dir, e, interval)))
+            .collect();
+        let active_seg = segs.last().expect("active segment").clone();
+        *active_seg.live_index.lock().unwrap() = Some(tail_index);
+        let _ = active_seg.file.set(active.clone() as Arc<dyn ReadFile>);
+        let last = manifest.segments.last().expect("active").clone();
+        let view = LogView {
+            log_start_offset: manifest.log_start_offset,
+            high_watermark: last.next_offset,
+            epoch,
+            epoch_history: manifest.epoch_history.clone(),
+            segments: segs,
+        };
+        Ok(Self {
+            fs,
+            dir: dir.to_path_buf(),
+            cfg,
+            epoch,
+            view: Arc::new(RwLock::new(view)),
+            active,
+            active_seg,
+            active_created_ms: created_ms,
+            write_pos,
+            next_offset: last.next_offset,
+            written_max_ts: last.max_ts,
+            written_max_ts_pos: last.max_ts_pos,
+            checkpoint_pos: write_pos,
+            manifest,
+        })
+    }
+
+    /// Remove older manifests and any segment file the manifest does not list.
+    fn sweep(fs: &dyn crate::fs::Fs, dir: &Path, m: &Manifest, epoch: i32) -> io::Result<()> {
+        for name in fs.list(dir)? {
+            let stale = if let Some(e) = parse_manifest_name(&name) {
+                e < epoch
+            } else if let Some((base, e, ext)) = parse_segment_name(&name) {
+                matches!(ext, "log" | "index" | "timeindex")
+                    && !m.segments.iter().any(|s| s.base == base && s.epoch == e)
+            } else {
+                false
+            };
+            if stale {
+                remove_if_exists(fs, &dir.join(&name))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Shared read view for fetch / list-offsets.
+    pub fn view(&self) -> Arc<RwLock<LogView>> {
+        self.view.clone()
+    }
+
+    /// The partition directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Our leader epoch.
+    pub fn epoch(&self) -> i32 {
+        self.epoch
+    }
+
+    /// Next offset to be assigned.
+    pub fn next_offset(&self) -> i64 {
+        self.next_offset
+    }
+
+    /// One past the last durable offset.
+    pub fn high_watermark(&self) -> i64 {
+        self.active_seg.next_offset()
+    }
+
+    /// First offset in the log.
+    pub fn log_start_offset(&self) -> i64 {
+        self.manifest.log_start_offset
+    }
+
+    /// Whether bytes were written that are not yet fsynced.
+    pub fn dirty(&self) -> bool {
+        self.write_pos > self.active_seg.size()
+    }
+
+    /// Append already-validated batches (`infos` from
+    /// `kaas_protocol::batch::validate_batches` over `records`), assigning
+    /// offsets and stamping our leader epoch. The bytes reach the page cache;
+    /// they become readable only after [`Self::complete_sync`].
+    pub fn append(&mut self, records: &[u8], infos: &[BatchInfo]) -> Result<Appended, LogError> {
+        let total: usize = infos.iter().map(|b| b.len).sum();
+        if self.write_pos + total as u64 > u32::MAX as u64 {
+            // Positions are u32 in the index; a well-configured segment.bytes
+            // rolls long before this.
+            return Err(LogError::Overflow);
+        }
+        let mut buf = Vec::with_capacity(total);
+        let base_offset = self.next_offset;
+        let mut next = self.next_offset;
+        let mut pos = self.write_pos;
+        let mut ix = self.active_seg.live_index.lock().unwrap();
+        let ix = ix.as_mut().expect("active segment has a live index");
+        for b in infos {
+            let start = buf.len();
+            buf.extend_from_slice(&records[b.pos..b.pos + b.len]);
+            patch_batch(&mut buf[start..], next, self.epoch);
+            let rel = (next - self.active_seg.base).clamp(0, u32::MAX as i64) as u32;
+            ix.observe(rel, pos, self.written_max_ts);
+            if b.max_timestamp > self.written_max_ts {
+                self.written_max_ts = b.max_timestamp;
+                self.written_max_ts_pos = pos;
+            }
+            next = next
+                .checked_add(b.last_offset_delta as i64 + 1)
+                .ok_or(LogError::Overflow)?;
+            pos += b.len as u64;
+        }
+        self.active.write_all_at(&buf, self.write_pos)?;
+        self.write_pos = pos;
+        self.next_offset = next;
+        Ok(Appended {
+            base_offset,
+            last_offset: next - 1,
+        })
+    }
+
+    /// What the next fsync must cover, if anything was written since the last.
+    pub fn sync_target(&self) -> Option<SyncTarget> {
+        if !self.dirty() {
+            return None;
+        }
+        Some(SyncTarget {
+            file: self.active.clone(),
+            pos: self.write_pos,
+            next_offset: self.next_offset,
+            max_ts: self.written_max_ts,
+            max_ts_pos: self.written_max_ts_pos,
+        })
+    }
+
+    /// Publish a completed fsync: the high watermark moves and readers see
+    /// the bytes. Returns the new high watermark.
+    pub fn complete_sync(&mut self, t: SyncTarget) -> i64 {
+        let seg = &self.active_seg;
+        if !Arc::ptr_eq(&t.file, &self.active) || t.pos <= seg.size() {
+            return self.high_watermark();
+        }
+        seg.max_ts.store(t.max_ts, Ordering::Release);
+        seg.max_ts_pos.store(t.max_ts_pos, Ordering::Release);
+        seg.size.store(t.pos, Ordering::Release);
+        seg.next_offset.store(t.next_offset, Ordering::Release);
+        self.view.write().unwrap().high_watermark = t.next_offset;
+        t.next_offset
+    }
+
+    /// fsync inline (tests, roll, close).
+    pub fn sync_now(&mut self) -> Result<i64, LogError> {
+        if let Some(t) = self.sync_target() {
+            t.file.sync_data()?;
+            return Ok(self.complete_sync(t));
+        }
+        Ok(self.high_watermark())
+    }
+
+    /// Whether the active segment is due for a checkpoint in the manifest.
+    pub fn checkpoint_due(&self) -> bool {
+        self.active_seg.size() >= self.checkpoint_pos + self.cfg.checkpoint_bytes
+    }
+
+    /// Record the active segment's durable length in the manifest so that
+    /// recovery need not CRC-scan it again.
+    pub fn checkpoint(&mut self) -> Result<(), LogError> {
+        let entry = self.active_seg.entry(false, self.active_created_ms);
+        let size = entry.size;
+        *self.manifest.segments.last_mut().expect("active") = entry;
+        self.write_manifest()?;
+        self.checkpoint_pos = size;
+        Ok(())
+    }
+
+    fn write_manifest(&self) -> Result<(), LogError> {
+        write_atomic(
+            self.fs.as_ref(),
+            &self.dir.join(manifest_name(self.epoch)),
+            &serde_json::to_vec(&self.manifest).expect("manifest serializes"),
+        )?;
+        Ok(())
+    }
+
+    /// Whether the active segment should roll now (size or age).
+    pub fn roll_due(&self, now_ms: i64) -> bool {
+        let size = self.active_seg.size();
+        size > 0
+            && (size >= self.cfg.segment_bytes
+                || now_ms.saturating_sub(self.active_created_ms) >= self.cfg.segment_ms)
+    }
+
+    /// Seal the active segment at its durable end and start a new one.
+    ///
+    /// Steps: fsync the tail; write the sealed segment's index files (temp →
+    /// rename); write the manifest that seals it and names the new segment;
+    /// create the new segment; fsync the directory. A crash after the
+    /// manifest leaves a named-but-missing segment (treated as empty); a
+    /// crash before it leaves index files the sweep removes or rewrites.
+    pub fn roll(&mut self, now_ms: i64) -> Result<(), LogError> {
+        self.sync_now()?;
+        let seg = self.active_seg.clone();
+        let ix = seg
+            .live_index
+            .lock()
+            .unwrap()
+            .clone()
+            .unwrap_or_else(|| Index::new(self.cfg.index_interval_bytes));
+        let (idx, tim) = ix.encode();
+        let stem = segment_stem(seg.base, seg.epoch);
+        write_atomic(
+            self.fs.as_ref(),
+            &self.dir.join(format!("{stem}.index")),
+            &idx,
+        )?;
+        write_atomic(
+            self.fs.as_ref(),
+            &self.dir.join(format!("{stem}.timeindex")),
+            &tim,
+        )?;
+        let next = self.next_offset;
+        let mut manifest = self.manifest.clone();
+        *manifest.segments.last_mut().expect("active") = seg.entry(true, self.active_created_ms);
+        let new_entry = SegmentEntry {
+            base: next,
+            epoch: self.epoch,
+            sealed: false,
+            size: 0,
+            next_offset: next,
+            max_ts: -1,
+            max_ts_pos: 0,
+            created_ms: now_ms,
+        };
+        manifest.segments.push(new_entry.clone());
+        write_atomic(
+            self.fs.as_ref(),
+            &self.dir.join(manifest_name(self.epoch)),
+            &serde_json::to_vec(&manifest).expect("manifest serializes"),
+        )?;
+        self.manifest = manifest;
+        let path = self
+            .dir
+            .join(format!("{}.log", segment_stem(next, self.epoch)));
+        let f = match self.fs.create_exclusive(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                let f = self.fs.open_write(&path)?;
+                f.set_len(0)?;
+                f
+            }
+            Err(e) => return Err(e.into()),
+        };
+        self.fs.sync_dir(&self.dir)?;
+
+        let _ = seg.sealed_index.set(Arc::new(ix));
+        *seg.live_index.lock().unwrap() = None;
+        let new_seg = Arc::new(SegView::new(
+            &self.dir,
+            &new_entry,
+            self.cfg.index_interval_bytes,
+        ));
+        *new_seg.live_index.lock().unwrap() = Some(Index::new(self.cfg.index_interval_bytes));
+        let _ = new_seg.file.set(f.clone() as Arc<dyn ReadFile>);
+        self.view.write().unwrap().segments.push(new_seg.clone());
+        self.active = f;
+        self.active_seg = new_seg;
+        self.active_created_ms = now_ms;
+        self.write_pos = 0;
+        self.checkpoint_pos = 0;
+        self.written_max_ts = -1;
+        self.written_max_ts_pos = 0;
+        Ok(())
+    }
+
+    /// Delete whole sealed segments past retention.ms / retention.bytes.
+    /// Manifest first (readers stop seeing them), then unlink; a crash in
+    /// between leaves unlisted files that the next open sweeps. Returns the
+    /// number of segments removed.
+    pub fn enforce_retention(&mut self, now_ms: i64) -> Result<usize, LogError> {
+        let segs = self.manifest.segments.clone();
+        let mut total: i64 = segs.iter().map(|s| s.size as i64).sum();
+        let mut drop = 0;
+        for s in segs.iter().take(segs.len().saturating_sub(1)) {
+            if !s.sealed {
+                break;
+            }
+            let by_time = self.cfg.retention_ms >= 0
+                && s.max_ts >= 0
+                && now_ms.saturating_sub(s.max_ts) > self.cfg.retention_ms;
+            let by_size =
+                self.cfg.retention_bytes >= 0 && total - s.size as i64 >= self.cfg.retention_bytes;
+            if !(by_time || by_size) {
+                break;
+            }
+            total -= s.size as i64;
+            drop += 1;
+        }
+        if drop == 0 {
+            return Ok(0);
+        }
+        let removed: Vec<SegmentEntry> = self.manifest.segments.drain(..drop).collect();
+        self.manifest.log_start_offset = self
+            .manifest
+            .segments
+            .first()
+            .map(|s| s.base)
+            .unwrap_or(self.next_offset)
+            .max(self.manifest.log_start_offset);
+        self.write_manifest()?;
+        {
+            let mut v = self.view.write().unwrap();
+            v.log_start_offset = self.manifest.log_start_offset;
+            v.segments.drain(..drop);
+        }
+        for s in &removed {
+            let stem = segment_stem(s.base, s.epoch);
+            for ext in ["log", "index", "timeindex"] {
+                remove_if_exists(self.fs.as_ref(), &self.dir.join(format!("{stem}.{ext}")))?;
+            }
+        }
+        Ok(drop)
+    }
+
+    /// Clean shutdown: fsync and checkpoint so the next open scans nothing.
+    pub fn close(mut self) -> Result<(), LogError> {
+        self.sync_now()?;
+        self.checkpoint()
+    }
+
+    /// The header of the batch at `pos` in the active segment (tests).
+    pub fn active_header_at(&self, pos: u64) -> io::Result<Option<kaas_protocol::batch::BatchHeader>> {
+        header_at(self.active.as_ref(), pos, self.write_pos)
+    }
+}

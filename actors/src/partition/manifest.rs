@@ -1,0 +1,85 @@
+//! The partition manifest: the durable pointer from a partition directory to
+//! its segments, fenced by the writer's leader epoch in its file name
+//! (`manifest-e<epoch>.json`). Readers take the highest epoch that parses;
+//! a zombie of an older epoch can only rewrite its own, ignored, manifest.
+//!
+//! It is always written temp → fsync → rename → directory fsync
+//! ([`crate::fs::write_atomic`]), never edited in place.
+
+use serde::{Deserialize, Serialize};
+
+/// One segment as recorded in the manifest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SegmentEntry {
+    /// Offset of the first batch in the segment (part of the file name).
+    pub base: i64,
+    /// Leader epoch of the writer that owns the file (part of the file name).
+    pub epoch: i32,
+    /// Sealed: `size`/`next_offset` are final. Active: they are a checkpoint;
+    /// recovery scans forward from there.
+    pub sealed: bool,
+    /// Valid bytes (sealed) or checkpointed bytes (active).
+    pub size: u64,
+    /// One past the last offset in the valid bytes.
+    pub next_offset: i64,
+    /// Largest batch max-timestamp in the valid bytes (-1 if none).
+    pub max_ts: i64,
+    /// Position of the batch holding `max_ts`.
+    pub max_ts_pos: u64,
+    /// Wall-clock ms when the segment was created (for segment.ms rolls).
+    pub created_ms: i64,
+}
+
+/// The manifest document.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// Format version.
+    pub version: u32,
+    /// Leader epoch of the writer (also in the file name).
+    pub epoch: i32,
+    /// First offset still in the log.
+    pub log_start_offset: i64,
+    /// Segments in offset order; the last one is active unless sealed.
+    pub segments: Vec<SegmentEntry>,
+    /// (leader epoch, first offset written in that epoch), ascending.
+    pub epoch_history: Vec<(i32, i64)>,
+}
+
+/// File name of the manifest written by `epoch`.
+pub fn manifest_name(epoch: i32) -> String {
+    format!("manifest-e{epoch}.json")
+}
+
+/// Epoch encoded in a manifest file name.
+pub fn parse_manifest_name(name: &str) -> Option<i32> {
+    name.strip_prefix("manifest-e")?
+        .strip_suffix(".json")?
+        .parse()
+        .ok()
+}
+
+/// Stem shared by a segment's `.log`, `.index` and `.timeindex` files.
+pub fn segment_stem(base: i64, epoch: i32) -> String {
+    format!("{base:020}-e{epoch}")
+}
+
+/// (base, epoch) encoded in a segment file name, with its extension.
+pub fn parse_segment_name(name: &str) -> Option<(i64, i32, &str)> {
+    let (stem, ext) = name.split_once('.')?;
+    let (base, epoch) = stem.split_once("-e")?;
+    Some((base.parse().ok()?, epoch.parse().ok()?, ext))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        assert_eq!(parse_manifest_name(&manifest_name(7)), Some(7));
+        let s = format!("{}.log", segment_stem(42, 3));
+        assert_eq!(s, "00000000000000000042-e3.log");
+        assert_eq!(parse_segment_name(&s), Some((42, 3, "log")));
+        assert_eq!(parse_segment_name("manifest-e1.json"), None);
+    }
+}

@@ -1,0 +1,63 @@
+//! Messages of the [`super::leader::PartitionLeader`] actor.
+
+use actix::Message;
+use bytes::Bytes;
+use kaas_protocol::batch::BatchInfo;
+use std::time::Instant;
+use tokio::sync::oneshot;
+
+/// Why a partition operation failed. The broker maps each to a Kafka code.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum PartitionError {
+    /// The volume failed (KAFKA_STORAGE_ERROR); the leader is recovering.
+    #[error("storage error: {0}")]
+    Storage(String),
+    /// Another epoch owns the partition (NOT_LEADER_OR_FOLLOWER).
+    #[error("not leader: {0}")]
+    NotLeader(String),
+    /// The append would overflow offsets or a segment (RECORD_LIST_TOO_LARGE).
+    #[error("append too large")]
+    TooLarge,
+}
+
+/// Append validated batches. Replies once the bytes are written (not yet
+/// durable); `durable` resolves after the fsync that covers them.
+#[derive(Message)]
+#[rtype(result = "Result<AppendTicket, PartitionError>")]
+pub struct AppendBatches {
+    /// The produce request's records for this partition.
+    pub records: Bytes,
+    /// Batches within `records`, already CRC-checked.
+    pub infos: Vec<BatchInfo>,
+    /// Whether the caller wants a durability notification (acks != 0).
+    pub wait_durable: bool,
+    /// When the message was sent (queue-wait telemetry).
+    pub sent_at: Instant,
+}
+
+/// Reply to [`AppendBatches`].
+#[derive(Debug)]
+pub struct AppendTicket {
+    /// Offset assigned to the first record.
+    pub base_offset: i64,
+    /// Log start offset at the time of the append.
+    pub log_start_offset: i64,
+    /// Resolves with the new high watermark once durable.
+    pub durable: Option<oneshot::Receiver<Result<i64, PartitionError>>>,
+}
+
+/// Run retention now (tests and the periodic timer).
+#[derive(Message)]
+#[rtype(result = "Result<usize, PartitionError>")]
+pub struct EnforceRetention {
+    /// When the message was sent.
+    pub sent_at: Instant,
+}
+
+/// Flush, checkpoint and stop for good (topic deletion, shutdown).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct StopLeader {
+    /// When the message was sent.
+    pub sent_at: Instant,
+}

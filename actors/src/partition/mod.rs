@@ -1,0 +1,13 @@
+//! One partition: its on-disk log ([`log`]), indexes ([`index`]), manifest
+//! ([`manifest`]), the read path ([`reader`]) and the actor that owns the
+//! files ([`leader`]).
+
+pub mod index;
+pub mod leader;
+pub mod log;
+pub mod manifest;
+pub mod messages;
+pub mod reader;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,201 @@
+//! Read-only access to a partition for Fetch and ListOffsets.
+//!
+//! A [`PartitionReader`] is handed out by the partition's leader actor. It
+//! sees only durable bytes (never past the high watermark), holds read
+//! handles the leader opened, and does its positional reads on the caller's
+//! thread — callers run it on the blocking pool, so a fetch never waits on
+//! the leader's mailbox or its fsyncs, and never blocks produce.
+
+use super::index::header_at;
+use super::log::{LogView, SegView};
+use crate::fs::SharedFs;
+use bytes::Bytes;
+use kaas_protocol::batch::record_timestamps;
+use std::io;
+use std::sync::{Arc, RwLock};
+
+/// Errors a read can meet.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// The requested offset is below the log start or above the high watermark.
+    #[error("offset {offset} out of range [{start}, {hw}]")]
+    OutOfRange {
+        /// Requested offset.
+        offset: i64,
+        /// Log start offset.
+        start: i64,
+        /// High watermark.
+        hw: i64,
+    },
+    /// The volume failed.
+    #[error("storage i/o: {0}")]
+    Io(#[from] io::Error),
+}
+
+/// Records read for one fetch.
+#[derive(Debug, Clone)]
+pub struct ReadResult {
+    /// Whole batches (the last may be cut at `max_bytes`, as Kafka does).
+    pub records: Bytes,
+    /// High watermark when read.
+    pub high_watermark: i64,
+    /// Log start offset when read.
+    pub log_start_offset: i64,
+}
+
+/// A record located by timestamp.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimestampHit {
+    /// Record offset.
+    pub offset: i64,
+    /// Record timestamp.
+    pub timestamp: i64,
+    /// Leader epoch of the batch holding it.
+    pub leader_epoch: i32,
+}
+
+/// See module docs.
+#[derive(Clone)]
+pub struct PartitionReader {
+    fs: SharedFs,
+    view: Arc<RwLock<LogView>>,
+}
+
+impl PartitionReader {
+    /// A reader over a leader's view.
+    pub fn new(fs: SharedFs, view: Arc<RwLock<LogView>>) -> Self {
+        Self { fs, view }
+    }
+
+    /// (log start offset, high watermark, leader epoch).
+    pub fn offsets(&self) -> (i64, i64, i32) {
+        let v = self.view.read().unwrap();
+        (v.log_start_offset, v.high_watermark, v.epoch)
+    }
+
+    fn snapshot(&self) -> (i64, i64, Vec<Arc<SegView>>) {
+        let v = self.view.read().unwrap();
+        (v.log_start_offset, v.high_watermark, v.segments.clone())
+    }
+
+    /// Read batches starting at the one containing `offset`, up to
+    /// `max_bytes` (but always the whole first batch, per KIP-74).
+    pub fn read(&self, offset: i64, max_bytes: usize) -> Result<ReadResult, ReadError> {
+        let (start, hw, segs) = self.snapshot();
+        if offset < start || offset > hw {
+            return Err(ReadError::OutOfRange { offset, start, hw });
+        }
+        let empty = |records| ReadResult {
+            records,
+            high_watermark: hw,
+            log_start_offset: start,
+        };
+        if offset == hw {
+            return Ok(empty(Bytes::new()));
+        }
+        let first = segs.partition_point(|s| s.base <= offset).saturating_sub(1);
+        for seg in &segs[first..] {
+            let limit = seg.size();
+            if seg.next_offset() <= offset || limit == 0 {
+                continue;
+            }
+            let file = seg.file(&self.fs)?;
+            let mut pos = seg.lookup_offset(&self.fs, offset)?;
+            while let Some(h) = header_at(file.as_ref(), pos, limit)? {
+                let len = h.batch_len as u64;
+                if h.last_offset() >= offset {
+                    let want = (max_bytes as u64).max(len);
+                    let end = limit.min(pos + want);
+                    let mut buf = vec![0u8; (end - pos) as usize];
+                    file.read_exact_at(&mut buf, pos)?;
+                    return Ok(empty(Bytes::from(buf)));
+                }
+                pos += len;
+            }
+        }
+        Ok(empty(Bytes::new()))
+    }
+
+    /// First record with timestamp >= `ts` (ListOffsets by time).
+    pub fn offset_for_timestamp(&self, ts: i64) -> Result<Option<TimestampHit>, ReadError> {
+        let (_, hw, segs) = self.snapshot();
+        for seg in &segs {
+            let limit = seg.size();
+            if seg.max_ts() < ts || limit == 0 {
+                continue;
+            }
+            let file = seg.file(&self.fs)?;
+            let mut pos = seg.lookup_time(&self.fs, ts)?;
+            while let Some(h) = header_at(file.as_ref(), pos, limit)? {
+                let len = h.batch_len as u64;
+                if h.max_timestamp >= ts && h.base_offset < hw {
+                    let mut buf = vec![0u8; len as usize];
+                    file.read_exact_at(&mut buf, pos)?;
+                    if let Ok(recs) = record_timestamps(&buf) {
+                        if let Some((o, t)) = recs.into_iter().find(|(_, t)| *t >= ts) {
+                            return Ok(Some(TimestampHit {
+                                offset: o,
+                                timestamp: t,
+                                leader_epoch: h.leader_epoch,
+                            }));
+                        }
+                    }
+                    // Undecodable records: answer at batch granularity.
+                    return Ok(Some(TimestampHit {
+                        offset: h.base_offset,
+                        timestamp: h.max_timestamp,
+                        leader_epoch: h.leader_epoch,
+                    }));
+                }
+                pos += len;
+            }
+        }
+        Ok(None)
+    }
+
+    /// The record with the largest timestamp (ListOffsets -3, KIP-734).
+    pub fn max_timestamp(&self) -> Result<Option<TimestampHit>, ReadError> {
+        let (_, _, segs) = self.snapshot();
+        let Some(seg) = segs
+            .iter()
+            .filter(|s| s.size() > 0)
+            .max_by_key(|s| (s.max_ts(), std::cmp::Reverse(s.base)))
+        else {
+            return Ok(None);
+        };
+        let file = seg.file(&self.fs)?;
+        let pos = seg.max_ts_pos();
+        let Some(h) = header_at(file.as_ref(), pos, seg.size())? else {
+            return Ok(None);
+        };
+        let mut buf = vec![0u8; h.batch_len as usize];
+        file.read_exact_at(&mut buf, pos)?;
+        let hit = record_timestamps(&buf).ok().and_then(|recs| {
+            recs.into_iter()
+                .filter(|(_, t)| *t == h.max_timestamp)
+                .map(|(o, t)| (o, t))
+                .next()
+        });
+        let (offset, timestamp) = hit.unwrap_or((h.last_offset(), h.max_timestamp));
+        Ok(Some(TimestampHit {
+            offset,
+            timestamp,
+            leader_epoch: h.leader_epoch,
+        }))
+    }
+
+    /// End offset of `epoch` (OffsetForLeaderEpoch, KIP-101): the start of the
+    /// next higher epoch, or the high watermark... (log end) for the current
+    /// one. Returns (epoch, end offset); (-1, -1) if `epoch` predates history.
+    pub fn end_offset_for_epoch(&self, epoch: i32) -> (i32, i64) {
+        let v = self.view.read().unwrap();
+        let h = &v.epoch_history;
+        match h.iter().rposition(|(e, _)| *e <= epoch) {
+            None => (-1, -1),
+            Some(i) => {
+                let end = h.get(i + 1).map(|(_, o)| *o).unwrap_or(v.high_watermark);
+                (h[i].0, end)
+            }
+        }
+    }
+}

@@ -1,0 +1,275 @@
+//! Actor telemetry: mailbox depth, messages handled by type, queue wait and
+//! handling-time histograms, restarts. Prometheus labels are the actor kind
+//! and the message type only — never a partition (cardinality rule); the
+//! per-actor detail (file owned, epoch, depth) is kept in [`Telemetry::actors`]
+//! for the JSON endpoint behind the dashboard.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// Upper bounds (seconds) of the latency histogram buckets.
+const BUCKETS: [f64; 14] = [
+    0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+    1.0, 5.0,
+];
+
+/// A fixed-bucket histogram of durations.
+#[derive(Default)]
+pub struct Histogram {
+    counts: [AtomicU64; BUCKETS.len() + 1],
+    sum_nanos: AtomicU64,
+}
+
+impl Histogram {
+    /// Record one observation.
+    pub fn observe(&self, d: Duration) {
+        let s = d.as_secs_f64();
+        let i = BUCKETS.iter().position(|b| s <= *b).unwrap_or(BUCKETS.len());
+        self.counts[i].fetch_add(1, Ordering::Relaxed);
+        self.sum_nanos
+            .fetch_add(d.as_nanos().min(u64::MAX as u128) as u64, Ordering::Relaxed);
+    }
+
+    fn render(&self, out: &mut String, name: &str, labels: &str) {
+        let mut cum = 0;
+        for (i, b) in BUCKETS.iter().enumerate() {
+            cum += self.counts[i].load(Ordering::Relaxed);
+            let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{b}\"}} {cum}");
+        }
+        cum += self.counts[BUCKETS.len()].load(Ordering::Relaxed);
+        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {cum}");
+        let sum = self.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9;
+        let _ = writeln!(out, "{name}_sum{{{labels}}} {sum}");
+        let _ = writeln!(out, "{name}_count{{{labels}}} {cum}");
+    }
+}
+
+/// Per (actor kind, message type) counters.
+#[derive(Default)]
+pub struct MessageStats {
+    /// Messages handled.
+    pub handled: AtomicU64,
+    /// Time from send to the start of handling.
+    pub queue_wait: Histogram,
+    /// Time spent in the handler.
+    pub handling: Histogram,
+}
+
+/// Per actor-kind state.
+#[derive(Default)]
+pub struct KindStats {
+    /// Messages sent but not yet handled, over all actors of the kind.
+    pub mailbox_depth: AtomicI64,
+    /// Supervisor restarts.
+    pub restarts: AtomicU64,
+    /// Live actors of this kind.
+    pub live: AtomicI64,
+    messages: Mutex<BTreeMap<&'static str, Arc<MessageStats>>>,
+}
+
+impl KindStats {
+    /// Stats for one message type (created on first use).
+    pub fn message(&self, msg: &'static str) -> Arc<MessageStats> {
+        self.messages
+            .lock()
+            .unwrap()
+            .entry(msg)
+            .or_default()
+            .clone()
+    }
+}
+
+/// What the dashboard shows for one actor.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ActorInfo {
+    /// Actor kind, e.g. `partition_leader`.
+    pub kind: &'static str,
+    /// The file (or directory) it owns.
+    pub owns: String,
+    /// Epoch it writes under.
+    pub epoch: i64,
+    /// Restarts of this actor.
+    pub restarts: u64,
+    /// Messages handled by this actor.
+    pub handled: u64,
+}
+
+/// Process-wide registry.
+#[derive(Default)]
+pub struct Telemetry {
+    kinds: Mutex<BTreeMap<&'static str, Arc<KindStats>>>,
+    actors: Mutex<BTreeMap<String, ActorInfo>>,
+    /// fsync calls that completed.
+    pub fsyncs: AtomicU64,
+    /// Bytes appended to partition logs.
+    pub produce_bytes: AtomicU64,
+    /// Bytes served by fetches.
+    pub fetch_bytes: AtomicU64,
+    /// Open client connections.
+    pub connections: AtomicI64,
+}
+
+/// The process-wide telemetry registry.
+pub fn global() -> &'static Telemetry {
+    static T: OnceLock<Telemetry> = OnceLock::new();
+    T.get_or_init(Telemetry::default)
+}
+
+impl Telemetry {
+    /// Stats of one actor kind (created on first use).
+    pub fn kind(&self, kind: &'static str) -> Arc<KindStats> {
+        self.kinds.lock().unwrap().entry(kind).or_default().clone()
+    }
+
+    /// Insert or update an actor's dashboard row.
+    pub fn upsert_actor(&self, id: String, info: ActorInfo) {
+        self.actors.lock().unwrap().insert(id, info);
+    }
+
+    /// Remove an actor's dashboard row.
+    pub fn remove_actor(&self, id: &str) {
+        self.actors.lock().unwrap().remove(id);
+    }
+
+    /// Snapshot of per-actor rows.
+    pub fn actors(&self) -> BTreeMap<String, ActorInfo> {
+        self.actors.lock().unwrap().clone()
+    }
+
+    /// Prometheus text exposition.
+    pub fn render_prometheus(&self) -> String {
+        let mut out = String::new();
+        let kinds: Vec<_> = self
+            .kinds
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| (*k, v.clone()))
+            .collect();
+        out.push_str("# TYPE kaas_actor_mailbox_depth gauge\n");
+        for (k, s) in &kinds {
+            let d = s.mailbox_depth.load(Ordering::Relaxed).max(0);
+            let _ = writeln!(out, "kaas_actor_mailbox_depth{{kind=\"{k}\"}} {d}");
+        }
+        out.push_str("# TYPE kaas_actors gauge\n");
+        for (k, s) in &kinds {
+            let _ = writeln!(
+                out,
+                "kaas_actors{{kind=\"{k}\"}} {}",
+                s.live.load(Ordering::Relaxed)
+            );
+        }
+        out.push_str("# TYPE kaas_actor_restarts_total counter\n");
+        for (k, s) in &kinds {
+            let _ = writeln!(
+                out,
+                "kaas_actor_restarts_total{{kind=\"{k}\"}} {}",
+                s.restarts.load(Ordering::Relaxed)
+            );
+        }
+        out.push_str("# TYPE kaas_actor_messages_total counter\n");
+        for (k, s) in &kinds {
+            for (m, st) in s.messages.lock().unwrap().iter() {
+                let _ = writeln!(
+                    out,
+                    "kaas_actor_messages_total{{kind=\"{k}\",message=\"{m}\"}} {}",
+                    st.handled.load(Ordering::Relaxed)
+                );
+            }
+        }
+        out.push_str("# TYPE kaas_actor_handle_seconds histogram\n");
+        for (k, s) in &kinds {
+            for (m, st) in s.messages.lock().unwrap().iter() {
+                st.handling.render(
+                    &mut out,
+                    "kaas_actor_handle_seconds",
+                    &format!("kind=\"{k}\",message=\"{m}\""),
+                );
+            }
+        }
+        out.push_str("# TYPE kaas_actor_queue_wait_seconds histogram\n");
+        for (k, s) in &kinds {
+            for (m, st) in s.messages.lock().unwrap().iter() {
+                st.queue_wait.render(
+                    &mut out,
+                    "kaas_actor_queue_wait_seconds",
+                    &format!("kind=\"{k}\",message=\"{m}\""),
+                );
+            }
+        }
+        let counters = [
+            ("kaas_fsyncs_total", self.fsyncs.load(Ordering::Relaxed)),
+            (
+                "kaas_produce_bytes_total",
+                self.produce_bytes.load(Ordering::Relaxed),
+            ),
+            (
+                "kaas_fetch_bytes_total",
+                self.fetch_bytes.load(Ordering::Relaxed),
+            ),
+        ];
+        for (name, v) in counters {
+            let _ = writeln!(out, "# TYPE {name} counter\n{name} {v}");
+        }
+        let _ = writeln!(
+            out,
+            "# TYPE kaas_connections gauge\nkaas_connections {}",
+            self.connections.load(Ordering::Relaxed)
+        );
+        out
+    }
+}
+
+/// Sender-side half of mailbox accounting: call when a message is enqueued.
+pub fn enqueued(kind: &KindStats) -> Instant {
+    kind.mailbox_depth.fetch_add(1, Ordering::Relaxed);
+    Instant::now()
+}
+
+/// Handler-side half: records queue wait now and handling time on drop.
+pub struct HandleTimer {
+    stats: Arc<MessageStats>,
+    start: Instant,
+}
+
+impl HandleTimer {
+    /// Start timing a handler for a message that was sent at `sent_at`.
+    pub fn start(kind: &KindStats, msg: &'static str, sent_at: Instant) -> Self {
+        kind.mailbox_depth.fetch_sub(1, Ordering::Relaxed);
+        let stats = kind.message(msg);
+        let now = Instant::now();
+        stats.queue_wait.observe(now.saturating_duration_since(sent_at));
+        Self { stats, start: now }
+    }
+}
+
+impl Drop for HandleTimer {
+    fn drop(&mut self) {
+        self.stats.handled.fetch_add(1, Ordering::Relaxed);
+        self.stats.handling.observe(self.start.elapsed());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_histogram_and_depth() {
+        let t = Telemetry::default();
+        let k = t.kind("partition_leader");
+        let sent = enqueued(&k);
+        {
+            let _h = HandleTimer::start(&k, "append_batches", sent);
+        }
+        let text = t.render_prometheus();
+        assert!(text.contains("kaas_actor_mailbox_depth{kind=\"partition_leader\"} 0"));
+        assert!(text.contains(
+            "kaas_actor_messages_total{kind=\"partition_leader\",message=\"append_batches\"} 1"
+        ));
+        assert!(text.contains("kaas_actor_handle_seconds_count{kind=\"partition_leader\",message=\"append_batches\"} 1"));
+    }
+}

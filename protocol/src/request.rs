@@ -1,0 +1,496 @@
+//! Request decoding and response encoding on top of the kafka-protocol crate.
+//!
+//! Owns the request header (v0/v1/v2), the check against the advertised
+//! version table, and the response frame layout (size prefix, response
+//! header, body). Request bytes come from untrusted clients: every path here
+//! returns an error instead of panicking, and the correlation id is recovered
+//! whenever the first eight bytes exist so the broker can still answer.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
+
+use crate::versions;
+
+/// Kafka's UNSUPPORTED_VERSION error code.
+pub const UNSUPPORTED_VERSION: i16 = 35;
+
+/// The request header fields the broker needs, whatever the header version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestHeader {
+    pub api_key: i16,
+    pub api_version: i16,
+    pub correlation_id: i32,
+    pub client_id: Option<String>,
+}
+
+/// A request whose header and body decoded at a version we advertise.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParsedRequest {
+    pub header: RequestHeader,
+    pub body: RequestKind,
+}
+
+/// Why a request frame could not be turned into a [`ParsedRequest`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RequestError {
+    /// The api key is not one kafka-protocol knows.
+    #[error("unknown api key {}", header.api_key)]
+    UnknownApiKey { header: RequestHeader },
+    /// The api is known but this version is outside what we advertise (or we
+    /// do not serve the api at all: then `supported_range` is `None`). For
+    /// ApiVersions the broker answers with [`api_versions_fallback_response`]
+    /// (KIP-511); for anything else Kafka closes the connection.
+    #[error("unsupported version {} of api key {}", header.api_version, header.api_key)]
+    UnsupportedVersion { header: RequestHeader },
+    /// The bytes do not decode. `header` is present whenever the first eight
+    /// bytes were there, with `client_id` filled only if it decoded.
+    #[error("malformed request: {reason}")]
+    Malformed {
+        header: Option<RequestHeader>,
+        reason: String,
+    },
+}
+
+impl RequestError {
+    /// The header, as far as it could be read.
+    pub fn header(&self) -> Option<&RequestHeader> {
+        match self {
+            RequestError::UnknownApiKey { header }
+            | RequestError::UnsupportedVersion { header } => Some(header),
+            RequestError::Malformed { header, .. } => header.as_ref(),
+        }
+    }
+
+    /// The correlation id to answer with, if the frame carried one.
+    pub fn correlation_id(&self) -> Option<i32> {
+        self.header().map(|h| h.correlation_id)
+    }
+}
+
+/// Why a response could not be encoded. Always a broker bug, never client input.
+#[derive(Debug, thiserror::Error)]
+pub enum EncodeError {
+    #[error("cannot encode a response for unknown api key {0}")]
+    UnknownApiKey(i16),
+    #[error("failed to encode response for api key {api_key} v{version}: {reason}")]
+    Body {
+        api_key: i16,
+        version: i16,
+        reason: String,
+    },
+    #[error("response of {0} bytes does not fit a frame")]
+    TooLarge(usize),
+}
+
+/// Parses one frame body (without its size prefix) into header and request.
+pub fn parse_request(frame: Bytes) -> Result<ParsedRequest, RequestError> {
+    let mut r = Reader::new(&frame);
+    let (Some(api_key), Some(api_version), Some(correlation_id)) = (r.i16(), r.i16(), r.i32())
+    else {
+        return Err(RequestError::Malformed {
+            header: None,
+            reason: format!("frame of {} bytes has no request header", frame.len()),
+        });
+    };
+    let mut header = RequestHeader {
+        api_key,
+        api_version,
+        correlation_id,
+        client_id: None,
+    };
+
+    let Ok(key) = ApiKey::try_from(api_key) else {
+        // Best effort: every header version from 1 on puts the client id
+        // next, and it helps the log line say who sent this.
+        header.client_id = r.nullable_string().ok().flatten();
+        return Err(RequestError::UnknownApiKey { header });
+    };
+    let header_version = key.request_header_version(api_version);
+    let rest = read_header_rest(&mut r, header_version);
+
+    if !versions::is_supported(api_key, api_version) {
+        header.client_id = rest.ok().flatten();
+        return Err(RequestError::UnsupportedVersion { header });
+    }
+    match rest {
+        Ok(client_id) => header.client_id = client_id,
+        Err(reason) => {
+            return Err(RequestError::Malformed {
+                header: Some(header),
+                reason,
+            })
+        }
+    }
+
+    let mut body = frame.slice(r.pos..);
+    // The crate returns errors for bad input; catch_unwind is defence in
+    // depth against a panic we have not found (an arithmetic overflow, an
+    // index), so one hostile client cannot take the connection task down.
+    let decoded = catch_unwind(AssertUnwindSafe(|| {
+        RequestKind::decode(key, &mut body, api_version)
+    }));
+    match decoded {
+        Ok(Ok(body)) => Ok(ParsedRequest { header, body }),
+        Ok(Err(e)) => Err(RequestError::Malformed {
+            header: Some(header),
+            reason: format!("{e:#}"),
+        }),
+        Err(_) => Err(RequestError::Malformed {
+            header: Some(header),
+            reason: "request decoder panicked".to_owned(),
+        }),
+    }
+}
+
+/// Reads what follows the correlation id: the client id (header v1+) and the
+/// tagged fields (header v2), which we skip.
+fn read_header_rest(r: &mut Reader<'_>, header_version: i16) -> Result<Option<String>, String> {
+    if header_version < 1 {
+        return Ok(None);
+    }
+    let client_id = r.nullable_string()?;
+    if header_version >= 2 {
+        let n = r.uvarint().ok_or("truncated header tagged field count")?;
+        for _ in 0..n {
+            let _tag = r.uvarint().ok_or("truncated header tag")?;
+            let size = r.uvarint().ok_or("truncated header tag size")?;
+            r.skip(size as usize).ok_or("truncated header tag value")?;
+        }
+    }
+    Ok(client_id)
+}
+
+/// Encodes a response frame: size prefix, response header, body at
+/// `header.api_version`.
+///
+/// The response header version comes from the api and version, except that
+/// ApiVersions always uses header v0 so a client that sent a version we do not
+/// know can still read the correlation id.
+pub fn encode_response(header: &RequestHeader, body: &ResponseKind) -> Result<Bytes, EncodeError> {
+    let key = ApiKey::try_from(header.api_key)
+        .map_err(|()| EncodeError::UnknownApiKey(header.api_key))?;
+    let header_version = if key == ApiKey::ApiVersions {
+        0
+    } else {
+        key.response_header_version(header.api_version)
+    };
+    let mut buf = BytesMut::with_capacity(64);
+    buf.put_i32(0);
+    buf.put_i32(header.correlation_id);
+    if header_version >= 1 {
+        // Empty tagged-field section.
+        buf.put_u8(0);
+    }
+    body.encode(&mut buf, header.api_version)
+        .map_err(|e| EncodeError::Body {
+            api_key: header.api_key,
+            version: header.api_version,
+            reason: format!("{e:#}"),
+        })?;
+    let len = buf.len() - 4;
+    let len_i32 = i32::try_from(len).map_err(|_| EncodeError::TooLarge(len))?;
+    buf[..4].copy_from_slice(&len_i32.to_be_bytes());
+    Ok(buf.freeze())
+}
+
+/// The full length-prefixed ApiVersions v0 response carrying
+/// UNSUPPORTED_VERSION (35) and our table, sent when a client asks for an
+/// ApiVersions version newer than ours (KIP-511). The client reads our
+/// ApiVersions range from it and retries. Written by hand: v0 is a fixed
+/// layout and this path must not be able to fail.
+pub fn api_versions_fallback_response(correlation_id: i32) -> Bytes {
+    let entries = versions::api_version_entries();
+    let mut buf = BytesMut::with_capacity(14 + entries.len() * 6);
+    let len = 4 + 2 + 4 + entries.len() * 6;
+    buf.put_i32(len as i32);
+    buf.put_i32(correlation_id);
+    buf.put_i16(UNSUPPORTED_VERSION);
+    buf.put_i32(entries.len() as i32);
+    for e in entries {
+        buf.put_i16(e.api_key);
+        buf.put_i16(e.min_version);
+        buf.put_i16(e.max_version);
+    }
+    buf.freeze()
+}
+
+/// A bounds-checked big-endian reader: every read is `None` past the end.
+pub(crate) struct Reader<'a> {
+    buf: &'a [u8],
+    pub(crate) pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    pub(crate) fn new(buf: &'a [u8]) -> Self {
+        Self { buf, pos: 0 }
+    }
+
+    pub(crate) fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let end = self.pos.checked_add(n)?;
+        let s = self.buf.get(self.pos..end)?;
+        self.pos = end;
+        Some(s)
+    }
+
+    pub(crate) fn skip(&mut self, n: usize) -> Option<()> {
+        self.take(n).map(|_| ())
+    }
+
+    pub(crate) fn i16(&mut self) -> Option<i16> {
+        self.take(2).map(|b| i16::from_be_bytes([b[0], b[1]]))
+    }
+
+    pub(crate) fn i32(&mut self) -> Option<i32> {
+        self.take(4)
+            .map(|b| i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    pub(crate) fn uvarint(&mut self) -> Option<u32> {
+        let mut value: u32 = 0;
+        for i in 0..5 {
+            let b = *self.take(1)?.first()?;
+            value |= u32::from(b & 0x7f) << (i * 7);
+            if b < 0x80 {
+                return Some(value);
+            }
+        }
+        // A fifth continuation bit means more than 32 bits: malformed.
+        None
+    }
+
+    /// A Kafka nullable STRING: i16 length, -1 for null. Decoded lossily as
+    /// the Java broker does, so an odd client id never fails a request.
+    fn nullable_string(&mut self) -> Result<Option<String>, String> {
+        let len = self.i16().ok_or("truncated client id length")?;
+        if len == -1 {
+            return Ok(None);
+        }
+        let len = usize::try_from(len).map_err(|_| format!("negative client id length {len}"))?;
+        let bytes = self.take(len).ok_or("truncated client id")?;
+        Ok(Some(String::from_utf8_lossy(bytes).into_owned()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_protocol::messages::{
+        ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse, ProduceRequest,
+        RequestHeader as KpRequestHeader,
+    };
+    use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+
+    fn request_frame(key: ApiKey, version: i16, corr: i32, body: &RequestKind) -> Bytes {
+        let hv = key.request_header_version(version);
+        let mut buf = BytesMut::new();
+        if hv == 0 {
+            buf.put_i16(key as i16);
+            buf.put_i16(version);
+            buf.put_i32(corr);
+        } else {
+            KpRequestHeader::default()
+                .with_request_api_key(key as i16)
+                .with_request_api_version(version)
+                .with_correlation_id(corr)
+                .with_client_id(Some(StrBytes::from_static_str("test-client")))
+                .encode(&mut buf, hv)
+                .unwrap();
+        }
+        body.encode(&mut buf, version).unwrap();
+        buf.freeze()
+    }
+
+    #[test]
+    fn parses_v1_and_v2_headers() {
+        for v in [1, 8, 9, 12] {
+            let body = RequestKind::Metadata(MetadataRequest::default());
+            let frame = request_frame(ApiKey::Metadata, v, 77, &body);
+            let parsed = parse_request(frame).unwrap();
+            assert_eq!(parsed.header.correlation_id, 77);
+            assert_eq!(parsed.header.api_version, v);
+            assert_eq!(parsed.header.client_id.as_deref(), Some("test-client"));
+            assert_eq!(parsed.body, body);
+        }
+    }
+
+    #[test]
+    fn skips_header_tagged_fields() {
+        let mut buf = BytesMut::new();
+        buf.put_i16(ApiKey::ApiVersions as i16);
+        buf.put_i16(3);
+        buf.put_i32(5);
+        buf.put_i16(-1); // null client id
+        buf.put_u8(1); // one tagged field
+        buf.put_u8(0); // tag 0
+        buf.put_u8(2); // 2 bytes
+        buf.put_slice(&[0xaa, 0xbb]);
+        ApiVersionsRequest::default().encode(&mut buf, 3).unwrap();
+        let parsed = parse_request(buf.freeze()).unwrap();
+        assert_eq!(parsed.header.client_id, None);
+        assert!(matches!(parsed.body, RequestKind::ApiVersions(_)));
+    }
+
+    #[test]
+    fn short_frames_have_no_header() {
+        for n in 0..8 {
+            let err = parse_request(Bytes::from(vec![0u8; n])).unwrap_err();
+            assert!(
+                matches!(err, RequestError::Malformed { header: None, .. }),
+                "{n}"
+            );
+        }
+    }
+
+    #[test]
+    fn truncated_body_keeps_correlation_id() {
+        let body = RequestKind::Produce(ProduceRequest::default().with_acks(-1));
+        let frame = request_frame(ApiKey::Produce, 9, 1234, &body);
+        for cut in 8..frame.len() {
+            let err = parse_request(frame.slice(..cut)).unwrap_err();
+            assert!(matches!(err, RequestError::Malformed { .. }), "cut {cut}");
+            assert_eq!(err.correlation_id(), Some(1234), "cut {cut}");
+        }
+    }
+
+    #[test]
+    fn unknown_api_key() {
+        let mut buf = BytesMut::new();
+        buf.put_i16(999);
+        buf.put_i16(0);
+        buf.put_i32(42);
+        buf.put_i16(2);
+        buf.put_slice(b"me");
+        let err = parse_request(buf.freeze()).unwrap_err();
+        let RequestError::UnknownApiKey { header } = err else {
+            panic!("{err:?}")
+        };
+        assert_eq!(header.correlation_id, 42);
+        assert_eq!(header.client_id.as_deref(), Some("me"));
+    }
+
+    #[test]
+    fn unadvertised_versions_are_unsupported() {
+        // Produce v2 exists in Kafka but not in our table (nor in the crate).
+        let mut buf = BytesMut::new();
+        buf.put_i16(ApiKey::Produce as i16);
+        buf.put_i16(2);
+        buf.put_i32(9);
+        buf.put_i16(-1);
+        let err = parse_request(buf.freeze()).unwrap_err();
+        assert!(
+            matches!(err, RequestError::UnsupportedVersion { .. }),
+            "{err:?}"
+        );
+        // Metadata v13 is in the crate but above our max of 12.
+        let body = RequestKind::Metadata(MetadataRequest::default());
+        let err = parse_request(request_frame(ApiKey::Metadata, 13, 1, &body)).unwrap_err();
+        assert!(
+            matches!(err, RequestError::UnsupportedVersion { .. }),
+            "{err:?}"
+        );
+        // JoinGroup is a known api we do not serve.
+        let mut buf = BytesMut::new();
+        buf.put_i16(ApiKey::JoinGroup as i16);
+        buf.put_i16(5);
+        buf.put_i32(9);
+        let err = parse_request(buf.freeze()).unwrap_err();
+        assert!(
+            matches!(err, RequestError::UnsupportedVersion { .. }),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn future_api_versions_gets_the_kip511_fallback() {
+        // A client newer than us sends ApiVersions v7 with a body we cannot
+        // know; we must still recover the header.
+        let mut buf = BytesMut::new();
+        buf.put_i16(ApiKey::ApiVersions as i16);
+        buf.put_i16(7);
+        buf.put_i32(31337);
+        buf.put_i16(3);
+        buf.put_slice(b"new");
+        buf.put_u8(0);
+        buf.put_slice(&[0xde, 0xad, 0xbe, 0xef]);
+        let err = parse_request(buf.freeze()).unwrap_err();
+        let RequestError::UnsupportedVersion { header } = err else {
+            panic!("{err:?}")
+        };
+        assert_eq!(header.api_key, ApiKey::ApiVersions as i16);
+        assert_eq!(header.client_id.as_deref(), Some("new"));
+
+        let mut resp = api_versions_fallback_response(header.correlation_id);
+        let len = i32::from_be_bytes(resp[..4].try_into().unwrap()) as usize;
+        assert_eq!(len, resp.len() - 4);
+        let mut body = resp.split_off(8);
+        assert_eq!(&resp[4..8], &31337i32.to_be_bytes());
+        let decoded = ApiVersionsResponse::decode(&mut body, 0).unwrap();
+        assert!(body.is_empty());
+        assert_eq!(decoded.error_code, UNSUPPORTED_VERSION);
+        let av = decoded
+            .api_keys
+            .iter()
+            .find(|a| a.api_key == ApiKey::ApiVersions as i16)
+            .unwrap();
+        assert_eq!((av.min_version, av.max_version), (0, 4));
+        assert_eq!(decoded.api_keys.len(), versions::SUPPORTED.len());
+    }
+
+    #[test]
+    fn encodes_response_frames_with_the_right_header() {
+        // Metadata v9+ uses a flexible response header (v1): one tag byte.
+        for (v, hv) in [(8, 0), (9, 1)] {
+            let header = RequestHeader {
+                api_key: ApiKey::Metadata as i16,
+                api_version: v,
+                correlation_id: 5,
+                client_id: None,
+            };
+            let body = MetadataResponse::default();
+            let frame = encode_response(&header, &ResponseKind::Metadata(body.clone())).unwrap();
+            let len = i32::from_be_bytes(frame[..4].try_into().unwrap()) as usize;
+            assert_eq!(len, frame.len() - 4);
+            assert_eq!(&frame[4..8], &5i32.to_be_bytes());
+            let mut rest = frame.slice(8 + hv..);
+            assert_eq!(MetadataResponse::decode(&mut rest, v).unwrap(), body);
+            assert!(rest.is_empty());
+        }
+        // ApiVersions v3 body is flexible but its response header stays v0.
+        let header = RequestHeader {
+            api_key: ApiKey::ApiVersions as i16,
+            api_version: 3,
+            correlation_id: 6,
+            client_id: None,
+        };
+        let body = versions::api_versions_response(3);
+        let frame = encode_response(&header, &ResponseKind::ApiVersions(body.clone())).unwrap();
+        let mut rest = frame.slice(8..);
+        assert_eq!(ApiVersionsResponse::decode(&mut rest, 3).unwrap(), body);
+    }
+
+    #[test]
+    fn encode_errors_are_errors() {
+        let header = RequestHeader {
+            api_key: 999,
+            api_version: 0,
+            correlation_id: 0,
+            client_id: None,
+        };
+        let body = ResponseKind::Metadata(MetadataResponse::default());
+        assert!(matches!(
+            encode_response(&header, &body),
+            Err(EncodeError::UnknownApiKey(999))
+        ));
+        let header = RequestHeader {
+            api_key: ApiKey::Metadata as i16,
+            api_version: 99,
+            ..header
+        };
+        assert!(matches!(
+            encode_response(&header, &body),
+            Err(EncodeError::Body { .. })
+        ));
+    }
+}

@@ -1,0 +1,201 @@
+//! The API version table kaas advertises in ApiVersions, and the single
+//! source of truth `parse_request` checks incoming versions against.
+//!
+//! Every range is intersected with what the kafka-protocol crate can decode
+//! and encode, so we never advertise a version we cannot parse. A client picks
+//! the highest version both sides support, so each `max` here is a promise
+//! that the broker implements every field of that version.
+
+use kafka_protocol::messages::api_versions_response::ApiVersion;
+use kafka_protocol::messages::{ApiKey, ApiVersionsResponse};
+
+/// The advertised table: (api, min, max), in api-key order.
+///
+/// `supported_range` intersects each entry with the crate's
+/// `ApiKey::valid_versions()` at lookup time, and a unit test asserts the
+/// intersection is a no-op, so a crate upgrade that narrows a range fails our
+/// tests instead of a client.
+///
+/// Notes on the upper bounds:
+/// * Produce v13 and Fetch v13+ address topics by `topic_id` (the `name` /
+///   `topic` field is empty on the wire); the broker must resolve ids.
+/// * ListOffsets v10 only adds a request-level `timeout_ms` (KIP-1075), which
+///   a broker without tiered storage may ignore.
+/// * Metadata v13 adds a top-level error code (KIP-1102); we stop at 12.
+pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
+    (ApiKey::Produce, 3, 13),
+    (ApiKey::Fetch, 4, 18),
+    (ApiKey::ListOffsets, 1, 10),
+    (ApiKey::Metadata, 0, 12),
+    (ApiKey::ApiVersions, 0, 4),
+    (ApiKey::CreateTopics, 2, 7),
+    (ApiKey::DeleteTopics, 1, 6),
+    (ApiKey::InitProducerId, 0, 5),
+    (ApiKey::OffsetForLeaderEpoch, 2, 4),
+    (ApiKey::DescribeConfigs, 1, 4),
+    (ApiKey::DescribeCluster, 0, 1),
+];
+
+/// The advertised `(min, max)` for a raw api key, or `None` when kaas does not
+/// serve that api at all (whether or not kafka-protocol knows it).
+pub fn supported_range(api_key: i16) -> Option<(i16, i16)> {
+    SUPPORTED
+        .iter()
+        .find(|(k, _, _)| *k as i16 == api_key)
+        .and_then(|&(k, min, max)| {
+            let crate_range = k.valid_versions();
+            let min = min.max(crate_range.min);
+            let max = max.min(crate_range.max);
+            (min <= max).then_some((min, max))
+        })
+}
+
+/// Whether `version` of `api_key` is one we advertise.
+pub fn is_supported(api_key: i16, version: i16) -> bool {
+    supported_range(api_key).is_some_and(|(min, max)| (min..=max).contains(&version))
+}
+
+/// The advertised table as ApiVersions entries.
+pub fn api_version_entries() -> Vec<ApiVersion> {
+    SUPPORTED
+        .iter()
+        .filter_map(|&(k, _, _)| {
+            let (min, max) = supported_range(k as i16)?;
+            Some(
+                ApiVersion::default()
+                    .with_api_key(k as i16)
+                    .with_min_version(min)
+                    .with_max_version(max),
+            )
+        })
+        .collect()
+}
+
+/// A successful ApiVersions response body for `version`: the full table,
+/// throttle 0, error 0. From v3 on, supported and finalized features are left
+/// empty (no KRaft feature levels to report) with finalized epoch -1, which is
+/// what Kafka sends when no features are finalized.
+pub fn api_versions_response(version: i16) -> ApiVersionsResponse {
+    let mut resp = ApiVersionsResponse::default()
+        .with_error_code(0)
+        .with_throttle_time_ms(0)
+        .with_api_keys(api_version_entries());
+    if version >= 3 {
+        resp = resp.with_finalized_features_epoch(-1);
+    }
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::BytesMut;
+    use kafka_protocol::messages::*;
+    use kafka_protocol::messages::{RequestKind, ResponseKind};
+
+    #[test]
+    fn table_lies_inside_crate_ranges() {
+        for &(k, min, max) in SUPPORTED {
+            let r = k.valid_versions();
+            assert!(
+                r.min <= min && max <= r.max,
+                "{k:?} {min}-{max} outside crate {}-{}",
+                r.min,
+                r.max
+            );
+            assert_eq!(supported_range(k as i16), Some((min, max)));
+        }
+        assert_eq!(supported_range(ApiKey::JoinGroup as i16), None);
+        assert_eq!(supported_range(-1), None);
+        assert_eq!(supported_range(i16::MAX), None);
+    }
+
+    fn default_request(k: ApiKey) -> RequestKind {
+        match k {
+            ApiKey::Produce => RequestKind::Produce(ProduceRequest::default()),
+            ApiKey::Fetch => RequestKind::Fetch(FetchRequest::default()),
+            ApiKey::ListOffsets => RequestKind::ListOffsets(ListOffsetsRequest::default()),
+            ApiKey::Metadata => RequestKind::Metadata(MetadataRequest::default()),
+            ApiKey::ApiVersions => RequestKind::ApiVersions(ApiVersionsRequest::default()),
+            ApiKey::CreateTopics => RequestKind::CreateTopics(CreateTopicsRequest::default()),
+            ApiKey::DeleteTopics => RequestKind::DeleteTopics(DeleteTopicsRequest::default()),
+            ApiKey::InitProducerId => RequestKind::InitProducerId(InitProducerIdRequest::default()),
+            ApiKey::OffsetForLeaderEpoch => {
+                RequestKind::OffsetForLeaderEpoch(OffsetForLeaderEpochRequest::default())
+            }
+            ApiKey::DescribeConfigs => {
+                RequestKind::DescribeConfigs(DescribeConfigsRequest::default())
+            }
+            ApiKey::DescribeCluster => {
+                RequestKind::DescribeCluster(DescribeClusterRequest::default())
+            }
+            other => panic!("no default request for {other:?}"),
+        }
+    }
+
+    fn default_response(k: ApiKey) -> ResponseKind {
+        match k {
+            ApiKey::Produce => ResponseKind::Produce(ProduceResponse::default()),
+            ApiKey::Fetch => ResponseKind::Fetch(FetchResponse::default()),
+            ApiKey::ListOffsets => ResponseKind::ListOffsets(ListOffsetsResponse::default()),
+            ApiKey::Metadata => ResponseKind::Metadata(MetadataResponse::default()),
+            ApiKey::ApiVersions => ResponseKind::ApiVersions(api_versions_response(0)),
+            ApiKey::CreateTopics => ResponseKind::CreateTopics(CreateTopicsResponse::default()),
+            ApiKey::DeleteTopics => ResponseKind::DeleteTopics(DeleteTopicsResponse::default()),
+            ApiKey::InitProducerId => {
+                ResponseKind::InitProducerId(InitProducerIdResponse::default())
+            }
+            ApiKey::OffsetForLeaderEpoch => {
+                ResponseKind::OffsetForLeaderEpoch(OffsetForLeaderEpochResponse::default())
+            }
+            ApiKey::DescribeConfigs => {
+                ResponseKind::DescribeConfigs(DescribeConfigsResponse::default())
+            }
+            ApiKey::DescribeCluster => {
+                ResponseKind::DescribeCluster(DescribeClusterResponse::default())
+            }
+            other => panic!("no default response for {other:?}"),
+        }
+    }
+
+    #[test]
+    fn every_advertised_version_round_trips() {
+        for &(k, min, max) in SUPPORTED {
+            for v in min..=max {
+                let req = default_request(k);
+                let mut buf = BytesMut::new();
+                req.encode(&mut buf, v)
+                    .unwrap_or_else(|e| panic!("encode {k:?} v{v}: {e:#}"));
+                let mut bytes = buf.freeze();
+                let back = RequestKind::decode(k, &mut bytes, v)
+                    .unwrap_or_else(|e| panic!("decode {k:?} v{v}: {e:#}"));
+                assert_eq!(back, req, "{k:?} v{v}");
+                assert!(bytes.is_empty(), "{k:?} v{v} left bytes");
+
+                let resp = default_response(k);
+                let mut buf = BytesMut::new();
+                resp.encode(&mut buf, v)
+                    .unwrap_or_else(|e| panic!("encode response {k:?} v{v}: {e:#}"));
+                let mut bytes = buf.freeze();
+                let back = ResponseKind::decode(k, &mut bytes, v)
+                    .unwrap_or_else(|e| panic!("decode response {k:?} v{v}: {e:#}"));
+                assert_eq!(back, resp, "{k:?} v{v} response");
+            }
+        }
+    }
+
+    #[test]
+    fn api_versions_response_lists_the_table() {
+        for v in 0..=4 {
+            let r = api_versions_response(v);
+            assert_eq!(r.error_code, 0);
+            assert_eq!(r.api_keys.len(), SUPPORTED.len());
+            let produce = r
+                .api_keys
+                .iter()
+                .find(|a| a.api_key == ApiKey::Produce as i16)
+                .unwrap();
+            assert_eq!((produce.min_version, produce.max_version), (3, 13));
+        }
+    }
+}

@@ -1,0 +1,469 @@
+"""Shared fixtures for the kaas end-to-end tests.
+
+A `Broker` runs the real broker binary (`$KAAS_BIN`, default
+`<repo>/target/release/kaas`) on free loopback ports with a temp data dir,
+captures its stderr/stdout to a log file, and on test failure the tail of that
+log is attached to the pytest report.
+
+Fixtures:
+  broker          a started broker; per-test extra CLI args via
+                  @pytest.mark.broker_args("--flag", "value", ...)
+  broker_factory  make(extra_args=[...], start=True) -> Broker, for tests
+                  that need special flags or several brokers
+  topic_name      a unique topic name for the test
+
+Helpers: create_topic(), wait_topic_ready(), producer_conf(), consume_all(),
+produce_and_check(), assert_healthy().
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+LOG_TAIL_LINES = 80
+
+# ---------------------------------------------------------------------------
+# ports
+# ---------------------------------------------------------------------------
+_handed_out: set[int] = set()
+
+
+def free_port() -> int:
+    """A currently-free TCP port on 127.0.0.1, never handed out twice per run."""
+    for _ in range(100):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
+    raise RuntimeError("could not find a free port")
+
+
+def kaas_bin() -> Path:
+    p = os.environ.get("KAAS_BIN")
+    if p:
+        return Path(p).resolve()
+    target = os.environ.get("CARGO_TARGET_DIR")
+    return (Path(target) if target else REPO / "target") / "release" / "kaas"
+
+
+# ---------------------------------------------------------------------------
+# Broker
+# ---------------------------------------------------------------------------
+
+
+class BrokerError(AssertionError):
+    pass
+
+
+class Broker:
+    def __init__(self, workdir: Path, extra_args: list[str] | None = None,
+                 broker_id: int = 0, env: dict[str, str] | None = None,
+                 name: str = "broker0"):
+        self.name = name
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.data_dir = self.workdir / "data"
+        self.data_dir.mkdir(exist_ok=True)
+        self.log_path = self.workdir / f"{name}.log"
+        self.port = free_port()
+        self.metrics_port = free_port()
+        self.broker_id = broker_id
+        self.extra_args = list(extra_args or [])
+        self.env = dict(env or {})
+        self.proc: subprocess.Popen | None = None
+        self.starts = 0
+        self._log_offset = 0
+
+    # -- addresses ---------------------------------------------------------
+    @property
+    def host(self) -> str:
+        return "127.0.0.1"
+
+    @property
+    def addr(self) -> tuple[str, int]:
+        return (self.host, self.port)
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://{self.host}:{self.metrics_port}/metrics"
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def argv(self) -> list[str]:
+        return [
+            str(kaas_bin()), "broker",
+            "--data-dir", str(self.data_dir),
+            "--broker-id", str(self.broker_id),
+            "--listen", self.bootstrap,
+            "--advertised-listener", self.bootstrap,
+            "--metrics-listen", f"{self.host}:{self.metrics_port}",
+            *self.extra_args,
+        ]
+
+    # -- lifecycle ---------------------------------------------------------
+    def start(self, timeout: float = 30.0) -> "Broker":
+        assert not self.alive(), "broker already running"
+        binary = kaas_bin()
+        if not binary.exists():
+            raise BrokerError(f"broker binary {binary} does not exist (set KAAS_BIN or cargo build --release)")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("KAAS_")}
+        env.setdefault("RUST_BACKTRACE", "1")
+        env.setdefault("RUST_LOG", "info")
+        env.update(self.env)
+        self.starts += 1
+        with open(self.log_path, "ab") as log:
+            log.write(f"\n===== e2e: start #{self.starts}: {' '.join(self.argv())}\n".encode())
+            log.flush()
+            self._log_offset = log.tell()
+            self.proc = subprocess.Popen(
+                self.argv(), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                cwd=self.workdir, env=env, start_new_session=True)
+        self.wait_ready(timeout)
+        return self
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise BrokerError(
+                    f"{self.name} exited with code {self.proc.returncode} during startup\n"
+                    + self.log_tail())
+            try:
+                with socket.create_connection(self.addr, timeout=0.5):
+                    return
+            except OSError:
+                time.sleep(0.05)
+        raise BrokerError(f"{self.name} did not accept connections on {self.bootstrap} "
+                          f"within {timeout}s\n" + self.log_tail())
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill9(self) -> None:
+        """SIGKILL the broker and reap it."""
+        if not self.alive():
+            return
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def sigterm(self, timeout: float = 20.0) -> int:
+        """SIGTERM and wait for a graceful exit. Fails (after SIGKILL) if the
+        broker does not exit within `timeout`. Returns the exit code."""
+        assert self.alive(), f"{self.name} is not running"
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill9()
+            raise BrokerError(f"{self.name} did not exit within {timeout}s of SIGTERM\n"
+                              + self.log_tail())
+
+    def restart(self, how: str = "sigterm", timeout: float = 30.0) -> "Broker":
+        """Stop (sigterm|kill9) and start again on the same data dir and ports."""
+        if self.alive():
+            if how == "kill9":
+                self.kill9()
+            else:
+                self.sigterm()
+        return self.start(timeout)
+
+    def stop(self) -> None:
+        """Best-effort shutdown for teardown: SIGTERM, then SIGKILL."""
+        if not self.alive():
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.kill9()
+
+    # -- introspection -----------------------------------------------------
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        text = self.log_text().splitlines()
+        return f"----- last {min(lines, len(text))} lines of {self.log_path} -----\n" + \
+            "\n".join(text[-lines:])
+
+    def assert_no_panic(self) -> None:
+        text = self.log_text()
+        assert "panicked" not in text, f"{self.name} panicked:\n" + self.log_tail()
+
+    def metrics(self, timeout: float = 5.0) -> str:
+        with urllib.request.urlopen(self.metrics_url, timeout=timeout) as r:
+            assert r.status == 200
+            return r.read().decode()
+
+    def topic_dir(self, topic: str) -> Path:
+        return self.data_dir / topic
+
+    def partition_dir(self, topic: str, partition: int) -> Path:
+        return self.data_dir / topic / str(partition)
+
+    def proc_status(self, field: str) -> str:
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return line.split(":", 1)[1].strip()
+        raise KeyError(field)
+
+
+SEGMENT_RE = re.compile(r"^(\d{20})-e(\d+)\.log$")
+
+
+def segment_files(partition_dir: Path) -> list[tuple[int, int, Path]]:
+    """(base_offset, epoch, path) of every .log segment in a partition dir."""
+    out = []
+    if partition_dir.is_dir():
+        for p in partition_dir.iterdir():
+            m = SEGMENT_RE.match(p.name)
+            if m:
+                out.append((int(m.group(1)), int(m.group(2)), p))
+    return sorted(out)
+
+
+# ---------------------------------------------------------------------------
+# pytest plumbing
+# ---------------------------------------------------------------------------
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "broker_args(*args): extra CLI args for the `broker` fixture")
+    config.addinivalue_line("markers", "slow: takes more than ~20 s")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    brokers = getattr(item, "_kaas_brokers", [])
+    if rep.failed and brokers:
+        for b in brokers:
+            rep.sections.append((f"kaas {b.name} log ({rep.when})", b.log_tail()))
+
+
+@pytest.fixture
+def broker_factory(request, tmp_path):
+    made: list[Broker] = []
+    request.node._kaas_brokers = made
+
+    def make(extra_args: list[str] | None = None, start: bool = True, **kw) -> Broker:
+        idx = len(made)
+        kw.setdefault("name", f"broker{idx}")
+        b = Broker(tmp_path / kw["name"], extra_args=extra_args, **kw)
+        made.append(b)
+        if start:
+            b.start()
+        return b
+
+    yield make
+    for b in made:
+        b.stop()
+    for b in made:
+        b.assert_no_panic()
+
+
+@pytest.fixture
+def broker(request, broker_factory) -> Broker:
+    args: list[str] = []
+    for m in request.node.iter_markers("broker_args"):
+        args.extend(str(a) for a in m.args)
+    return broker_factory(args)
+
+
+@pytest.fixture
+def topic_name(request) -> str:
+    base = re.sub(r"[^A-Za-z0-9._-]", "-", request.node.name)[:80]
+    return f"{base}-{uuid.uuid4().hex[:8]}"
+
+
+# ---------------------------------------------------------------------------
+# client helpers
+# ---------------------------------------------------------------------------
+
+
+def client_conf(bootstrap: str, **extra) -> dict:
+    conf = {
+        "bootstrap.servers": bootstrap,
+        "broker.address.family": "v4",
+        "socket.timeout.ms": 10000,
+        "reconnect.backoff.ms": 50,
+        "reconnect.backoff.max.ms": 1000,
+    }
+    conf.update(extra)
+    return conf
+
+
+def producer_conf(bootstrap: str, **extra) -> dict:
+    conf = client_conf(bootstrap, **{"acks": "all", "linger.ms": 5,
+                                     "message.timeout.ms": 30000})
+    conf.update(extra)
+    return conf
+
+
+def admin(bootstrap: str):
+    from confluent_kafka.admin import AdminClient
+    return AdminClient(client_conf(bootstrap))
+
+
+def create_topic(bootstrap: str, name: str, partitions: int = 1,
+                 config: dict[str, str] | None = None, timeout: float = 30.0) -> None:
+    """CreateTopics via confluent AdminClient, then wait until every partition
+    has a leader in Metadata."""
+    from confluent_kafka.admin import NewTopic
+    a = admin(bootstrap)
+    fs = a.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1,
+                                   config=dict(config or {}))],
+                         operation_timeout=timeout, request_timeout=timeout)
+    fs[name].result(timeout=timeout)
+    wait_topic_ready(bootstrap, name, partitions, timeout=timeout, admin_client=a)
+
+
+def wait_topic_ready(bootstrap: str, name: str, partitions: int,
+                     timeout: float = 30.0, admin_client=None) -> None:
+    a = admin_client or admin(bootstrap)
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        md = a.list_topics(topic=name, timeout=10)
+        t = md.topics.get(name)
+        last = t
+        if t is not None and t.error is None and len(t.partitions) == partitions and \
+                all(p.leader >= 0 and p.error is None for p in t.partitions.values()):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"topic {name} not ready within {timeout}s: {last!r}")
+
+
+@dataclass(frozen=True)
+class Msg:
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple
+    timestamp_type: int
+    timestamp: int
+
+
+def _to_msg(m) -> Msg:
+    ts_type, ts = m.timestamp()
+    return Msg(m.partition(), m.offset(), m.key(), m.value(),
+               tuple(m.headers() or ()), ts_type, ts)
+
+
+def consume_all(bootstrap: str, topic: str, partitions: list[int] | int,
+                timeout: float = 60.0, start_offsets: dict[int, int] | None = None,
+                min_counts: dict[int, int] | None = None) -> dict[int, list[Msg]]:
+    """Read every partition from the beginning (or `start_offsets`) up to the
+    high watermark observed at call time (or until `min_counts` reached).
+    Returns {partition: [Msg, ...]} in offset order."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+
+    if isinstance(partitions, int):
+        partitions = list(range(partitions))
+    c = Consumer(client_conf(bootstrap, **{
+        "group.id": f"e2e-{uuid.uuid4().hex[:8]}",
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "enable.partition.eof": True,
+        "fetch.wait.max.ms": 100,
+    }))
+    out: dict[int, list[Msg]] = {p: [] for p in partitions}
+    try:
+        highs = {}
+        for p in partitions:
+            lo, hi = c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            highs[p] = hi
+        starts = start_offsets or {}
+        c.assign([TopicPartition(topic, p, starts.get(p, OFFSET_BEGINNING)) for p in partitions])
+
+        def done(p):
+            if min_counts is not None:
+                return len(out[p]) >= min_counts.get(p, 0)
+            return highs[p] <= 0 or (out[p] and out[p][-1].offset >= highs[p] - 1) or eof[p] >= highs[p]
+
+        eof = {p: -1 for p in partitions}
+        deadline = time.monotonic() + timeout
+        while not all(done(p) for p in partitions):
+            if time.monotonic() > deadline:
+                got = {p: (len(v), v[-1].offset if v else None) for p, v in out.items()}
+                raise AssertionError(f"consume timeout: highs={highs} got(count,last)={got} eof={eof}")
+            for m in c.consume(num_messages=10000, timeout=0.5):
+                err = m.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        eof[m.partition()] = m.offset()
+                        continue
+                    raise AssertionError(f"consumer error: {err}")
+                if m.partition() in out:
+                    out[m.partition()].append(_to_msg(m))
+    finally:
+        c.close()
+    return out
+
+
+def produce_and_check(bootstrap: str, topic: str | None = None, n: int = 10,
+                      timeout: float = 30.0) -> None:
+    """Sanity round trip with confluent-kafka: create (if needed) a topic,
+    produce `n` records acks=all, read them back."""
+    from confluent_kafka import Producer
+    if topic is None:
+        topic = f"sanity-{uuid.uuid4().hex[:8]}"
+        create_topic(bootstrap, topic, 1, timeout=timeout)
+    p = Producer(producer_conf(bootstrap))
+    reports = []
+    marker = uuid.uuid4().hex.encode()
+
+    def cb(err, msg):
+        reports.append((err, msg.offset() if err is None else None))
+
+    for i in range(n):
+        p.produce(topic, value=marker + b"-%d" % i, partition=0, on_delivery=cb)
+    assert p.flush(timeout) == 0, "sanity produce did not complete"
+    assert len(reports) == n and all(e is None for e, _ in reports), reports
+    msgs = consume_all(bootstrap, topic, [0], timeout=timeout)[0]
+    vals = [m.value for m in msgs if m.value and m.value.startswith(marker)]
+    assert vals == [marker + b"-%d" % i for i in range(n)]
+
+
+def assert_healthy(broker: Broker) -> None:
+    assert broker.alive(), f"{broker.name} died\n" + broker.log_tail()
+    produce_and_check(broker.bootstrap)
+    assert broker.alive(), f"{broker.name} died\n" + broker.log_tail()
+    broker.assert_no_panic()
+
+
+def wait_until(pred, timeout: float, interval: float = 0.1, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = pred()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last={last!r})")

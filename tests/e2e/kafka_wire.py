@@ -1,0 +1,443 @@
+"""Minimal hand-rolled Kafka wire encoding for raw-socket tests.
+
+Only what the e2e tests need: request headers (v1 and flexible v2), ApiVersions,
+Produce v3 (non-flexible), ListOffsets v7 (flexible), RecordBatch v2 with
+CRC32C, and a legacy magic v1 message set. Everything is built with `struct`
+so the tests do not depend on any client library's encoder.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+import zlib
+from dataclasses import dataclass, field
+
+# ---------------------------------------------------------------------------
+# API keys and error codes (subset)
+# ---------------------------------------------------------------------------
+PRODUCE = 0
+FETCH = 1
+LIST_OFFSETS = 2
+METADATA = 3
+API_VERSIONS = 18
+
+NONE = 0
+OFFSET_OUT_OF_RANGE = 1
+CORRUPT_MESSAGE = 2
+UNKNOWN_TOPIC_OR_PARTITION = 3
+UNSUPPORTED_VERSION = 35
+INVALID_CONFIG = 40
+UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
+INVALID_RECORD = 87
+
+# ---------------------------------------------------------------------------
+# CRC32C (Castagnoli), pure python, table driven
+# ---------------------------------------------------------------------------
+_CRC32C_TABLE = []
+for _i in range(256):
+    _c = _i
+    for _ in range(8):
+        _c = (_c >> 1) ^ 0x82F63B78 if _c & 1 else _c >> 1
+    _CRC32C_TABLE.append(_c)
+del _i, _c
+
+
+def crc32c(data: bytes) -> int:
+    crc = 0xFFFFFFFF
+    table = _CRC32C_TABLE
+    for b in data:
+        crc = table[(crc ^ b) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+
+
+assert crc32c(b"123456789") == 0xE3069283, "crc32c self-test"
+
+# ---------------------------------------------------------------------------
+# primitive encoders
+# ---------------------------------------------------------------------------
+
+
+def i8(v: int) -> bytes:
+    return struct.pack(">b", v)
+
+
+def i16(v: int) -> bytes:
+    return struct.pack(">h", v)
+
+
+def i32(v: int) -> bytes:
+    return struct.pack(">i", v)
+
+
+def i64(v: int) -> bytes:
+    return struct.pack(">q", v)
+
+
+def string(s: str | None) -> bytes:
+    if s is None:
+        return i16(-1)
+    b = s.encode()
+    return i16(len(b)) + b
+
+
+def kbytes(b: bytes | None) -> bytes:
+    if b is None:
+        return i32(-1)
+    return i32(len(b)) + b
+
+
+def uvarint(v: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = v & 0x7F
+        v >>= 7
+        if v:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def varint(v: int) -> bytes:
+    """zig-zag signed varint (also used for varlong)."""
+    return uvarint((v << 1) ^ (v >> 63))
+
+
+def compact_string(s: str | None) -> bytes:
+    if s is None:
+        return uvarint(0)
+    b = s.encode()
+    return uvarint(len(b) + 1) + b
+
+
+def compact_array(items: list[bytes]) -> bytes:
+    return uvarint(len(items) + 1) + b"".join(items)
+
+
+TAGS_NONE = uvarint(0)
+
+# ---------------------------------------------------------------------------
+# decoding
+# ---------------------------------------------------------------------------
+
+
+class Reader:
+    def __init__(self, data: bytes):
+        self.data = data
+        self.pos = 0
+
+    def take(self, n: int) -> bytes:
+        if self.pos + n > len(self.data):
+            raise ValueError(f"short read: need {n} at {self.pos}, have {len(self.data)}")
+        b = self.data[self.pos:self.pos + n]
+        self.pos += n
+        return b
+
+    def i8(self) -> int:
+        return struct.unpack(">b", self.take(1))[0]
+
+    def i16(self) -> int:
+        return struct.unpack(">h", self.take(2))[0]
+
+    def i32(self) -> int:
+        return struct.unpack(">i", self.take(4))[0]
+
+    def i64(self) -> int:
+        return struct.unpack(">q", self.take(8))[0]
+
+    def string(self) -> str | None:
+        n = self.i16()
+        return None if n < 0 else self.take(n).decode()
+
+    def uvarint(self) -> int:
+        shift = 0
+        result = 0
+        while True:
+            b = self.take(1)[0]
+            result |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return result
+            shift += 7
+            if shift > 63:
+                raise ValueError("varint too long")
+
+    def compact_string(self) -> str | None:
+        n = self.uvarint()
+        return None if n == 0 else self.take(n - 1).decode()
+
+    def compact_array_len(self) -> int:
+        n = self.uvarint()
+        return -1 if n == 0 else n - 1
+
+    def skip_tags(self) -> None:
+        for _ in range(self.uvarint()):
+            self.uvarint()  # tag
+            self.take(self.uvarint())
+
+    def remaining(self) -> int:
+        return len(self.data) - self.pos
+
+
+# ---------------------------------------------------------------------------
+# frames
+# ---------------------------------------------------------------------------
+
+
+def request_header(api_key: int, api_version: int, correlation_id: int,
+                   client_id: str = "kaas-e2e", flexible: bool = False) -> bytes:
+    h = i16(api_key) + i16(api_version) + i32(correlation_id) + string(client_id)
+    if flexible:
+        h += TAGS_NONE
+    return h
+
+
+def frame(payload: bytes) -> bytes:
+    return i32(len(payload)) + payload
+
+
+def recv_exact(sock: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError(f"connection closed after {len(buf)}/{n} bytes")
+        buf += chunk
+    return bytes(buf)
+
+
+def recv_frame(sock: socket.socket) -> bytes:
+    (n,) = struct.unpack(">i", recv_exact(sock, 4))
+    if n < 0 or n > 256 * 1024 * 1024:
+        raise ValueError(f"bad response length {n}")
+    return recv_exact(sock, n)
+
+
+def connect(addr: tuple[str, int], timeout: float = 10.0) -> socket.socket:
+    s = socket.create_connection(addr, timeout=timeout)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return s
+
+
+def roundtrip(sock: socket.socket, payload: bytes) -> bytes:
+    sock.sendall(frame(payload))
+    return recv_frame(sock)
+
+
+def wait_closed(sock: socket.socket, timeout: float) -> float | None:
+    """Read and discard until the peer closes. Returns seconds until EOF/RST,
+    or None if still open after `timeout`."""
+    t0 = time.monotonic()
+    deadline = t0 + timeout
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        sock.settimeout(min(left, 1.0))
+        try:
+            chunk = sock.recv(65536)
+        except socket.timeout:
+            continue
+        except (ConnectionResetError, ConnectionAbortedError, BrokenPipeError):
+            return time.monotonic() - t0
+        if not chunk:
+            return time.monotonic() - t0
+
+
+# ---------------------------------------------------------------------------
+# ApiVersions
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class ApiVersionsResponse:
+    correlation_id: int
+    error_code: int
+    api_keys: dict[int, tuple[int, int]] = field(default_factory=dict)
+
+
+def api_versions_request(correlation_id: int, version: int = 0) -> bytes:
+    """ApiVersions v0..v2 (non-flexible body is empty). For any other
+    `version` we still send an empty body: a broker must answer an
+    unsupported version with a v0 response carrying error 35."""
+    return request_header(API_VERSIONS, version, correlation_id)
+
+
+def parse_api_versions_v0(resp: bytes) -> ApiVersionsResponse:
+    r = Reader(resp)
+    cid = r.i32()
+    err = r.i16()
+    keys = {}
+    n = r.i32()
+    for _ in range(max(n, 0)):
+        k, lo, hi = r.i16(), r.i16(), r.i16()
+        keys[k] = (lo, hi)
+    return ApiVersionsResponse(cid, err, keys)
+
+
+def api_versions(addr: tuple[str, int]) -> ApiVersionsResponse:
+    with connect(addr) as s:
+        return parse_api_versions_v0(roundtrip(s, api_versions_request(1, 0)))
+
+
+# ---------------------------------------------------------------------------
+# RecordBatch v2 and legacy message sets
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class Rec:
+    value: bytes | None
+    key: bytes | None = None
+    headers: list[tuple[str, bytes | None]] = field(default_factory=list)
+    timestamp: int | None = None
+
+
+def _record(r: Rec, offset_delta: int, ts_delta: int) -> bytes:
+    body = i8(0) + varint(ts_delta) + varint(offset_delta)
+    body += varint(-1) if r.key is None else varint(len(r.key)) + r.key
+    body += varint(-1) if r.value is None else varint(len(r.value)) + r.value
+    body += varint(len(r.headers))
+    for hk, hv in r.headers:
+        hkb = hk.encode()
+        body += varint(len(hkb)) + hkb
+        body += varint(-1) if hv is None else varint(len(hv)) + hv
+    return varint(len(body)) + body
+
+
+def record_batch_v2(records: list[Rec], base_offset: int = 0,
+                    producer_id: int = -1, producer_epoch: int = -1,
+                    base_sequence: int = -1, attributes: int = 0,
+                    corrupt_crc: bool = False) -> bytes:
+    now = int(time.time() * 1000)
+    stamps = [r.timestamp if r.timestamp is not None else now for r in records]
+    base_ts = min(stamps)
+    max_ts = max(stamps)
+    recs = b"".join(_record(r, i, ts - base_ts) for i, (r, ts) in enumerate(zip(records, stamps)))
+    after_crc = (i16(attributes) + i32(len(records) - 1) + i64(base_ts) + i64(max_ts)
+                 + i64(producer_id) + i16(producer_epoch) + i32(base_sequence)
+                 + i32(len(records)) + recs)
+    crc = crc32c(after_crc)
+    if corrupt_crc:
+        crc ^= 0xDEADBEEF
+    # batchLength counts from partitionLeaderEpoch to the end
+    rest = i32(-1) + i8(2) + struct.pack(">I", crc) + after_crc
+    return i64(base_offset) + i32(len(rest)) + rest
+
+
+def message_set_v1(records: list[Rec]) -> bytes:
+    """Legacy MessageSet with magic=1 messages (pre-0.11 format)."""
+    out = b""
+    now = int(time.time() * 1000)
+    for i, r in enumerate(records):
+        ts = r.timestamp if r.timestamp is not None else now
+        body = i8(1) + i8(0) + i64(ts) + kbytes(r.key) + kbytes(r.value)
+        crc = zlib.crc32(body) & 0xFFFFFFFF
+        msg = struct.pack(">I", crc) + body
+        out += i64(i) + i32(len(msg)) + msg
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Produce v3
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class ProducePartitionResult:
+    topic: str
+    partition: int
+    error_code: int
+    base_offset: int
+
+
+def produce_request_v3(correlation_id: int, topic: str, partition: int,
+                       records: bytes, acks: int = -1, timeout_ms: int = 10000) -> bytes:
+    body = (string(None) + i16(acks) + i32(timeout_ms)
+            + i32(1) + string(topic)
+            + i32(1) + i32(partition) + kbytes(records))
+    return request_header(PRODUCE, 3, correlation_id) + body
+
+
+def parse_produce_response_v3(resp: bytes) -> tuple[int, list[ProducePartitionResult]]:
+    r = Reader(resp)
+    cid = r.i32()
+    out = []
+    for _ in range(r.i32()):
+        name = r.string()
+        for _ in range(r.i32()):
+            p = r.i32()
+            err = r.i16()
+            base = r.i64()
+            r.i64()  # log_append_time_ms
+            out.append(ProducePartitionResult(name, p, err, base))
+    r.i32()  # throttle_time_ms
+    return cid, out
+
+
+def produce_raw(addr: tuple[str, int], topic: str, partition: int, records: bytes,
+                acks: int = -1) -> ProducePartitionResult:
+    with connect(addr) as s:
+        cid, results = parse_produce_response_v3(
+            roundtrip(s, produce_request_v3(7, topic, partition, records, acks)))
+    assert cid == 7, f"correlation id mismatch: {cid}"
+    assert len(results) == 1, results
+    return results[0]
+
+
+# ---------------------------------------------------------------------------
+# ListOffsets v7 (flexible; supports MAX_TIMESTAMP = -3)
+# ---------------------------------------------------------------------------
+
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+MAX_TIMESTAMP = -3
+
+
+@dataclass
+class ListOffsetsResult:
+    partition: int
+    error_code: int
+    timestamp: int
+    offset: int
+    leader_epoch: int
+
+
+def list_offsets_request_v7(correlation_id: int, topic: str, partition: int,
+                            timestamp: int) -> bytes:
+    part = i32(partition) + i32(-1) + i64(timestamp) + TAGS_NONE
+    top = compact_string(topic) + compact_array([part]) + TAGS_NONE
+    body = i32(-1) + i8(0) + compact_array([top]) + TAGS_NONE
+    return request_header(LIST_OFFSETS, 7, correlation_id, flexible=True) + body
+
+
+def parse_list_offsets_v7(resp: bytes) -> tuple[int, list[ListOffsetsResult]]:
+    r = Reader(resp)
+    cid = r.i32()
+    r.skip_tags()  # response header v1
+    r.i32()  # throttle
+    out = []
+    for _ in range(r.compact_array_len()):
+        r.compact_string()
+        for _ in range(r.compact_array_len()):
+            p = r.i32()
+            err = r.i16()
+            ts = r.i64()
+            off = r.i64()
+            epoch = r.i32()
+            r.skip_tags()
+            out.append(ListOffsetsResult(p, err, ts, off, epoch))
+        r.skip_tags()
+    r.skip_tags()
+    return cid, out
+
+
+def list_offsets_v7(addr: tuple[str, int], topic: str, partition: int,
+                    timestamp: int) -> ListOffsetsResult:
+    with connect(addr) as s:
+        cid, results = parse_list_offsets_v7(
+            roundtrip(s, list_offsets_request_v7(11, topic, partition, timestamp)))
+    assert cid == 11
+    assert len(results) == 1, results
+    return results[0]

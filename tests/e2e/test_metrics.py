@@ -1,0 +1,84 @@
+"""GET /metrics serves Prometheus text with the actor, fsync and connection
+metrics, with non-zero counts after some produce traffic."""
+
+import re
+import urllib.request
+
+from confluent_kafka import Producer
+
+from conftest import consume_all, create_topic, producer_conf
+
+LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)(\s+\d+)?$')
+LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def parse(text):
+    """[(name, {labels}, float)] for every sample line."""
+    out = []
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = LINE.match(line)
+        assert m, f"not a Prometheus sample line: {line!r}"
+        labels = dict(LABEL.findall(m.group(2) or ""))
+        out.append((m.group(1), labels, float(m.group(3))))
+    return out
+
+
+def samples(parsed, name, **labels):
+    return [(l, v) for n, l, v in parsed if n == name and all(l.get(k) == x for k, x in labels.items())]
+
+
+def test_metrics_after_produce(broker, topic_name):
+    create_topic(broker.bootstrap, topic_name, 2)
+    p = Producer(producer_conf(broker.bootstrap))
+    for i in range(500):
+        p.produce(topic_name, value=b"m%d" % i, partition=i % 2)
+    assert p.flush(30) == 0
+    consume_all(broker.bootstrap, topic_name, 2, timeout=30)
+
+    with urllib.request.urlopen(broker.metrics_url, timeout=5) as r:
+        assert r.status == 200
+        ctype = r.headers.get("Content-Type", "")
+        text = r.read().decode()
+    assert ctype.startswith("text/plain"), ctype
+    parsed = parse(text)
+    names = {n for n, _, _ in parsed}
+
+    depth = samples(parsed, "kaas_actor_mailbox_depth", kind="partition_leader")
+    assert depth, "kaas_actor_mailbox_depth{kind=\"partition_leader\"} missing"
+    assert all(v >= 0 for _, v in depth)
+
+    msgs = samples(parsed, "kaas_actor_messages_total")
+    assert msgs and all("kind" in l and "message" in l for l, _ in msgs), msgs[:5]
+    pl = [v for l, v in msgs if l["kind"] == "partition_leader"]
+    assert sum(pl) > 0, "partition_leader handled no messages"
+
+    for suffix in ("_bucket", "_sum", "_count"):
+        assert "kaas_actor_handle_seconds" + suffix in names, f"kaas_actor_handle_seconds{suffix} missing"
+    counts = samples(parsed, "kaas_actor_handle_seconds_count")
+    assert all("kind" in l and "message" in l for l, _ in counts)
+    assert sum(v for _, v in counts) > 0
+    buckets = samples(parsed, "kaas_actor_handle_seconds_bucket")
+    assert any(l.get("le") == "+Inf" for l, _ in buckets)
+    # +Inf bucket equals _count for every series
+    for l, v in counts:
+        inf = [bv for bl, bv in buckets if bl.get("le") == "+Inf" and bl.get("kind") == l["kind"]
+               and bl.get("message") == l["message"]]
+        assert inf == [v], (l, inf, v)
+
+    restarts = samples(parsed, "kaas_actor_restarts_total")
+    assert restarts and all("kind" in l for l, _ in restarts)
+
+    fsyncs = samples(parsed, "kaas_fsyncs_total")
+    assert fsyncs and sum(v for _, v in fsyncs) > 0, "no fsyncs counted after acks=all produce"
+
+    conns = samples(parsed, "kaas_connections")
+    assert conns and all(v >= 0 for _, v in conns)
+
+    # counters are monotonic across scrapes
+    fs_before = sum(v for _, v in fsyncs)
+    p.produce(topic_name, value=b"one more", partition=0)
+    assert p.flush(30) == 0
+    after = parse(broker.metrics())
+    assert sum(v for _, v in samples(after, "kaas_fsyncs_total")) > fs_before

@@ -1,0 +1,70 @@
+"""Produce, stop (SIGTERM or kill -9), restart on the same data dir: all
+records are still there, offsets continue, and the topic id is unchanged."""
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
+
+from conftest import client_conf, consume_all, create_topic, producer_conf
+
+PARTITIONS = 2
+N = 1000
+
+
+def produce(bootstrap, topic, lo, hi):
+    p = Producer(producer_conf(bootstrap))
+    offs = {}
+
+    def cb(err, msg):
+        assert err is None, err
+        offs[int(msg.value())] = (msg.partition(), msg.offset())
+
+    for i in range(lo, hi):
+        p.produce(topic, value=b"%d" % i, partition=i % PARTITIONS, on_delivery=cb)
+        p.poll(0)
+    assert p.flush(30) == 0
+    assert len(offs) == hi - lo
+    return offs
+
+
+def topic_id(bootstrap, topic):
+    a = AdminClient(client_conf(bootstrap))
+    from confluent_kafka import TopicCollection
+    d = a.describe_topics(TopicCollection([topic]), request_timeout=20)[topic].result(timeout=30)
+    assert d.topic_id is not None
+    return str(d.topic_id)
+
+
+@pytest.mark.parametrize("how", ["sigterm", "kill9"])
+def test_restart_keeps_data_and_topic_id(broker, topic_name, how):
+    create_topic(broker.bootstrap, topic_name, PARTITIONS)
+    offs = produce(broker.bootstrap, topic_name, 0, N)
+    stamp = broker.topic_dir(topic_name) / ".topic-id.json"
+    assert stamp.is_file(), f"missing {stamp}"
+    stamp_before = stamp.read_bytes()
+    tid_before = topic_id(broker.bootstrap, topic_name)
+    assert tid_before not in ("", "AAAAAAAAAAAAAAAAAAAAAA"), "zero topic id"
+
+    if how == "sigterm":
+        assert broker.sigterm() == 0, "non-zero exit on SIGTERM"
+    else:
+        broker.kill9()
+    broker.start()
+
+    assert stamp.read_bytes() == stamp_before
+    assert topic_id(broker.bootstrap, topic_name) == tid_before
+
+    # offsets continue where they left off
+    offs2 = produce(broker.bootstrap, topic_name, N, N + 100)
+    for part in range(PARTITIONS):
+        before = max(o for p_, o in offs.values() if p_ == part)
+        after = sorted(o for p_, o in offs2.values() if p_ == part)
+        assert after == list(range(before + 1, before + 1 + len(after)))
+
+    got = consume_all(broker.bootstrap, topic_name, PARTITIONS, timeout=30)
+    for part in range(PARTITIONS):
+        vals = [int(m.value) for m in got[part]]
+        assert vals == [i for i in range(N + 100) if i % PARTITIONS == part]
+        for m in got[part]:
+            want = (offs.get(int(m.value)) or offs2[int(m.value)])
+            assert (part, m.offset) == want
