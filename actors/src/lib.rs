@@ -2,8 +2,10 @@
 //! volume lives here, with the on-disk format it owns, and the filesystem seam
 //! ([`fs`]) that is the only code allowed to touch the volume.
 
+pub mod controller;
 pub mod fs;
 pub mod partition;
-#[cfg(not(kaas_wip))]
+pub mod producer_ids;
 pub mod substrate;
 pub mod telemetry;
+pub mod topic;

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 /// Upper bounds (seconds) of the latency histogram buckets.
 const BUCKETS: [f64; 14] = [
-    0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
-    1.0, 5.0,
+    0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
+    5.0,
 ];
 
 /// A fixed-bucket histogram of durations.
@@ -27,7 +27,10 @@ impl Histogram {
     /// Record one observation.
     pub fn observe(&self, d: Duration) {
         let s = d.as_secs_f64();
-        let i = BUCKETS.iter().position(|b| s <= *b).unwrap_or(BUCKETS.len());
+        let i = BUCKETS
+            .iter()
+            .position(|b| s <= *b)
+            .unwrap_or(BUCKETS.len());
         self.counts[i].fetch_add(1, Ordering::Relaxed);
         self.sum_nanos
             .fetch_add(d.as_nanos().min(u64::MAX as u128) as u64, Ordering::Relaxed);
@@ -241,7 +244,9 @@ impl HandleTimer {
         kind.mailbox_depth.fetch_sub(1, Ordering::Relaxed);
         let stats = kind.message(msg);
         let now = Instant::now();
-        stats.queue_wait.observe(now.saturating_duration_since(sent_at));
+        stats
+            .queue_wait
+            .observe(now.saturating_duration_since(sent_at));
         Self { stats, start: now }
     }
 }

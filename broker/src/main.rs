@@ -1,1 +1,70 @@
-fn main() {}
+//! The `kaas` binary: `kaas broker` runs a broker (standalone on a local
+//! directory by default, the same code as a cluster member on a shared
+//! volume); `kaas substrate-check` vets a mount before data goes on it.
+
+mod config;
+mod conn;
+mod errors;
+mod handlers;
+mod server;
+mod state;
+mod substrate_cmd;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "kaas",
+    version,
+    about = "Kafka-compatible broker on a shared ReadWriteMany volume"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run a broker.
+    Broker(config::BrokerArgs),
+    /// Check that a mount honours the substrate contract.
+    SubstrateCheck(substrate_cmd::SubstrateCheckArgs),
+    /// Internal: a probe process started by substrate-check.
+    #[command(hide = true)]
+    SubstrateWorker(substrate_cmd::SubstrateWorkerArgs),
+}
+
+fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("KAAS_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let code = match cli.cmd {
+        Cmd::Broker(args) => match server::run(args) {
+            Ok(()) => 0,
+            Err(e) => {
+                tracing::error!(error = %format!("{e:#}"), "broker failed");
+                1
+            }
+        },
+        Cmd::SubstrateCheck(args) => match substrate_cmd::run(&args) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("substrate-check: {e:#}");
+                substrate_cmd::EXIT_ERROR
+            }
+        },
+        Cmd::SubstrateWorker(args) => match substrate_cmd::run_worker(&args) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("substrate-worker: {e:#}");
+                substrate_cmd::EXIT_ERROR
+            }
+        },
+    };
+    std::process::exit(code);
+}

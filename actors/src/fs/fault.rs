@@ -343,7 +343,8 @@ impl Fs for FaultFs {
                     // NFS refuses to unlink a silly-renamed file still open.
                     return Err(io::Error::from_raw_os_error(libc::EBUSY));
                 }
-                let silly = path.with_file_name(format!(".nfs{:024x}", rand::random::<u128>() >> 32));
+                let silly =
+                    path.with_file_name(format!(".nfs{:024x}", rand::random::<u128>() >> 32));
                 self.inner.rename(path, &silly)?;
                 for p in st.quirks.open.values_mut().filter(|p| p.as_path() == path) {
                     *p = silly.clone();

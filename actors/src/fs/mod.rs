@@ -99,7 +99,10 @@ pub fn write_atomic(fs: &dyn Fs, path: &Path, bytes: &[u8]) -> io::Result<()> {
         .file_name()
         .and_then(|n| n.to_str())
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
-    let tmp = dir.join(format!("{TEMP_PREFIX}{name}-{:016x}", rand::random::<u64>()));
+    let tmp = dir.join(format!(
+        "{TEMP_PREFIX}{name}-{:016x}",
+        rand::random::<u64>()
+    ));
     let f = fs.create_exclusive(&tmp)?;
     let res = f
         .write_all_at(bytes, 0)

@@ -83,7 +83,11 @@ pub fn now_ms() -> i64 {
 
 impl PartitionLeader {
     /// Start a supervised leader on `arbiter`.
-    pub fn start(spec: LeaderSpec, fs: SharedFs, arbiter: &actix::ArbiterHandle) -> PartitionHandle {
+    pub fn start(
+        spec: LeaderSpec,
+        fs: SharedFs,
+        arbiter: &actix::ArbiterHandle,
+    ) -> PartitionHandle {
         let (hw_tx, hw) = watch::channel(-1);
         let reader: ReaderSlot = Arc::new(RwLock::new(None));
         let slot = reader.clone();

@@ -21,7 +21,9 @@ use super::index::{header_at, scan, Index, Scan, ScanStart};
 use super::manifest::{
     manifest_name, parse_manifest_name, parse_segment_name, segment_stem, Manifest, SegmentEntry,
 };
-use crate::fs::{remove_if_exists, remove_stale_temps, write_atomic, ReadFile, SharedFs, WriteFile};
+use crate::fs::{
+    remove_if_exists, remove_stale_temps, write_atomic, ReadFile, SharedFs, WriteFile,
+};
 use kaas_protocol::batch::{patch_batch, BatchInfo};
 use std::io;
 use std::path::{Path, PathBuf};
@@ -333,7 +335,10 @@ impl PartitionLog {
                             max_ts_pos: 0,
                             verify_from: last.size,
                         };
-                        Some((scan(f.as_ref(), last.base, start, len, &mut tail_index)?, len))
+                        Some((
+                            scan(f.as_ref(), last.base, start, len, &mut tail_index)?,
+                            len,
+                        ))
                     }
                     // Named by the manifest but never created: empty.
                     Err(e) if e.kind() == io::ErrorKind::NotFound => Some((
@@ -790,7 +795,10 @@ impl PartitionLog {
     }
 
     /// The header of the batch at `pos` in the active segment (tests).
-    pub fn active_header_at(&self, pos: u64) -> io::Result<Option<kaas_protocol::batch::BatchHeader>> {
+    pub fn active_header_at(
+        &self,
+        pos: u64,
+    ) -> io::Result<Option<kaas_protocol::batch::BatchHeader>> {
         header_at(self.active.as_ref(), pos, self.write_pos)
     }
 }

@@ -258,10 +258,11 @@ impl<'a> Scratch<'a> {
             rand::random::<u64>()
         );
         let path = dir.join(&name);
-        fs.create_dir_all(&path).map_err(|source| SubstrateError::Dir {
-            path: path.clone(),
-            source,
-        })?;
+        fs.create_dir_all(&path)
+            .map_err(|source| SubstrateError::Dir {
+                path: path.clone(),
+                source,
+            })?;
         let owner = path.join("owner");
         let f = fs
             .create_exclusive(&owner)
@@ -305,8 +306,12 @@ impl<'a> Scratch<'a> {
             };
             if alive == Some(false) || (alive.is_none() && old) {
                 match remove_tree(self.fs, &p) {
-                    Ok(()) => tracing::info!(path = %p.display(), "removed stale substrate-check scratch dir"),
-                    Err(e) => tracing::warn!(path = %p.display(), error = %e, "stale substrate-check scratch dir not removed yet; the next run retries"),
+                    Ok(()) => {
+                        tracing::info!(path = %p.display(), "removed stale substrate-check scratch dir")
+                    }
+                    Err(e) => {
+                        tracing::warn!(path = %p.display(), error = %e, "stale substrate-check scratch dir not removed yet; the next run retries")
+                    }
                 }
             }
         }
@@ -372,7 +377,11 @@ fn mount_check(dir: &Path) -> (Option<MountInfo>, MountAssessment, Check) {
         return (
             None,
             a,
-            Check::new("mount", Status::CannotTell, "no mount found for the directory"),
+            Check::new(
+                "mount",
+                Status::CannotTell,
+                "no mount found for the directory",
+            ),
         );
     };
     let exports = if m.fstype.starts_with("nfs") && mount::source_is_local(&m.source) {
@@ -443,7 +452,11 @@ fn space_check(dir: &Path) -> (Option<os::Space>, Check) {
         }
         Err(e) => (
             None,
-            Check::new("space", Status::CannotTell, format!("statfs unavailable: {e}")),
+            Check::new(
+                "space",
+                Status::CannotTell,
+                format!("statfs unavailable: {e}"),
+            ),
         ),
     }
 }
@@ -553,8 +566,12 @@ pub fn full_check(fs: &dyn Fs, dir: &Path, opts: &FullOptions) -> Result<Report,
 
 fn log_report(r: &Report) {
     match r.disqualified() {
-        Some(why) => tracing::error!(dir = %r.dir.display(), quick = r.quick, elapsed_ms = r.elapsed_ms, reason = %why, "substrate disqualified"),
-        None => tracing::info!(dir = %r.dir.display(), quick = r.quick, elapsed_ms = r.elapsed_ms, class = ?r.class, "substrate check passed"),
+        Some(why) => {
+            tracing::error!(dir = %r.dir.display(), quick = r.quick, elapsed_ms = r.elapsed_ms, reason = %why, "substrate disqualified")
+        }
+        None => {
+            tracing::info!(dir = %r.dir.display(), quick = r.quick, elapsed_ms = r.elapsed_ms, class = ?r.class, "substrate check passed")
+        }
     }
 }
 

@@ -134,9 +134,7 @@ pub fn mount_for<'a>(mounts: &'a [MountInfo], path: &Path) -> Option<&'a MountIn
         if path.starts_with(&m.mount_point) {
             let better = match best {
                 None => true,
-                Some(b) => {
-                    m.mount_point.components().count() >= b.mount_point.components().count()
-                }
+                Some(b) => m.mount_point.components().count() >= b.mount_point.components().count(),
             };
             if better {
                 best = Some(m);
@@ -147,8 +145,8 @@ pub fn mount_for<'a>(mounts: &'a [MountInfo], path: &Path) -> Option<&'a MountIn
 }
 
 const LOCAL: &[&str] = &[
-    "ext2", "ext3", "ext4", "xfs", "btrfs", "zfs", "f2fs", "overlay", "jfs", "reiserfs", "bcachefs",
-    "vfat", "exfat",
+    "ext2", "ext3", "ext4", "xfs", "btrfs", "zfs", "f2fs", "overlay", "jfs", "reiserfs",
+    "bcachefs", "vfat", "exfat",
 ];
 const MEMORY: &[&str] = &["tmpfs", "ramfs", "shm", "devtmpfs"];
 const NETWORK: &[&str] = &[
@@ -228,7 +226,9 @@ pub fn assess(m: &MountInfo, exports: Option<&str>) -> MountAssessment {
         );
     }
     if m.has_option("nobarrier") || m.option_value("barrier") == Some("0") {
-        warnings.push("write barriers disabled (`nobarrier`): fsync may not reach stable storage".into());
+        warnings.push(
+            "write barriers disabled (`nobarrier`): fsync may not reach stable storage".into(),
+        );
     }
     if m.fstype.starts_with("nfs") {
         assess_nfs(m, exports, &mut disqualified, &mut warnings, &mut notes);
@@ -284,7 +284,8 @@ fn assess_nfs(
         }
     }
     if m.has_option("nolock") || m.option_value("local_lock") == Some("all") {
-        notes.push("locking is local only (`nolock`): fine, kaas never relies on file locks".into());
+        notes
+            .push("locking is local only (`nolock`): fine, kaas never relies on file locks".into());
     }
     if let Some(exports) = exports {
         let export_path = m.source.split_once(':').map(|(_, p)| p).unwrap_or("");
@@ -294,7 +295,9 @@ fn assess_nfs(
                     "the NFS export {export_path} is `async`: the server acknowledges writes before they are stable"
                 ));
             } else {
-                notes.push(format!("export {export_path} options visible on this host: {opts}"));
+                notes.push(format!(
+                    "export {export_path} options visible on this host: {opts}"
+                ));
             }
         }
     }

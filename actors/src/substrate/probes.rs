@@ -125,7 +125,9 @@ impl ExclTally {
         for (id, a) in answers.iter().filter(|(_, a)| a.starts_with("error")) {
             self.errors.push(format!("{}: {id} {a}", path.display()));
         }
-        let owner = fs.read(path).map(|b| String::from_utf8_lossy(&b).into_owned());
+        let owner = fs
+            .read(path)
+            .map(|b| String::from_utf8_lossy(&b).into_owned());
         match (winners.len(), owner) {
             (1, Ok(o)) if winners.contains(o.as_str()) => self.clean += 1,
             (1, Ok(o)) => self.multi.push(format!(
@@ -137,13 +139,17 @@ impl ExclTally {
                 "{}: nobody won and the file is empty (a create whose reply was lost?)",
                 path.display()
             )),
-            (0, other) => self.zero.push(format!("{}: nobody won ({other:?})", path.display())),
+            (0, other) => self
+                .zero
+                .push(format!("{}: nobody won ({other:?})", path.display())),
             (n, Ok(_)) => self.multi.push(format!(
                 "{}: {n} racers all created it ({})",
                 path.display(),
                 winners.into_iter().collect::<Vec<_>>().join(", ")
             )),
-            (_, Err(e)) => self.errors.push(format!("{}: read back: {e}", path.display())),
+            (_, Err(e)) => self
+                .errors
+                .push(format!("{}: read back: {e}", path.display())),
         }
     }
 
@@ -169,7 +175,11 @@ impl ExclTally {
                 .or(self.zero.first())
                 .cloned()
                 .unwrap_or_default();
-            return Check::new("exclusive-create", Status::CannotTell, format!("{head}; {why}"));
+            return Check::new(
+                "exclusive-create",
+                Status::CannotTell,
+                format!("{head}; {why}"),
+            );
         }
         if let Some(first) = self.zero.first() {
             return Check::new(
@@ -313,19 +323,21 @@ pub fn rename_atomic_processes(
         total.missing += s.missing;
         total.torn += s.torn;
         total.errors += s.errors;
+        total.estale_reopens += s.estale_reopens;
         if total.first_anomaly.is_none() {
             total.first_anomaly = s.first_anomaly;
         }
     }
     let ev = format!(
-        "{renames} renames of a {} KiB file over {:.1}s raced by {} reader processes: {} complete reads, {} torn, {} missing, {} errors",
+        "{renames} renames of a {} KiB file over {:.1}s raced by {} reader processes: {} complete reads, {} torn, {} missing, {} errors, {} ESTALE reopens",
         LEN / 1024,
         start.elapsed().as_secs_f64(),
         procs.max(1),
         total.ok,
         total.torn,
         total.missing,
-        total.errors
+        total.errors,
+        total.estale_reopens
     );
     let anomaly = total.first_anomaly.clone().unwrap_or_default();
     Ok(if total.torn > 0 || total.missing > 0 {
@@ -335,11 +347,23 @@ pub fn rename_atomic_processes(
             format!("rename is not atomic: {ev}; first: {anomaly}"),
         )
     } else if let Some(e) = rename_err {
-        Check::new("rename-atomic", Status::CannotTell, format!("rename failed: {e}; {ev}"))
+        Check::new(
+            "rename-atomic",
+            Status::CannotTell,
+            format!("rename failed: {e}; {ev}"),
+        )
     } else if total.ok == 0 || renames < 10 {
-        Check::new("rename-atomic", Status::CannotTell, format!("too little overlap: {ev}"))
+        Check::new(
+            "rename-atomic",
+            Status::CannotTell,
+            format!("too little overlap: {ev}"),
+        )
     } else if total.errors > 0 {
-        Check::new("rename-atomic", Status::Warn, format!("{ev}; first: {anomaly}"))
+        Check::new(
+            "rename-atomic",
+            Status::Warn,
+            format!("{ev}; first: {anomaly}"),
+        )
     } else {
         Check::new("rename-atomic", Status::Pass, ev)
     })
@@ -357,7 +381,8 @@ pub fn rename_identity(fs: &dyn Fs, dir: &Path) -> Result<Check, SubstrateError>
     create_with(fs, &b, &pattern(9, LEN))?;
     let ino_before = os::identity(&a).ok();
     let h = fs.open_read(&a).map_err(SubstrateError::io("open", &a))?;
-    fs.rename(&a, &b).map_err(SubstrateError::io("rename", &a))?;
+    fs.rename(&a, &b)
+        .map_err(SubstrateError::io("rename", &a))?;
     let mut problems = Vec::new();
     match fs.open_read(&a) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
@@ -366,13 +391,17 @@ pub fn rename_identity(fs: &dyn Fs, dir: &Path) -> Result<Check, SubstrateError>
     }
     match fs.read(&b).map(|v| verify_pattern(&v, LEN)) {
         Ok(Verdict::Ok(1)) => {}
-        Ok(v) => problems.push(format!("target after rename-over is not the new file: {v:?}")),
+        Ok(v) => problems.push(format!(
+            "target after rename-over is not the new file: {v:?}"
+        )),
         Err(e) => problems.push(format!("target unreadable after rename: {e}")),
     }
     let ino_after = os::identity(&b).ok();
     rewrite_in_place(fs, &b, &pattern(2, LEN)).map_err(SubstrateError::io("rewrite", &b))?;
     let mut buf = vec![0u8; LEN];
-    let via_old = h.read_exact_at(&mut buf, 0).map(|_| verify_pattern(&buf, LEN));
+    let via_old = h
+        .read_exact_at(&mut buf, 0)
+        .map(|_| verify_pattern(&buf, LEN));
     drop(h);
     match via_old {
         Ok(Verdict::Ok(2)) => {}
@@ -405,7 +434,10 @@ pub fn rename_identity(fs: &dyn Fs, dir: &Path) -> Result<Check, SubstrateError>
         Check::new(
             "rename-identity",
             Status::Fail,
-            format!("rename is not a real rename (copy+delete?): {}", problems.join("; ")),
+            format!(
+                "rename is not a real rename (copy+delete?): {}",
+                problems.join("; ")
+            ),
         )
     })
 }
@@ -429,7 +461,8 @@ pub fn rename_timing(fs: &dyn Fs, dir: &Path, large: u64) -> Result<Check, Subst
             .map_err(SubstrateError::io("write", &big[0]))?;
         pos += n as u64;
     }
-    f.sync_data().map_err(SubstrateError::io("fsync", &big[0]))?;
+    f.sync_data()
+        .map_err(SubstrateError::io("fsync", &big[0]))?;
     drop(f);
     let write_time = t.elapsed();
     create_with(fs, &small[0], &pattern(4, 4096))?;
@@ -438,7 +471,8 @@ pub fn rename_timing(fs: &dyn Fs, dir: &Path, large: u64) -> Result<Check, Subst
         for i in 0..REPS * 2 {
             let (from, to) = (&pair[i % 2], &pair[(i + 1) % 2]);
             let t = Instant::now();
-            fs.rename(from, to).map_err(SubstrateError::io("rename", from))?;
+            fs.rename(from, to)
+                .map_err(SubstrateError::io("rename", from))?;
             v.push(t.elapsed());
         }
         Ok(median(&mut v))
@@ -506,7 +540,9 @@ pub fn close_to_open(
         } else {
             match fs.read(&shared).map(|b| verify_pattern(&b, LEN)) {
                 Ok(Verdict::Ok(s)) if s == seed => {}
-                other => bad.push(format!("file written by the other process, round {r}: saw {other:?}")),
+                other => bad.push(format!(
+                    "file written by the other process, round {r}: saw {other:?}"
+                )),
             }
         }
         checked += 3;
@@ -514,11 +550,18 @@ pub fn close_to_open(
     w.finish()?;
     let head = format!("{checked} write-close/open-read hand-offs between two processes (new files, in-place rewrites, both directions)");
     Ok(match bad.first() {
-        None => Check::new("close-to-open", Status::Pass, format!("{head}: all complete and current")),
+        None => Check::new(
+            "close-to-open",
+            Status::Pass,
+            format!("{head}: all complete and current"),
+        ),
         Some(first) => Check::new(
             "close-to-open",
             Status::Fail,
-            format!("close-to-open broken: {head}, {} bad; first: {first}", bad.len()),
+            format!(
+                "close-to-open broken: {head}, {} bad; first: {first}",
+                bad.len()
+            ),
         ),
     })
 }
@@ -569,7 +612,9 @@ pub fn fsync_probe(
     let mut opens = Vec::new();
     for _ in 0..samples.min(8) {
         let t = Instant::now();
-        let h: Arc<dyn ReadFile> = fs.open_read(&path).map_err(SubstrateError::io("open", &path))?;
+        let h: Arc<dyn ReadFile> = fs
+            .open_read(&path)
+            .map_err(SubstrateError::io("open", &path))?;
         opens.push(t.elapsed());
         drop(h);
     }
@@ -639,7 +684,8 @@ impl Held for HeldHere {
 /// Hold `path` open in this process through the seam.
 pub fn hold_here(fs: &dyn Fs, path: &Path) -> Result<Box<dyn Held>, SubstrateError> {
     Ok(Box::new(HeldHere(
-        fs.open_read(path).map_err(SubstrateError::io("open", path))?,
+        fs.open_read(path)
+            .map_err(SubstrateError::io("open", path))?,
     )))
 }
 
@@ -649,7 +695,9 @@ impl Held for HeldByWorker {
         let l = self.0.finish()?;
         match l.as_str() {
             "released" => Ok(()),
-            other => Err(SubstrateError::Worker(format!("hold worker said {other:?}"))),
+            other => Err(SubstrateError::Worker(format!(
+                "hold worker said {other:?}"
+            ))),
         }
     }
 }
@@ -659,19 +707,21 @@ pub fn hold_in_worker(cmd: &WorkerCommand, path: &Path) -> Result<Box<dyn Held>,
     let mut w = Worker::spawn(cmd, "hold", &[path])?;
     match w.recv()?.as_str() {
         "held" => Ok(Box::new(HeldByWorker(w))),
-        other => Err(SubstrateError::Worker(format!("hold worker said {other:?}"))),
+        other => Err(SubstrateError::Worker(format!(
+            "hold worker said {other:?}"
+        ))),
     }
 }
+
+/// Opens a file and keeps it open until released: in this process
+/// ([`hold_here`]) or in a worker ([`hold_in_worker`]).
+pub type HoldFn<'a> = dyn Fn(&Path) -> Result<Box<dyn Held>, SubstrateError> + 'a;
 
 /// Delete a file someone else holds open, then try to remove its directory.
 /// NFS renames the file to `.nfsXXXX` and keeps the directory busy until the
 /// last handle closes. That is a property the broker handles (it closes
 /// before deleting and re-drives directory removal), not a failure.
-pub fn silly_rename(
-    fs: &dyn Fs,
-    dir: &Path,
-    hold: &dyn Fn(&Path) -> Result<Box<dyn Held>, SubstrateError>,
-) -> Result<Check, SubstrateError> {
+pub fn silly_rename(fs: &dyn Fs, dir: &Path, hold: &HoldFn<'_>) -> Result<Check, SubstrateError> {
     let sub = dir.join("silly");
     fs.create_dir_all(&sub)
         .map_err(SubstrateError::io("mkdir", &sub))?;

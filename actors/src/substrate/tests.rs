@@ -24,7 +24,10 @@ fn quick_check_passes_on_local_disk_and_leaves_nothing() {
         assert!(matches!(c.status, Status::Pass | Status::Warn), "{r}");
     }
     assert_eq!(leftovers(dir.path()), vec!["partition-data".to_owned()]);
-    assert_eq!(std::fs::read(dir.path().join("partition-data")).unwrap(), b"untouched");
+    assert_eq!(
+        std::fs::read(dir.path().join("partition-data")).unwrap(),
+        b"untouched"
+    );
 }
 
 #[test]
@@ -70,15 +73,24 @@ fn silly_rename_probe_sees_nfs_behaviour_on_the_fault_seam() {
     let c = probes::silly_rename(&fs, dir.path(), &|p: &Path| probes::hold_here(&fs, p)).unwrap();
     assert_eq!(c.status, Status::Pass, "{c:?}");
     assert!(c.evidence.contains(".nfs"), "{c:?}");
-    assert!(c.evidence.contains("failed"), "directory must have been busy: {c:?}");
-    assert!(leftovers(dir.path()).is_empty(), "{:?}", leftovers(dir.path()));
+    assert!(
+        c.evidence.contains("failed"),
+        "directory must have been busy: {c:?}"
+    );
+    assert!(
+        leftovers(dir.path()).is_empty(),
+        "{:?}",
+        leftovers(dir.path())
+    );
 }
 
 #[test]
 fn silly_rename_probe_on_local_semantics() {
     let dir = tempfile::tempdir().unwrap();
-    let c = probes::silly_rename(&RealFs, dir.path(), &|p: &Path| probes::hold_here(&RealFs, p))
-        .unwrap();
+    let c = probes::silly_rename(&RealFs, dir.path(), &|p: &Path| {
+        probes::hold_here(&RealFs, p)
+    })
+    .unwrap();
     assert_eq!(c.status, Status::Pass, "{c:?}");
     assert!(c.evidence.contains("clean"), "{c:?}");
     assert!(leftovers(dir.path()).is_empty());
@@ -145,6 +157,12 @@ fn patterns_detect_torn_reads() {
     assert_eq!(probes::verify_pattern(&a, 64), probes::Verdict::Ok(1));
     let mut mixed = a[..32].to_vec();
     mixed.extend_from_slice(&b[32..]);
-    assert!(matches!(probes::verify_pattern(&mixed, 64), probes::Verdict::Torn(_)));
-    assert!(matches!(probes::verify_pattern(&a[..40], 64), probes::Verdict::Torn(_)));
+    assert!(matches!(
+        probes::verify_pattern(&mixed, 64),
+        probes::Verdict::Torn(_)
+    ));
+    assert!(matches!(
+        probes::verify_pattern(&a[..40], 64),
+        probes::Verdict::Torn(_)
+    ));
 }

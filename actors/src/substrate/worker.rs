@@ -65,6 +65,9 @@ pub struct ReaderStats {
     pub torn: u64,
     /// Other I/O errors.
     pub errors: u64,
+    /// Opens or reads that met ESTALE and were retried by name.
+    #[serde(default)]
+    pub estale_reopens: u64,
     /// The first anomaly, for the evidence line.
     pub first_anomaly: Option<String>,
 }
@@ -148,7 +151,10 @@ impl Worker {
                 Err(e) => return Err(SubstrateError::Worker(format!("wait: {e}"))),
             }
         }
-        Err(SubstrateError::Worker(format!("{} worker did not exit", self.role)))
+        Err(SubstrateError::Worker(format!(
+            "{} worker did not exit",
+            self.role
+        )))
     }
 }
 
@@ -181,7 +187,13 @@ pub fn run_worker(fs: &dyn Fs, args: &[OsString]) -> Result<(), SubstrateError> 
     let stdin = io::stdin();
     let mut out = io::stdout();
     match role {
-        "excl" => excl(fs, Path::new(arg(1)?), &num(2)?.to_string(), stdin.lock(), &mut out),
+        "excl" => excl(
+            fs,
+            Path::new(arg(1)?),
+            &num(2)?.to_string(),
+            stdin.lock(),
+            &mut out,
+        ),
         "reader" => reader(fs, Path::new(arg(1)?), num(2)? as usize, &mut out),
         "cto" => cto(fs, Path::new(arg(1)?), stdin.lock(), &mut out),
         "hold" => hold(fs, Path::new(arg(1)?), &mut out),
@@ -204,13 +216,19 @@ fn excl(
 ) -> Result<(), SubstrateError> {
     for line in input.lines() {
         let Ok(round) = line else { break };
-        let answer = super::probes::excl_attempt(fs, &dir.join(format!("excl-{}", round.trim())), id);
+        let answer =
+            super::probes::excl_attempt(fs, &dir.join(format!("excl-{}", round.trim())), id);
         say(out, &answer)?;
     }
     say(out, "bye")
 }
 
-fn reader(fs: &dyn Fs, target: &Path, len: usize, out: &mut impl Write) -> Result<(), SubstrateError> {
+fn reader(
+    fs: &dyn Fs,
+    target: &Path,
+    len: usize,
+    out: &mut impl Write,
+) -> Result<(), SubstrateError> {
     let stop = Arc::new(AtomicBool::new(false));
     let s = stop.clone();
     std::thread::spawn(move || {
@@ -223,7 +241,19 @@ fn reader(fs: &dyn Fs, target: &Path, len: usize, out: &mut impl Write) -> Resul
     let mut buf = vec![0u8; len + 1];
     let deadline = Instant::now() + READER_MAX;
     while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
-        match read_whole(fs, target, &mut buf) {
+        // ESTALE means the name was renamed over under us: reopen by name,
+        // as the broker does (DESIGN.md section 11). Not an anomaly.
+        let mut res = read_whole(fs, target, &mut buf);
+        for _ in 0..3 {
+            match &res {
+                Err(e) if e.raw_os_error() == Some(libc::ESTALE) => {
+                    st.estale_reopens += 1;
+                    res = read_whole(fs, target, &mut buf);
+                }
+                _ => break,
+            }
+        }
+        match res {
             Ok(n) => match verify_pattern(&buf[..n], len) {
                 Verdict::Ok(_) => st.ok += 1,
                 Verdict::Torn(why) => {
@@ -238,7 +268,8 @@ fn reader(fs: &dyn Fs, target: &Path, len: usize, out: &mut impl Write) -> Resul
             }
             Err(e) => {
                 st.errors += 1;
-                st.first_anomaly.get_or_insert_with(|| format!("read error: {e}"));
+                st.first_anomaly
+                    .get_or_insert_with(|| format!("read error: {e}"));
             }
         }
     }
@@ -259,7 +290,12 @@ fn read_whole(fs: &dyn Fs, path: &Path, buf: &mut [u8]) -> io::Result<usize> {
     Ok(n)
 }
 
-fn cto(fs: &dyn Fs, dir: &Path, input: impl BufRead, out: &mut impl Write) -> Result<(), SubstrateError> {
+fn cto(
+    fs: &dyn Fs,
+    dir: &Path,
+    input: impl BufRead,
+    out: &mut impl Write,
+) -> Result<(), SubstrateError> {
     for line in input.lines() {
         let Ok(line) = line else { break };
         let parts: Vec<&str> = line.split_whitespace().collect();

@@ -29,8 +29,8 @@
 use fuser::{
     Config, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
     LockOwner, MountOption, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request,
-    TimeOrNow, WriteFlags,
+    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow,
+    WriteFlags,
 };
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -177,7 +177,11 @@ impl WeakFs {
         Ok(fh)
     }
 
-    fn with_handle<T>(&self, fh: FileHandle, f: impl FnOnce(&File) -> io::Result<T>) -> Result<T, Errno> {
+    fn with_handle<T>(
+        &self,
+        fh: FileHandle,
+        f: impl FnOnce(&File) -> io::Result<T>,
+    ) -> Result<T, Errno> {
         let handles = self.handles.lock().map_err(|_| Errno::EIO)?;
         let file = handles.get(&fh.0).ok_or(Errno::EBADF)?;
         f(file).map_err(errno)
@@ -374,8 +378,11 @@ impl Filesystem for WeakFs {
         let res = self.child(parent, name).and_then(|rel| {
             let path = self.full(&rel);
             std::fs::create_dir(&path).map_err(errno)?;
-            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode & !umask & 0o7777))
-                .map_err(errno)?;
+            std::fs::set_permissions(
+                &path,
+                std::fs::Permissions::from_mode(mode & !umask & 0o7777),
+            )
+            .map_err(errno)?;
             self.entry_attr(&rel)
         });
         match res {
@@ -535,12 +542,25 @@ impl Filesystem for WeakFs {
         reply.ok();
     }
 
-    fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
+    fn fsync(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
         if self.behaviours.fsync_noop {
             reply.ok();
             return;
         }
-        let res = self.with_handle(fh, |f| if datasync { f.sync_data() } else { f.sync_all() });
+        let res = self.with_handle(fh, |f| {
+            if datasync {
+                f.sync_data()
+            } else {
+                f.sync_all()
+            }
+        });
         match res {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
@@ -571,7 +591,8 @@ impl Filesystem for WeakFs {
         })();
         match res {
             Ok(entries) => {
-                for (i, (node, kind, name)) in entries.into_iter().enumerate().skip(offset as usize) {
+                for (i, (node, kind, name)) in entries.into_iter().enumerate().skip(offset as usize)
+                {
                     if reply.add(INodeNo(node), (i + 1) as u64, kind, &name) {
                         break;
                     }
@@ -594,9 +615,11 @@ impl Filesystem for WeakFs {
             reply.ok();
             return;
         }
-        let res = self
-            .rel_path(ino)
-            .and_then(|rel| File::open(self.full(&rel)).and_then(|d| d.sync_all()).map_err(errno));
+        let res = self.rel_path(ino).and_then(|rel| {
+            File::open(self.full(&rel))
+                .and_then(|d| d.sync_all())
+                .map_err(errno)
+        });
         match res {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
@@ -648,7 +671,13 @@ impl Filesystem for WeakFs {
             Ok((attr, self.add_handle(f)?))
         })();
         match res {
-            Ok((attr, fh)) => reply.created(&ttl, &attr, Generation(0), FileHandle(fh), FopenFlags::empty()),
+            Ok((attr, fh)) => reply.created(
+                &ttl,
+                &attr,
+                Generation(0),
+                FileHandle(fh),
+                FopenFlags::empty(),
+            ),
             Err(e) => reply.error(e),
         }
     }
@@ -658,7 +687,8 @@ impl Filesystem for WeakFs {
 fn config(auto_unmount: bool) -> Config {
     let mut cfg = Config::default();
     cfg.mount_options.push(MountOption::FSName("weakfs".into()));
-    cfg.mount_options.push(MountOption::Subtype("weakfs".into()));
+    cfg.mount_options
+        .push(MountOption::Subtype("weakfs".into()));
     cfg.mount_options.push(MountOption::RW);
     if auto_unmount {
         cfg.mount_options.push(MountOption::AutoUnmount);
@@ -707,11 +737,12 @@ pub fn mount_background(
     behaviours: Behaviours,
 ) -> Result<Mounted, WeakFsError> {
     let fs = WeakFs::new(backing, behaviours)?;
-    let session =
-        fuser::spawn_mount(fs, mountpoint, &config(false)).map_err(|source| WeakFsError::Mount {
+    let session = fuser::spawn_mount(fs, mountpoint, &config(false)).map_err(|source| {
+        WeakFsError::Mount {
             mountpoint: mountpoint.to_path_buf(),
             source,
-        })?;
+        }
+    })?;
     Ok(Mounted {
         session: Some(session),
         mountpoint: mountpoint.to_path_buf(),

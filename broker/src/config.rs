@@ -1,0 +1,102 @@
+//! Broker configuration: CLI flags, each also settable by environment.
+
+use clap::Args;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// `kaas broker` flags.
+#[derive(Debug, Clone, Args)]
+pub struct BrokerArgs {
+    /// Data directory (partition logs). On Kubernetes, the shared RWX volume.
+    #[arg(long, env = "KAAS_DATA_DIR", default_value = "./data")]
+    pub data_dir: PathBuf,
+    /// Cluster-state directory (controller epochs, producer-id blocks...).
+    /// Defaults to <data-dir>/__cluster; may be a separate volume.
+    #[arg(long, env = "KAAS_CLUSTER_DIR")]
+    pub cluster_dir: Option<PathBuf>,
+    /// This broker's id (the StatefulSet ordinal on Kubernetes).
+    #[arg(long, env = "KAAS_BROKER_ID", default_value_t = 0)]
+    pub broker_id: i32,
+    /// Kafka listener address.
+    #[arg(long, env = "KAAS_LISTEN", default_value = "127.0.0.1:9092")]
+    pub listen: SocketAddr,
+    /// host:port clients are told to connect to (default: the listen address).
+    #[arg(long, env = "KAAS_ADVERTISED_LISTENER")]
+    pub advertised_listener: Option<String>,
+    /// Prometheus /metrics and /actors (JSON) listener.
+    #[arg(long, env = "KAAS_METRICS_LISTEN", default_value = "127.0.0.1:9644")]
+    pub metrics_listen: SocketAddr,
+    /// Create unknown topics on Metadata/Produce, like Kafka's auto.create.topics.enable.
+    #[arg(long, env = "KAAS_AUTO_CREATE_TOPICS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub auto_create_topics: bool,
+    /// Partitions of auto-created topics (num.partitions).
+    #[arg(long, env = "KAAS_DEFAULT_PARTITIONS", default_value_t = 1)]
+    pub default_partitions: i32,
+    /// Largest request frame accepted (socket.request.max.bytes).
+    #[arg(long, env = "KAAS_MAX_REQUEST_BYTES", default_value_t = 104_857_600)]
+    pub max_request_bytes: usize,
+    /// Connections beyond this are closed on accept.
+    #[arg(long, env = "KAAS_MAX_CONNECTIONS", default_value_t = 10_000)]
+    pub max_connections: usize,
+    /// A frame started but not completed within this time closes the connection.
+    #[arg(long, env = "KAAS_REQUEST_TIMEOUT_MS", default_value_t = 30_000)]
+    pub request_timeout_ms: u64,
+    /// Idle connections are closed after this (connections.max.idle.ms).
+    #[arg(long, env = "KAAS_IDLE_TIMEOUT_MS", default_value_t = 600_000)]
+    pub idle_timeout_ms: u64,
+    /// Default segment.bytes.
+    #[arg(long, env = "KAAS_SEGMENT_BYTES", default_value_t = 1 << 30)]
+    pub segment_bytes: u64,
+    /// Default segment.ms.
+    #[arg(long, env = "KAAS_SEGMENT_MS", default_value_t = 604_800_000)]
+    pub segment_ms: i64,
+    /// Default retention.ms (-1: forever).
+    #[arg(
+        long,
+        env = "KAAS_RETENTION_MS",
+        default_value_t = 604_800_000,
+        allow_hyphen_values = true
+    )]
+    pub retention_ms: i64,
+    /// Default retention.bytes per partition (-1: unlimited).
+    #[arg(long, env = "KAAS_RETENTION_BYTES", default_value_t = -1, allow_hyphen_values = true)]
+    pub retention_bytes: i64,
+    /// How often each partition checks retention.
+    #[arg(
+        long,
+        env = "KAAS_RETENTION_CHECK_INTERVAL_MS",
+        default_value_t = 300_000
+    )]
+    pub retention_check_interval_ms: u64,
+    /// Arbiters (threads) that run partition leaders; default: one per core.
+    #[arg(long, env = "KAAS_PARTITION_THREADS")]
+    pub partition_threads: Option<usize>,
+    /// Start even if the substrate check disqualifies the volume (logged loudly).
+    #[arg(
+        long,
+        env = "KAAS_ALLOW_DISQUALIFIED_SUBSTRATE",
+        default_value_t = false
+    )]
+    pub allow_disqualified_substrate: bool,
+}
+
+impl BrokerArgs {
+    /// The cluster directory actually used.
+    pub fn cluster_dir(&self) -> PathBuf {
+        self.cluster_dir
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join("__cluster"))
+    }
+
+    /// (host, port) advertised to clients.
+    pub fn advertised(&self) -> (String, i32) {
+        if let Some(a) = &self.advertised_listener {
+            if let Some((h, p)) = a.rsplit_once(':') {
+                if let Ok(p) = p.parse() {
+                    return (h.to_owned(), p);
+                }
+            }
+        }
+        (self.listen.ip().to_string(), self.listen.port() as i32)
+    }
+}

@@ -1,0 +1,116 @@
+//! One client connection: frames in, responses out, in request order.
+//!
+//! The reader half parses each frame and runs the handler's dispatch phase
+//! inline (so appends reach partition leaders in request order), then queues
+//! the completion future; the writer half resolves queued futures in order
+//! and writes them. At most `MAX_IN_FLIGHT` requests are outstanding per
+//! connection, which is the back-pressure from slow fsyncs to the socket.
+//! Connections never touch files.
+
+use crate::handlers;
+use crate::state::Broker;
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use futures::{FutureExt, SinkExt, StreamExt};
+use kaas_protocol::{encode_response, parse_request, FrameCodec, FrameError, RequestError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+use tokio_util::codec::{FramedRead, FramedWrite};
+
+const MAX_IN_FLIGHT: usize = 32;
+
+/// Serve one connection until it closes or misbehaves.
+pub async fn serve(b: Arc<Broker>, sock: TcpStream, peer: std::net::SocketAddr) {
+    let _ = sock.set_nodelay(true);
+    let (rd, wr) = sock.into_split();
+    let mut frames = FramedRead::new(rd, FrameCodec::new(b.args.max_request_bytes));
+    let mut out = FramedWrite::new(wr, FrameCodec::new(usize::MAX));
+    let (tx, mut rx) = mpsc::channel::<BoxFuture<'static, Option<Bytes>>>(MAX_IN_FLIGHT);
+
+    let writer = async move {
+        while let Some(f) = rx.recv().await {
+            if let Some(bytes) = f.await {
+                if out.send(bytes).await.is_err() {
+                    return;
+                }
+            }
+        }
+    };
+
+    let request_timeout = Duration::from_millis(b.args.request_timeout_ms.max(1));
+    let idle_timeout = Duration::from_millis(b.args.idle_timeout_ms.max(1));
+    let reader = async move {
+        let mut last_activity = Instant::now();
+        loop {
+            let next = match tokio::time::timeout(request_timeout, frames.next()).await {
+                Ok(n) => n,
+                Err(_) => {
+                    if !frames.read_buffer().is_empty() {
+                        tracing::warn!(%peer, buffered = frames.read_buffer().len(), "incomplete request stalled; closing connection");
+                        return;
+                    }
+                    if last_activity.elapsed() >= idle_timeout {
+                        tracing::debug!(%peer, "idle connection closed");
+                        return;
+                    }
+                    continue;
+                }
+            };
+            last_activity = Instant::now();
+            let frame = match next {
+                None => return,
+                Some(Ok(f)) => f,
+                Some(Err(FrameError::Io(_))) => return,
+                Some(Err(e)) => {
+                    tracing::warn!(%peer, error = %e, "bad frame; closing connection");
+                    return;
+                }
+            };
+            let req = match parse_request(frame) {
+                Ok(r) => r,
+                Err(RequestError::UnsupportedVersion { header }) if header.api_key == 18 => {
+                    // KIP-511: answer ApiVersions v0 with the table.
+                    let resp = kaas_protocol::api_versions_fallback_response(header.correlation_id);
+                    if tx
+                        .send(futures::future::ready(Some(resp)).boxed())
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                    continue;
+                }
+                Err(e) => {
+                    tracing::warn!(%peer, error = %e, "unserviceable request; closing connection");
+                    return;
+                }
+            };
+            let header = req.header;
+            let pending = handlers::dispatch(&b, &header, req.body).await;
+            let Some(fut) = pending else {
+                // acks=0 produce: Kafka sends no response at all.
+                continue;
+            };
+            let f = async move {
+                let body = fut.await;
+                match encode_response(&header, &body) {
+                    Ok(bytes) => Some(bytes),
+                    Err(e) => {
+                        tracing::error!(api_key = header.api_key, version = header.api_version, error = %e, "response encoding failed");
+                        None
+                    }
+                }
+            }
+            .boxed();
+            if tx.send(f).await.is_err() {
+                return;
+            }
+        }
+    };
+    // When the reader stops, the writer drains what is queued, then ends.
+    let writer = tokio::task::spawn_local(writer);
+    reader.await;
+    let _ = writer.await;
+}

@@ -1,0 +1,176 @@
+//! Start-up and the listeners: substrate gate, controller epoch, topic
+//! catalog, partition arbiters, the Kafka listener with its connection cap,
+//! and the telemetry HTTP listener (`/metrics`, `/actors`).
+
+use crate::config::BrokerArgs;
+use crate::conn;
+use crate::state::Broker;
+use actix::Actor;
+use anyhow::Context as _;
+use kaas_actors::fs::{RealFs, SharedFs};
+use kaas_actors::producer_ids::ProducerIdAllocator;
+use kaas_actors::topic::TopicCatalog;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+/// Run a broker until SIGTERM/SIGINT.
+pub fn run(args: BrokerArgs) -> anyhow::Result<()> {
+    let fs: SharedFs = Arc::new(RealFs);
+    fs.create_dir_all(&args.data_dir)
+        .with_context(|| format!("creating data dir {}", args.data_dir.display()))?;
+    let cluster_dir = args.cluster_dir();
+    fs.create_dir_all(&cluster_dir)
+        .with_context(|| format!("creating cluster dir {}", cluster_dir.display()))?;
+    crate::substrate_cmd::startup_gate(
+        &[&args.data_dir, &cluster_dir],
+        args.allow_disqualified_substrate,
+    )?;
+
+    let epoch = kaas_actors::controller::claim_epoch(&fs, &cluster_dir, args.broker_id)
+        .context("claiming controller epoch")?;
+    let cluster_id = cluster_id(&fs, &cluster_dir)?;
+    let threads = args
+        .partition_threads
+        .unwrap_or_else(|| {
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(2)
+        })
+        .max(1);
+
+    let sys = actix_rt::System::new();
+    sys.block_on(async move {
+        let catalog = TopicCatalog::load(fs.clone(), &args.data_dir)
+            .map_err(|e| anyhow::anyhow!("loading topics: {e}"))?;
+        let topics = catalog.view();
+        let catalog = catalog.start();
+        let arbiters: Vec<actix::Arbiter> = (0..threads).map(|_| actix::Arbiter::new()).collect();
+        let handles = arbiters.iter().map(|a| a.handle()).collect();
+        let pids = ProducerIdAllocator::new(fs.clone(), &cluster_dir, args.broker_id);
+        let broker = Arc::new(Broker::new(
+            args.clone(),
+            fs.clone(),
+            epoch,
+            cluster_id.clone(),
+            topics,
+            catalog,
+            pids,
+            handles,
+        ));
+
+        let listener = TcpListener::bind(args.listen)
+            .await
+            .with_context(|| format!("binding {}", args.listen))?;
+        let metrics = TcpListener::bind(args.metrics_listen)
+            .await
+            .with_context(|| format!("binding metrics {}", args.metrics_listen))?;
+        tokio::task::spawn_local(serve_metrics(metrics));
+        tracing::info!(
+            listen = %args.listen,
+            metrics = %args.metrics_listen,
+            data_dir = %args.data_dir.display(),
+            broker_id = args.broker_id,
+            epoch,
+            cluster_id = %cluster_id,
+            "kaas broker listening on {}",
+            args.listen
+        );
+        eprintln!("kaas broker listening on {}", args.listen);
+
+        let accept = accept_loop(broker.clone(), listener);
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        tokio::select! {
+            _ = accept => {}
+            _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+            _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: shutting down"),
+        }
+        // Controlled shutdown: flush and checkpoint every open partition.
+        broker.stop_leaders(None).await;
+        for a in arbiters {
+            a.stop();
+        }
+        actix_rt::System::current().stop();
+        tracing::info!("shutdown complete");
+        Ok::<(), anyhow::Error>(())
+    })
+}
+
+async fn accept_loop(b: Arc<Broker>, listener: TcpListener) {
+    let t = kaas_actors::telemetry::global();
+    loop {
+        let (sock, peer) = match listener.accept().await {
+            Ok(x) => x,
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let open = t.connections.load(Ordering::Relaxed);
+        if open >= b.args.max_connections as i64 {
+            tracing::warn!(%peer, open, max = b.args.max_connections, "connection limit reached; closing new connection");
+            drop(sock);
+            continue;
+        }
+        t.connections.fetch_add(1, Ordering::Relaxed);
+        let b = b.clone();
+        tokio::task::spawn_local(async move {
+            conn::serve(b, sock, peer).await;
+            kaas_actors::telemetry::global()
+                .connections
+                .fetch_sub(1, Ordering::Relaxed);
+        });
+    }
+}
+
+/// The cluster id, created once with O_EXCL (the first broker wins).
+fn cluster_id(fs: &SharedFs, cluster_dir: &std::path::Path) -> anyhow::Result<String> {
+    let path = cluster_dir.join("cluster-id");
+    if let Ok(b) = fs.read(&path) {
+        let id = String::from_utf8_lossy(&b).trim().to_owned();
+        if !id.is_empty() {
+            return Ok(id);
+        }
+    }
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    kaas_actors::fs::write_atomic(fs.as_ref(), &path, id.as_bytes())?;
+    Ok(id)
+}
+
+async fn serve_metrics(l: TcpListener) {
+    loop {
+        let Ok((mut sock, _)) = l.accept().await else {
+            continue;
+        };
+        tokio::task::spawn_local(async move {
+            let mut buf = vec![0u8; 4096];
+            let n =
+                match tokio::time::timeout(std::time::Duration::from_secs(5), sock.read(&mut buf))
+                    .await
+                {
+                    Ok(Ok(n)) => n,
+                    _ => return,
+                };
+            let req = String::from_utf8_lossy(&buf[..n]);
+            let path = req.split_whitespace().nth(1).unwrap_or("/");
+            let t = kaas_actors::telemetry::global();
+            let (status, ctype, body) = match path {
+                "/metrics" => ("200 OK", "text/plain; version=0.0.4", t.render_prometheus()),
+                "/actors" => (
+                    "200 OK",
+                    "application/json",
+                    serde_json::to_string(&t.actors()).unwrap_or_default(),
+                ),
+                _ => ("404 Not Found", "text/plain", "not found\n".to_string()),
+            };
+            let head = format!(
+                "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = sock.write_all(head.as_bytes()).await;
+            let _ = sock.write_all(body.as_bytes()).await;
+        });
+    }
+}
