@@ -215,12 +215,29 @@ async fn metadata(b: &Arc<Broker>, r: MetadataRequest, v: i16) -> MetadataRespon
                     .collect();
             }
         }
-        mt.topic_authorized_operations = i32::MIN;
+        // No ACLs: every topic operation is allowed. Report the bit set
+        // only when asked (KIP-430); i32::MIN means "not requested".
+        mt.topic_authorized_operations = if r.include_topic_authorized_operations {
+            TOPIC_OPS
+        } else {
+            i32::MIN
+        };
         resp.topics.push(mt);
     }
-    resp.cluster_authorized_operations = i32::MIN;
+    resp.cluster_authorized_operations = if r.include_cluster_authorized_operations {
+        CLUSTER_OPS
+    } else {
+        i32::MIN
+    };
     resp
 }
+
+/// READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS.
+const TOPIC_OPS: i32 =
+    (1 << 3) | (1 << 4) | (1 << 5) | (1 << 6) | (1 << 7) | (1 << 8) | (1 << 10) | (1 << 11);
+/// CREATE, ALTER, DESCRIBE, CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE.
+const CLUSTER_OPS: i32 =
+    (1 << 5) | (1 << 7) | (1 << 8) | (1 << 9) | (1 << 10) | (1 << 11) | (1 << 12);
 
 fn part_resp(idx: i32, err: i16) -> PartitionProduceResponse {
     let mut p = PartitionProduceResponse::default();
