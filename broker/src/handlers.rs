@@ -256,7 +256,7 @@ enum Slot {
 
 async fn produce(b: &Arc<Broker>, r: ProduceRequest, v: i16) -> Pending {
     let acks = r.acks;
-    let refuse_all = if !matches!(acks, 0 | 1 | -1) {
+    let refuse_all = if !(-1..=1).contains(&acks) {
         Some(code::INVALID_REQUIRED_ACKS)
     } else if r.transactional_id.is_some() {
         // Transactions are not implemented: refuse, never fake them.
@@ -421,10 +421,7 @@ async fn fetch(b: &Arc<Broker>, r: FetchRequest, v: i16) -> FetchResponse {
     loop {
         let work = items.clone();
         let read = tokio::task::spawn_blocking(move || read_items(&work, max_total, v)).await;
-        let parts = match read {
-            Ok(p) => p,
-            Err(_) => Vec::new(),
-        };
+        let parts = read.unwrap_or_default();
         let total: usize = parts
             .iter()
             .map(|(_, p)| p.records.as_ref().map(|x| x.len()).unwrap_or(0))

@@ -19,6 +19,7 @@ pub use real::RealFs;
 
 /// A file opened for reading. Reads are positional so one handle can serve
 /// many concurrent fetches.
+#[allow(clippy::len_without_is_empty)] // a file length, not a collection
 pub trait ReadFile: Send + Sync {
     /// Read up to `buf.len()` bytes at `pos`; returns bytes read (0 at EOF).
     fn read_at(&self, buf: &mut [u8], pos: u64) -> io::Result<usize>;

@@ -95,7 +95,10 @@ impl Index {
     /// Decode from the two files; `None` if they disagree or are torn (the
     /// caller then rebuilds by scanning, which is always correct).
     pub fn decode(idx: &[u8], tim: &[u8], interval: u64) -> Option<Self> {
-        if idx.len() % 8 != 0 || tim.len() % 12 != 0 || idx.len() / 8 != tim.len() / 12 {
+        if !idx.len().is_multiple_of(8)
+            || !tim.len().is_multiple_of(12)
+            || idx.len() / 8 != tim.len() / 12
+        {
             return None;
         }
         let mut entries = Vec::with_capacity(idx.len() / 8);

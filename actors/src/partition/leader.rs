@@ -211,7 +211,7 @@ impl PartitionLeader {
         if let Some(log) = self.log.as_mut() {
             if !log.dirty() && log.roll_due(now) {
                 if let Err(e) = log.roll(now) {
-                    return self.fail(storage(e), ctx);
+                    self.fail(storage(e), ctx);
                 }
             }
         }

@@ -168,14 +168,11 @@ impl PartitionReader {
         let Some(h) = header_at(file.as_ref(), pos, seg.size())? else {
             return Ok(None);
         };
-        let mut buf = vec![0u8; h.batch_len as usize];
+        let mut buf = vec![0u8; h.batch_len];
         file.read_exact_at(&mut buf, pos)?;
-        let hit = record_timestamps(&buf).ok().and_then(|recs| {
-            recs.into_iter()
-                .filter(|(_, t)| *t == h.max_timestamp)
-                .map(|(o, t)| (o, t))
-                .next()
-        });
+        let hit = record_timestamps(&buf)
+            .ok()
+            .and_then(|recs| recs.into_iter().find(|(_, t)| *t == h.max_timestamp));
         let (offset, timestamp) = hit.unwrap_or((h.last_offset(), h.max_timestamp));
         Ok(Some(TimestampHit {
             offset,
