@@ -11,6 +11,21 @@ Fixtures:
   broker_factory  make(extra_args=[...], start=True) -> Broker, for tests
                   that need special flags or several brokers
   topic_name      a unique topic name for the test
+  substrate       "local" or "weakfs": what the brokers' data dirs live on.
+
+Substrates: by default a broker's data dir is a plain local directory. With
+substrate "weakfs" it is a weakfs FUSE mount (tests/weakfs, one mount per
+broker = one NFS "host") over a backing directory, with NFS client behaviours
+switched on (`--nfs`: actimeo-like attribute/lookup/listing caching, negative
+lookup caching, silly rename; see the weakfs crate docs). Choose it:
+  * for a whole module:  pytestmark = pytest.mark.substrates("local", "weakfs")
+    (test ids get [local] / [weakfs]); or per test with the same marker;
+  * for every test without the marker:  KAAS_E2E_SUBSTRATE=weakfs
+Knobs: KAAS_WEAKFS_BIN (default: next to the kaas binary), KAAS_E2E_WEAKFS_ARGS
+(default "--nfs --actimeo-ms 3000 --lost-reply-prob 0"), KAAS_E2E_WEAKFS_SEED.
+If no FUSE mount can be made here the weakfs variant is skipped with the
+reason, never passed. Mounts are unmounted in teardown (fusermount3 -u, then
+umount -l), also after a kill -9 of the broker.
 
 Helpers: create_topic(), wait_topic_ready(), producer_conf(), consume_all(),
 produce_and_check(), assert_healthy().
@@ -20,6 +35,8 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -87,6 +104,7 @@ class Broker:
         self.proc: subprocess.Popen | None = None
         self.starts = 0
         self._log_offset = 0
+        self.weakfs: WeakMount | None = None  # set when the data dir is a weakfs mount
 
     # -- addresses ---------------------------------------------------------
     @property
@@ -232,6 +250,126 @@ class Broker:
         raise KeyError(field)
 
 
+# ---------------------------------------------------------------------------
+# substrates
+# ---------------------------------------------------------------------------
+
+SUBSTRATES = ("local", "weakfs")
+DEFAULT_WEAKFS_ARGS = "--nfs --actimeo-ms 3000 --lost-reply-prob 0"
+
+
+def weakfs_bin() -> Path:
+    p = os.environ.get("KAAS_WEAKFS_BIN")
+    if p:
+        return Path(p).resolve()
+    return kaas_bin().parent / "weakfs"
+
+
+def _is_mount(path: Path) -> bool:
+    target = str(path.resolve())
+    try:
+        with open("/proc/self/mountinfo") as f:
+            return any(line.split()[4] == target for line in f)
+    except OSError:
+        return os.path.ismount(target)
+
+
+class WeakMount:
+    """One weakfs process serving `backing` at `mountpoint`: one NFS "host".
+
+    cut()/heal() toggle the host's cut-off (every call fails with EIO) via
+    its control file, which lives outside the mount."""
+
+    def __init__(self, backing: Path, mountpoint: Path, log_path: Path,
+                 extra_args: list[str] | None = None):
+        self.backing = Path(backing)
+        self.mountpoint = Path(mountpoint)
+        self.log_path = Path(log_path)
+        self.cutoff_file = self.log_path.with_suffix(".cutoff")
+        if extra_args is None:
+            extra_args = shlex.split(os.environ.get("KAAS_E2E_WEAKFS_ARGS", DEFAULT_WEAKFS_ARGS))
+            extra_args += ["--seed", os.environ.get("KAAS_E2E_WEAKFS_SEED", "1")]
+        self.args = list(extra_args)
+        self.proc: subprocess.Popen | None = None
+
+    def unavailable(self) -> str | None:
+        """Why no weakfs mount can be made here, or None."""
+        if not weakfs_bin().exists():
+            return f"weakfs binary {weakfs_bin()} missing (cargo build --release --workspace)"
+        if not os.path.exists("/dev/fuse"):
+            return "/dev/fuse does not exist"
+        if os.geteuid() != 0 and shutil.which("fusermount3") is None:
+            return "not root and no fusermount3 in PATH"
+        return None
+
+    def mount(self, timeout: float = 10.0) -> None:
+        why = self.unavailable()
+        if why:
+            pytest.skip(f"weakfs substrate unavailable: {why}")
+        self.backing.mkdir(parents=True, exist_ok=True)
+        self.mountpoint.mkdir(parents=True, exist_ok=True)
+        argv = [str(weakfs_bin()), str(self.backing), str(self.mountpoint),
+                "--cutoff-file", str(self.cutoff_file), *self.args]
+        with open(self.log_path, "ab") as log:
+            log.write(f"\n===== e2e: {' '.join(argv)}\n".encode())
+            log.flush()
+            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                         start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if _is_mount(self.mountpoint):
+                return
+            if self.proc.poll() is not None:
+                rc, self.proc = self.proc.returncode, None
+                pytest.skip(f"weakfs substrate unavailable: weakfs exited with code {rc} "
+                            f"before mounting:\n{self.log_tail()}")
+            time.sleep(0.05)
+        self.unmount()
+        pytest.skip(f"weakfs substrate unavailable: no mount at {self.mountpoint} "
+                    f"within {timeout}s\n{self.log_tail()}")
+
+    def cut(self) -> None:
+        self.cutoff_file.touch()
+
+    def heal(self) -> None:
+        self.cutoff_file.unlink(missing_ok=True)
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace").splitlines()
+        except FileNotFoundError:
+            return ""
+        return "\n".join(text[-lines:])
+
+    def unmount(self) -> None:
+        """Unmount for sure: fusermount3 -u, then umount -l; stop weakfs."""
+        self.heal()
+        for cmd in (["fusermount3", "-u", str(self.mountpoint)],
+                    ["umount", str(self.mountpoint)],
+                    ["umount", "-l", str(self.mountpoint)]):
+            if not _is_mount(self.mountpoint):
+                break
+            if shutil.which(cmd[0]) is None:
+                continue
+            for _ in range(20):
+                r = subprocess.run(cmd, capture_output=True, timeout=15)
+                if r.returncode == 0 or not _is_mount(self.mountpoint):
+                    break
+                time.sleep(0.1)  # EBUSY while a killed broker's fds drain
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.send_signal(signal.SIGTERM)
+                try:
+                    self.proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait(timeout=5)
+            self.proc = None
+        assert not _is_mount(self.mountpoint), f"could not unmount {self.mountpoint}"
+
+
 SEGMENT_RE = re.compile(r"^(\d{20})-e(\d+)\.log$")
 
 
@@ -253,7 +391,18 @@ def segment_files(partition_dir: Path) -> list[tuple[int, int, Path]]:
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "broker_args(*args): extra CLI args for the `broker` fixture")
+    config.addinivalue_line("markers", "substrates(*names): run the test once per substrate "
+                            "(local, weakfs); ids [local]/[weakfs]")
     config.addinivalue_line("markers", "slow: takes more than ~20 s")
+
+
+def pytest_generate_tests(metafunc):
+    marks = list(metafunc.definition.iter_markers("substrates"))
+    if marks and "substrate" in metafunc.fixturenames:
+        names = [str(n) for m in marks for n in m.args]
+        unknown = set(names) - set(SUBSTRATES)
+        assert not unknown, f"unknown substrate(s) {unknown}; known: {SUBSTRATES}"
+        metafunc.parametrize("substrate", names, indirect=True, ids=names)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -264,25 +413,54 @@ def pytest_runtest_makereport(item, call):
     if rep.failed and brokers:
         for b in brokers:
             rep.sections.append((f"kaas {b.name} log ({rep.when})", b.log_tail()))
+            if b.weakfs is not None:
+                rep.sections.append((f"weakfs {b.name} log ({rep.when})", b.weakfs.log_tail()))
 
 
 @pytest.fixture
-def broker_factory(request, tmp_path):
+def substrate(request) -> str:
+    """What broker data dirs live on: the test's [param], else
+    $KAAS_E2E_SUBSTRATE, else "local"."""
+    name = getattr(request, "param", None) or os.environ.get("KAAS_E2E_SUBSTRATE", "local")
+    assert name in SUBSTRATES, f"unknown substrate {name!r}; known: {SUBSTRATES}"
+    return name
+
+
+@pytest.fixture
+def broker_factory(request, tmp_path, substrate):
     made: list[Broker] = []
+    mounts: list[WeakMount] = []
     request.node._kaas_brokers = made
 
-    def make(extra_args: list[str] | None = None, start: bool = True, **kw) -> Broker:
+    def make(extra_args: list[str] | None = None, start: bool = True,
+             backing: Path | None = None, weakfs_args: list[str] | None = None,
+             **kw) -> Broker:
+        """A broker with its own data dir. On weakfs, the data dir is the
+        broker's own mount ("host") of `backing` (default: a private backing
+        dir; pass the same path to several brokers to share a volume)."""
         idx = len(made)
         kw.setdefault("name", f"broker{idx}")
         b = Broker(tmp_path / kw["name"], extra_args=extra_args, **kw)
         made.append(b)
+        if substrate == "weakfs":
+            m = WeakMount(backing or (b.workdir / "backing"), b.data_dir,
+                          b.workdir / "weakfs.log", weakfs_args)
+            m.mount()
+            mounts.append(m)
+            b.weakfs = m
         if start:
             b.start()
         return b
 
-    yield make
-    for b in made:
-        b.stop()
+    try:
+        yield make
+    finally:
+        try:
+            for b in made:
+                b.stop()
+        finally:
+            for m in mounts:
+                m.unmount()
     for b in made:
         b.assert_no_panic()
 

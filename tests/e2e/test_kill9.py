@@ -12,6 +12,9 @@ from confluent_kafka import Producer
 
 from conftest import consume_all, create_topic, producer_conf, wait_until
 
+# Run on a local dir and on a weakfs (NFS-like) mount: see conftest.py.
+pytestmark = pytest.mark.substrates("local", "weakfs")
+
 PARTITIONS = 3
 KILL_CYCLES = 3
 ACKS_PER_CYCLE = 3000

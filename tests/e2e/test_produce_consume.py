@@ -9,6 +9,9 @@ from confluent_kafka import TIMESTAMP_CREATE_TIME, Producer
 
 from conftest import consume_all, create_topic, producer_conf
 
+# Run on a local dir and on a weakfs (NFS-like) mount: see conftest.py.
+pytestmark = pytest.mark.substrates("local", "weakfs")
+
 N = 100_000
 PARTITIONS = 3
 

@@ -7,6 +7,9 @@ from confluent_kafka.admin import AdminClient
 
 from conftest import client_conf, consume_all, create_topic, producer_conf
 
+# Run on a local dir and on a weakfs (NFS-like) mount: see conftest.py.
+pytestmark = pytest.mark.substrates("local", "weakfs")
+
 PARTITIONS = 2
 N = 1000
 

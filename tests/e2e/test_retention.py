@@ -10,6 +10,9 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from conftest import client_conf, create_topic, producer_conf, segment_files, wait_until
 
+# Run on a local dir and on a weakfs (NFS-like) mount: see conftest.py.
+pytestmark = pytest.mark.substrates("local", "weakfs")
+
 RECORDS = 1000
 VALUE = b"r" * 1024
 

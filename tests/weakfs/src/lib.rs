@@ -14,12 +14,50 @@
 //! * [`Behaviours::fsync_noop`]: fsync returns at once without touching the
 //!   backing file — a substrate that lies about durability (an async NFS
 //!   export, a write-back cache with no battery).
-//! * [`Behaviours::attr_ttl`]: how long the kernel may cache attributes and
-//!   lookups (NFS `actimeo`); zero by default, so every access revalidates.
+//! * [`Behaviours::attr_ttl`]: attribute and directory caching per mount
+//!   ("host"), modelled on the Linux NFS client's `actimeo` (nfs(5), "Data and
+//!   metadata coherence" / "acregmin ... acdirmax"). Zero by default, so every
+//!   access revalidates. When non-zero: the kernel caches attributes and
+//!   positive lookups for that long (FUSE entry/attr timeouts), and this
+//!   filesystem caches each directory's listing for that long, so a listing
+//!   can miss files another host created or show files it removed. Changes
+//!   made through this mount invalidate its own cache, as the NFS client
+//!   does for its own operations. Opening a file by name revalidates it
+//!   (close-to-open, nfs(5) "Close-to-open cache consistency"): `open` checks
+//!   the name still holds the cached file and answers ESTALE otherwise,
+//!   which makes the kernel look the name up again, and the kernel drops its
+//!   page cache on every open (no `FOPEN_KEEP_CACHE`).
+//! * [`Behaviours::negative_lookup_cache`]: "no such file" answers are cached
+//!   for `attr_ttl` too (nfs(5) `lookupcache=all`, the default; `positive`
+//!   and `none` turn it off). A file another host creates stays invisible to
+//!   a plain open on this host until the negative entry expires; an
+//!   `O_CREAT|O_EXCL` open always asks (the kernel revalidates on
+//!   `LOOKUP_EXCL`).
+//! * [`Behaviours::silly_rename`]: unlinking (or renaming over) a file that
+//!   is open through this mount renames it to `.nfsXXXXXXXXXXXXXXXXXXXXXXXX`
+//!   in the same directory and removes it at the last close, as the Linux
+//!   NFS client does (fs/nfs/unlink.c `nfs_sillyrename`; nfs(5) and the NFS
+//!   FAQ, "silly rename"). Meanwhile the directory is not empty, so `rmdir`
+//!   fails with ENOTEMPTY.
+//! * [`Behaviours::lost_reply_prob`]: with this probability (from a seeded
+//!   generator, [`Behaviours::seed`]) a successful exclusive create, unlink,
+//!   rmdir or rename is reported as failed — EEXIST for the create, ENOENT
+//!   for the others — while its effect stays. This is what a client sees
+//!   when a non-idempotent request's reply is lost and the retransmission
+//!   finds the work already done (RFC 8881 section 2.10.6, "Exactly Once
+//!   Semantics", describes the reply cache that v4.1 added because v3/v4.0
+//!   servers behaved this way; Linux NFSv3 and soft mounts still do).
+//! * [`Behaviours::cutoff_file`]: while that file (outside the mount) exists,
+//!   every operation fails with EIO, like a host cut off from the volume
+//!   (nfs(5) `soft` mount after `retrans` timeouts) while its processes keep
+//!   running. Delete the file to heal. Cached attributes and page-cache data
+//!   may still be served by the kernel, as with NFS.
 //!
-//! The crate is meant to grow into an NFS-semantics test filesystem (silly
-//! rename, ESTALE after a rename from another "host", lost replies), each as
-//! one more switch; the passthrough core stays as it is.
+//! [`Behaviours::nfs`] switches on the NFS set: caching (3 s), negative
+//! lookup caching, silly rename and lost replies.
+//!
+//! Each mount is one "host": run one weakfs process per broker over the same
+//! backing directory to model several NFS clients of one export.
 //!
 //! Node ids are the backing files' inode numbers (the backing root is node
 //! 1), so a file that is replaced on the backing side — by another weakfs
@@ -40,7 +78,10 @@ use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// One cached directory listing: (node, kind, name) per entry.
+type Listing = Vec<(u64, FileType, std::ffi::OsString)>;
 
 /// Which weaknesses are switched on. `Default` is an honest passthrough.
 #[derive(Debug, Clone, Default)]
@@ -49,8 +90,34 @@ pub struct Behaviours {
     pub rename_copy_delete: bool,
     /// Make fsync/fdatasync (and directory fsync) return at once.
     pub fsync_noop: bool,
-    /// Kernel attribute and entry cache lifetime.
+    /// Attribute, lookup and directory-listing cache lifetime (`actimeo`).
     pub attr_ttl: Duration,
+    /// Cache "no such file" lookups for `attr_ttl` (`lookupcache=all`).
+    pub negative_lookup_cache: bool,
+    /// Unlink of a file open on this mount renames it to `.nfs...`.
+    pub silly_rename: bool,
+    /// Probability that a successful exclusive create / unlink / rmdir /
+    /// rename is reported as EEXIST / ENOENT.
+    pub lost_reply_prob: f64,
+    /// Seed for the lost-reply generator.
+    pub seed: u64,
+    /// While this file exists every operation fails with EIO.
+    pub cutoff_file: Option<PathBuf>,
+}
+
+impl Behaviours {
+    /// The NFS preset: `actimeo` 3 s with negative lookup caching, silly
+    /// rename, and 1% lost replies from `seed`.
+    pub fn nfs(seed: u64) -> Self {
+        Self {
+            attr_ttl: Duration::from_secs(3),
+            negative_lookup_cache: true,
+            silly_rename: true,
+            lost_reply_prob: 0.01,
+            seed,
+            ..Self::default()
+        }
+    }
 }
 
 /// Errors setting up a mount.
@@ -86,14 +153,26 @@ pub struct WeakFs {
     behaviours: Behaviours,
     /// node id -> path relative to the backing root ("" is the root).
     paths: Mutex<HashMap<u64, PathBuf>>,
-    handles: Mutex<HashMap<u64, File>>,
+    handles: Mutex<HashMap<u64, (File, u64)>>,
     next_fh: AtomicU64,
     root_ino: u64,
+    /// node id -> number of open handles on this mount.
+    open_count: Mutex<HashMap<u64, u32>>,
+    /// node id -> backing path of its silly-renamed file.
+    silly: Mutex<HashMap<u64, PathBuf>>,
+    silly_seq: AtomicU64,
+    /// directory node id -> when listed, and the listing.
+    dir_cache: Mutex<HashMap<u64, (Instant, Listing)>>,
+    /// splitmix64 state of the lost-reply generator.
+    rng: Mutex<u64>,
 }
 
 impl WeakFs {
     /// A filesystem serving `backing` with the given behaviours.
     pub fn new(backing: &Path, behaviours: Behaviours) -> Result<Self, WeakFsError> {
+        if behaviours.lost_reply_prob > 0.0 || behaviours.silly_rename {
+            tracing::info!(?behaviours, "weakfs NFS behaviours on");
+        }
         let backing = backing
             .canonicalize()
             .map_err(|source| WeakFsError::Backing {
@@ -114,12 +193,86 @@ impl WeakFs {
         paths.insert(INodeNo::ROOT.0, PathBuf::new());
         Ok(Self {
             backing,
-            behaviours,
             paths: Mutex::new(paths),
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             root_ino: meta.ino(),
+            open_count: Mutex::new(HashMap::new()),
+            silly: Mutex::new(HashMap::new()),
+            silly_seq: AtomicU64::new(0),
+            dir_cache: Mutex::new(HashMap::new()),
+            rng: Mutex::new(behaviours.seed),
+            behaviours,
         })
+    }
+
+    /// Is this host cut off from the volume?
+    fn cut_off(&self) -> bool {
+        self.behaviours
+            .cutoff_file
+            .as_ref()
+            .is_some_and(|p| p.exists())
+    }
+
+    /// Should the reply to this successful operation be "lost"?
+    fn lose_reply(&self, what: &str, rel: &Path) -> bool {
+        if self.behaviours.lost_reply_prob <= 0.0 {
+            return false;
+        }
+        let Ok(mut state) = self.rng.lock() else {
+            return false;
+        };
+        // splitmix64
+        *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = *state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        let lost = ((z >> 11) as f64 / (1u64 << 53) as f64) < self.behaviours.lost_reply_prob;
+        if lost {
+            tracing::info!(op = what, path = %rel.display(), "weakfs: losing the reply of a successful operation");
+        }
+        lost
+    }
+
+    /// This mount changed directory `parent`: drop its cached listing.
+    fn dir_changed(&self, parent: INodeNo) {
+        if let Ok(mut c) = self.dir_cache.lock() {
+            c.remove(&parent.0);
+        }
+    }
+
+    /// Unlink `rel`, or silly-rename it if it is open on this mount.
+    fn remove_or_silly_rename(&self, rel: &Path) -> Result<(), Errno> {
+        let path = self.full(rel);
+        if self.behaviours.silly_rename {
+            let meta = std::fs::symlink_metadata(&path).map_err(errno)?;
+            let node = self.node_of(meta.ino());
+            let open = self
+                .open_count
+                .lock()
+                .map_err(|_| Errno::EIO)?
+                .get(&node)
+                .copied()
+                .unwrap_or(0);
+            if open > 0 && meta.is_file() {
+                let seq = self.silly_seq.fetch_add(1, Ordering::Relaxed);
+                let name = format!(".nfs{:016x}{:08x}", meta.ino(), seq as u32);
+                let silly_rel = rel.with_file_name(name);
+                std::fs::rename(&path, self.full(&silly_rel)).map_err(errno)?;
+                tracing::debug!(from = %rel.display(), to = %silly_rel.display(), "silly rename");
+                self.paths
+                    .lock()
+                    .map_err(|_| Errno::EIO)?
+                    .insert(node, silly_rel.clone());
+                self.silly
+                    .lock()
+                    .map_err(|_| Errno::EIO)?
+                    .insert(node, silly_rel);
+                return Ok(());
+            }
+        }
+        std::fs::remove_file(&path).map_err(errno)
     }
 
     fn node_of(&self, backing_ino: u64) -> u64 {
@@ -171,10 +324,60 @@ impl WeakFs {
         Ok(attr_of(ino.0, &meta))
     }
 
-    fn add_handle(&self, f: File) -> Result<u64, Errno> {
+    fn add_handle(&self, f: File, node: u64) -> Result<u64, Errno> {
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        self.handles.lock().map_err(|_| Errno::EIO)?.insert(fh, f);
+        self.handles
+            .lock()
+            .map_err(|_| Errno::EIO)?
+            .insert(fh, (f, node));
+        *self
+            .open_count
+            .lock()
+            .map_err(|_| Errno::EIO)?
+            .entry(node)
+            .or_insert(0) += 1;
         Ok(fh)
+    }
+
+    /// Forget handle `fh`; at the last close of a silly-renamed file,
+    /// remove it.
+    fn drop_handle(&self, fh: u64) {
+        let Some((file, node)) = self.handles.lock().ok().and_then(|mut h| h.remove(&fh)) else {
+            return;
+        };
+        drop(file);
+        let last = match self.open_count.lock() {
+            Ok(mut c) => match c.get_mut(&node) {
+                Some(n) if *n > 1 => {
+                    *n -= 1;
+                    false
+                }
+                _ => {
+                    c.remove(&node);
+                    true
+                }
+            },
+            Err(_) => false,
+        };
+        if last {
+            let silly = self.silly.lock().ok().and_then(|mut s| s.remove(&node));
+            if let Some(rel) = silly {
+                if let Err(e) = std::fs::remove_file(self.full(&rel)) {
+                    tracing::warn!(path = %rel.display(), error = %e, "removing silly-renamed file");
+                }
+                if let Some(parent) = rel.parent() {
+                    // The listing changed under this mount.
+                    let parent = parent.to_path_buf();
+                    if let (Ok(paths), Ok(mut cache)) = (self.paths.lock(), self.dir_cache.lock()) {
+                        for (n, p) in paths.iter() {
+                            if *p == parent {
+                                cache.remove(n);
+                            }
+                        }
+                    }
+                }
+            }
+        }
     }
 
     fn with_handle<T>(
@@ -183,7 +386,7 @@ impl WeakFs {
         f: impl FnOnce(&File) -> io::Result<T>,
     ) -> Result<T, Errno> {
         let handles = self.handles.lock().map_err(|_| Errno::EIO)?;
-        let file = handles.get(&fh.0).ok_or(Errno::EBADF)?;
+        let (file, _) = handles.get(&fh.0).ok_or(Errno::EBADF)?;
         f(file).map_err(errno)
     }
 
@@ -240,6 +443,16 @@ impl WeakFs {
     }
 }
 
+/// Fail the operation with EIO while the host is cut off.
+macro_rules! check_cut {
+    ($fs:expr, $reply:expr) => {
+        if $fs.cut_off() {
+            $reply.error(Errno::EIO);
+            return;
+        }
+    };
+}
+
 fn errno(e: io::Error) -> Errno {
     Errno::from(e)
 }
@@ -274,6 +487,27 @@ fn attr_of(node: u64, m: &std::fs::Metadata) -> FileAttr {
     }
 }
 
+/// The attributes of a negative entry: only the zero node id matters.
+fn negative_attr() -> FileAttr {
+    FileAttr {
+        ino: INodeNo(0),
+        size: 0,
+        blocks: 0,
+        atime: UNIX_EPOCH,
+        mtime: UNIX_EPOCH,
+        ctime: UNIX_EPOCH,
+        crtime: UNIX_EPOCH,
+        kind: FileType::RegularFile,
+        perm: 0,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: 0,
+        flags: 0,
+    }
+}
+
 fn to_system_time(t: TimeOrNow) -> SystemTime {
     match t {
         TimeOrNow::SpecificTime(t) => t,
@@ -283,17 +517,23 @@ fn to_system_time(t: TimeOrNow) -> SystemTime {
 
 impl Filesystem for WeakFs {
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        check_cut!(self, reply);
         let ttl = self.behaviours.attr_ttl;
         match self
             .child(parent, name)
             .and_then(|rel| self.entry_attr(&rel))
         {
             Ok(attr) => reply.entry(&ttl, &attr, Generation(0)),
+            Err(Errno::ENOENT) if self.behaviours.negative_lookup_cache && !ttl.is_zero() => {
+                // Node id 0 with a timeout: the kernel caches "no such file".
+                reply.entry(&ttl, &negative_attr(), Generation(0));
+            }
             Err(e) => reply.error(e),
         }
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        check_cut!(self, reply);
         let ttl = self.behaviours.attr_ttl;
         let res = match fh {
             // An open handle keeps its file alive even after unlink/replace.
@@ -326,6 +566,7 @@ impl Filesystem for WeakFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        check_cut!(self, reply);
         let ttl = self.behaviours.attr_ttl;
         let res = (|| -> Result<FileAttr, Errno> {
             let rel = self.rel_path(ino)?;
@@ -374,6 +615,7 @@ impl Filesystem for WeakFs {
         umask: u32,
         reply: ReplyEntry,
     ) {
+        check_cut!(self, reply);
         let ttl = self.behaviours.attr_ttl;
         let res = self.child(parent, name).and_then(|rel| {
             let path = self.full(&rel);
@@ -383,6 +625,7 @@ impl Filesystem for WeakFs {
                 std::fs::Permissions::from_mode(mode & !umask & 0o7777),
             )
             .map_err(errno)?;
+            self.dir_changed(parent);
             self.entry_attr(&rel)
         });
         match res {
@@ -392,20 +635,32 @@ impl Filesystem for WeakFs {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        match self
-            .child(parent, name)
-            .and_then(|rel| std::fs::remove_file(self.full(&rel)).map_err(errno))
-        {
+        check_cut!(self, reply);
+        let res = self.child(parent, name).and_then(|rel| {
+            self.remove_or_silly_rename(&rel)?;
+            self.dir_changed(parent);
+            if self.lose_reply("unlink", &rel) {
+                return Err(Errno::ENOENT);
+            }
+            Ok(())
+        });
+        match res {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
         }
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        match self
-            .child(parent, name)
-            .and_then(|rel| std::fs::remove_dir(self.full(&rel)).map_err(errno))
-        {
+        check_cut!(self, reply);
+        let res = self.child(parent, name).and_then(|rel| {
+            std::fs::remove_dir(self.full(&rel)).map_err(errno)?;
+            self.dir_changed(parent);
+            if self.lose_reply("rmdir", &rel) {
+                return Err(Errno::ENOENT);
+            }
+            Ok(())
+        });
+        match res {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
         }
@@ -421,6 +676,7 @@ impl Filesystem for WeakFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        check_cut!(self, reply);
         if !flags.is_empty() {
             // RENAME_NOREPLACE / RENAME_EXCHANGE: callers fall back to rename(2).
             reply.error(Errno::EINVAL);
@@ -434,12 +690,36 @@ impl Filesystem for WeakFs {
                 .map_err(errno)?
                 .file_type()
                 .is_file();
+            if self.behaviours.silly_rename
+                && std::fs::symlink_metadata(&to).is_ok_and(|m| m.is_file())
+            {
+                // Renaming over a file open here: the client silly-renames
+                // the target first (nfs_rename -> nfs_sillyrename).
+                let node = std::fs::symlink_metadata(&to)
+                    .map(|m| self.node_of(m.ino()))
+                    .map_err(errno)?;
+                let open = self
+                    .open_count
+                    .lock()
+                    .map_err(|_| Errno::EIO)?
+                    .get(&node)
+                    .copied()
+                    .unwrap_or(0);
+                if open > 0 {
+                    self.remove_or_silly_rename(&to_rel)?;
+                }
+            }
             if self.behaviours.rename_copy_delete && is_file {
                 self.rename_copy_delete(&from, &to).map_err(errno)?;
                 tracing::debug!(from = %from.display(), to = %to.display(), "rename as copy+delete");
             } else {
                 std::fs::rename(&from, &to).map_err(errno)?;
                 self.move_paths(&from_rel, &to_rel);
+            }
+            self.dir_changed(parent);
+            self.dir_changed(newparent);
+            if self.lose_reply("rename", &from_rel) {
+                return Err(Errno::ENOENT);
             }
             Ok(())
         })();
@@ -450,6 +730,7 @@ impl Filesystem for WeakFs {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        check_cut!(self, reply);
         let res = self.rel_path(ino).and_then(|rel| {
             let f = Self::open_options(flags.0)
                 .open(self.full(&rel))
@@ -460,7 +741,7 @@ impl Filesystem for WeakFs {
             if self.node_of(f.metadata().map_err(errno)?.ino()) != ino.0 {
                 return Err(Errno::ESTALE);
             }
-            self.add_handle(f)
+            self.add_handle(f, ino.0)
         });
         match res {
             Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
@@ -479,6 +760,7 @@ impl Filesystem for WeakFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        check_cut!(self, reply);
         let res = self.with_handle(fh, |f| {
             let mut buf = vec![0u8; size as usize];
             let mut got = 0;
@@ -509,6 +791,7 @@ impl Filesystem for WeakFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        check_cut!(self, reply);
         match self.with_handle(fh, |f| f.write_all_at(data, offset)) {
             Ok(()) => reply.written(data.len() as u32),
             Err(e) => reply.error(e),
@@ -523,6 +806,7 @@ impl Filesystem for WeakFs {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
+        check_cut!(self, reply);
         reply.ok();
     }
 
@@ -536,9 +820,7 @@ impl Filesystem for WeakFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        if let Ok(mut h) = self.handles.lock() {
-            h.remove(&fh.0);
-        }
+        self.drop_handle(fh.0);
         reply.ok();
     }
 
@@ -550,6 +832,7 @@ impl Filesystem for WeakFs {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
+        check_cut!(self, reply);
         if self.behaviours.fsync_noop {
             reply.ok();
             return;
@@ -575,7 +858,26 @@ impl Filesystem for WeakFs {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let res = (|| -> Result<Vec<(u64, FileType, std::ffi::OsString)>, Errno> {
+        check_cut!(self, reply);
+        let ttl = self.behaviours.attr_ttl;
+        if !ttl.is_zero() {
+            let cached = self.dir_cache.lock().ok().and_then(|c| {
+                c.get(&ino.0)
+                    .filter(|(at, _)| at.elapsed() < ttl)
+                    .map(|(_, l)| l.clone())
+            });
+            if let Some(entries) = cached {
+                for (i, (node, kind, name)) in entries.into_iter().enumerate().skip(offset as usize)
+                {
+                    if reply.add(INodeNo(node), (i + 1) as u64, kind, &name) {
+                        break;
+                    }
+                }
+                reply.ok();
+                return;
+            }
+        }
+        let res = (|| -> Result<Listing, Errno> {
             let rel = self.rel_path(ino)?;
             let mut out = vec![
                 (ino.0, FileType::Directory, ".".into()),
@@ -591,6 +893,11 @@ impl Filesystem for WeakFs {
         })();
         match res {
             Ok(entries) => {
+                if !ttl.is_zero() {
+                    if let Ok(mut c) = self.dir_cache.lock() {
+                        c.insert(ino.0, (Instant::now(), entries.clone()));
+                    }
+                }
                 for (i, (node, kind, name)) in entries.into_iter().enumerate().skip(offset as usize)
                 {
                     if reply.add(INodeNo(node), (i + 1) as u64, kind, &name) {
@@ -611,6 +918,7 @@ impl Filesystem for WeakFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        check_cut!(self, reply);
         if self.behaviours.fsync_noop {
             reply.ok();
             return;
@@ -627,6 +935,7 @@ impl Filesystem for WeakFs {
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        check_cut!(self, reply);
         match nix::sys::statvfs::statvfs(&self.backing) {
             Ok(s) => reply.statfs(
                 s.blocks(),
@@ -652,6 +961,7 @@ impl Filesystem for WeakFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        check_cut!(self, reply);
         let ttl = self.behaviours.attr_ttl;
         let res = (|| -> Result<(FileAttr, u64), Errno> {
             let rel = self.child(parent, name)?;
@@ -667,8 +977,13 @@ impl Filesystem for WeakFs {
             }
             o.mode(mode & !umask & 0o7777);
             let f = o.open(self.full(&rel)).map_err(errno)?;
+            self.dir_changed(parent);
+            if flags & nix::libc::O_EXCL != 0 && self.lose_reply("exclusive create", &rel) {
+                return Err(Errno::EEXIST);
+            }
             let attr = self.entry_attr(&rel)?;
-            Ok((attr, self.add_handle(f)?))
+            let fh = self.add_handle(f, attr.ino.0)?;
+            Ok((attr, fh))
         })();
         match res {
             Ok((attr, fh)) => reply.created(
