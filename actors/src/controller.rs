@@ -7,7 +7,7 @@
 //! zombie of it) may still hold. The multi-broker election, leases and the
 //! assignment file build on the same primitive.
 
-use crate::fs::{remove_if_exists, SharedFs};
+use crate::fs::SharedFs;
 use serde::{Deserialize, Serialize};
 use std::io;
 use std::path::Path;
@@ -61,12 +61,8 @@ pub fn claim_epoch(fs: &SharedFs, cluster_dir: &Path, broker_id: i32) -> io::Res
                 f.write_all_at(&body, 0)?;
                 f.sync_data()?;
                 fs.sync_dir(&dir)?;
-                // Keep a short history for operators; older files are noise.
-                for old in fs.list(&dir)?.iter().filter_map(|n| parse_epoch(n)) {
-                    if old + 16 < next {
-                        remove_if_exists(fs.as_ref(), &dir.join(epoch_name(old)))?;
-                    }
-                }
+                // Epoch files are never deleted: a deleted one could be
+                // claimed again through a stale listing, reissuing an epoch.
                 return Ok(next);
             }
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {

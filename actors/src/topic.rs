@@ -22,6 +22,7 @@ use uuid::Uuid;
 /// File name of the identity stamp inside a topic directory.
 pub const STAMP: &str = ".topic-id.json";
 const DELETED_PREFIX: &str = ".deleted-";
+const CREATING_PREFIX: &str = ".creating-";
 
 /// A topic's identity and configuration.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -207,7 +208,10 @@ impl TopicCatalog {
         let Ok(names) = self.fs.list(&self.data_dir) else {
             return;
         };
-        for name in names.iter().filter(|n| n.starts_with(DELETED_PREFIX)) {
+        for name in names
+            .iter()
+            .filter(|n| n.starts_with(DELETED_PREFIX) || n.starts_with(CREATING_PREFIX))
+        {
             if let Err(e) = remove_tree(self.fs.as_ref(), &self.data_dir.join(name)) {
                 tracing::warn!(dir = %name, error = %e, "deleted topic not yet removed; will retry");
             }
@@ -227,8 +231,10 @@ impl TopicCatalog {
         )
     }
 
-    /// Create a topic: make the directory, then write the stamp. The topic
-    /// exists exactly when the stamp does (one atomic rename).
+    /// Create a topic: build `.creating-<name>-<id>/` holding the stamp, then
+    /// rename it to `<name>` — one atomic step, so a crash never leaves a
+    /// half-created topic to be adopted with the wrong shape; the janitor
+    /// removes an abandoned `.creating-` directory.
     pub fn create(
         &self,
         name: &str,
@@ -254,8 +260,19 @@ impl TopicCatalog {
             return Ok(stamp);
         }
         let dir = self.data_dir.join(name);
-        self.fs.create_dir_all(&dir)?;
-        self.write_stamp(&dir, &stamp)?;
+        let building = self
+            .data_dir
+            .join(format!("{CREATING_PREFIX}{name}-{}", stamp.topic_id));
+        self.fs.create_dir_all(&building)?;
+        self.write_stamp(&building, &stamp)?;
+        if let Err(e) = self.fs.rename(&building, &dir) {
+            let _ = remove_tree(self.fs.as_ref(), &building);
+            // An unstamped directory of that name appeared meanwhile.
+            if self.fs.is_dir(&dir) && !self.fs.is_dir(&building) {
+                return Err(TopicError::AlreadyExists(name.to_owned()));
+            }
+            return Err(e.into());
+        }
         self.fs.sync_dir(&self.data_dir)?;
         self.view
             .write()

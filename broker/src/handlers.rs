@@ -87,7 +87,21 @@ pub async fn dispatch(b: &Arc<Broker>, h: &RequestHeader, body: RequestKind) -> 
             ready(ResponseKind::DescribeCluster(describe_cluster(b)))
         }
         RequestKind::InitProducerId(r) => {
-            ready(ResponseKind::InitProducerId(init_producer_id(b, r)))
+            // Claiming a block is an O_EXCL create + fsync: not on this thread.
+            let b = b.clone();
+            Some(
+                async move {
+                    let resp = tokio::task::spawn_blocking(move || init_producer_id(&b, r))
+                        .await
+                        .unwrap_or_else(|_| {
+                            let mut r = InitProducerIdResponse::default();
+                            r.error_code = code::KAFKA_STORAGE_ERROR;
+                            r
+                        });
+                    ResponseKind::InitProducerId(resp)
+                }
+                .boxed(),
+            )
         }
         RequestKind::OffsetForLeaderEpoch(r) => ready(ResponseKind::OffsetForLeaderEpoch(
             offset_for_leader_epoch(b, r).await,
@@ -373,6 +387,10 @@ async fn produce(b: &Arc<Broker>, r: ProduceRequest, v: i16) -> Pending {
     )
 }
 
+/// Broker-side cap on one fetch response (Kafka's fetch.max.bytes default
+/// is 55 MiB): a client asking for i32::MAX must not make us read a segment.
+const FETCH_MAX_BYTES: usize = 64 << 20;
+
 struct FetchItem {
     topic_idx: usize,
     partition: i32,
@@ -412,22 +430,35 @@ async fn fetch(b: &Arc<Broker>, r: FetchRequest, v: i16) -> FetchResponse {
         resp.responses.push(tr);
     }
     let max_total = if r.max_bytes > 0 {
-        r.max_bytes as usize
+        (r.max_bytes as usize).min(FETCH_MAX_BYTES)
     } else {
-        usize::MAX
+        FETCH_MAX_BYTES
     };
     let deadline = Instant::now() + Duration::from_millis(r.max_wait_ms.max(0) as u64);
     let items = Arc::new(items);
     loop {
         let work = items.clone();
         let read = tokio::task::spawn_blocking(move || read_items(&work, max_total, v)).await;
-        let parts = read.unwrap_or_default();
+        let parts = match read {
+            Ok(p) => p,
+            Err(_) => items
+                .iter()
+                .map(|i| {
+                    let mut p = PartitionData::default();
+                    p.partition_index = i.partition;
+                    p.error_code = code::KAFKA_STORAGE_ERROR;
+                    (i.topic_idx, p)
+                })
+                .collect(),
+        };
+        let any_error = parts.iter().any(|(_, p)| p.error_code != code::NONE);
         let total: usize = parts
             .iter()
             .map(|(_, p)| p.records.as_ref().map(|x| x.len()).unwrap_or(0))
             .sum();
         let now = Instant::now();
-        if total >= r.min_bytes.max(0) as usize || now >= deadline || parts.is_empty() {
+        if total >= r.min_bytes.max(0) as usize || now >= deadline || parts.is_empty() || any_error
+        {
             for (ti, p) in parts {
                 resp.responses[ti].partitions.push(p);
             }
@@ -467,10 +498,21 @@ fn read_items(items: &[FetchItem], max_total: usize, version: i16) -> Vec<(usize
         p.aborted_transactions = Some(Vec::new());
         match &it.target {
             Err(c) => p.error_code = *c,
+            Ok(_) if budget == 0 => {
+                // Budget spent: only the first partition with data may
+                // overshoot (KIP-74). Report offsets, no records.
+                if let Ok((_, reader)) = &it.target {
+                    let (start, hw, _) = reader.offsets();
+                    p.high_watermark = hw;
+                    p.last_stable_offset = hw;
+                    p.log_start_offset = start;
+                }
+                p.records = Some(Bytes::new());
+            }
             Ok((_, reader)) => {
                 // The first partition with data may exceed the request's
                 // max_bytes by one batch (KIP-74); later ones fit the budget.
-                let want = it.max.min(budget);
+                let want = it.max.min(budget).min(FETCH_MAX_BYTES);
                 match reader.read(it.offset, want) {
                     Ok(res) => {
                         p.high_watermark = res.high_watermark;
@@ -659,10 +701,15 @@ async fn delete_topics(b: &Arc<Broker>, r: DeleteTopicsRequest, v: i16) -> Delet
             None => tr.error_code = code::UNKNOWN_TOPIC_ID,
             Some(n) => {
                 tr.name = Some(TopicName(s(&n)));
+                // No leader may (re)start for the topic while it goes away:
+                // one that did would write into a renamed-aside directory.
+                b.set_deleting(&n, true);
                 if b.topic(&n).is_some() {
                     b.stop_leaders(Some(&n)).await;
                 }
-                match b.catalog.send(DeleteTopic { name: n.clone() }).await {
+                let res = b.catalog.send(DeleteTopic { name: n.clone() }).await;
+                b.set_deleting(&n, false);
+                match res {
                     Ok(Ok(stamp)) => tr.topic_id = stamp.topic_id,
                     Ok(Err(e)) => {
                         tr.error_code = errors::topic(&e);

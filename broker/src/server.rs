@@ -45,7 +45,10 @@ pub fn run(args: BrokerArgs) -> anyhow::Result<()> {
         let catalog = TopicCatalog::load(fs.clone(), &args.data_dir)
             .map_err(|e| anyhow::anyhow!("loading topics: {e}"))?;
         let topics = catalog.view();
-        let catalog = catalog.start();
+        // Topic creation and deletion do file I/O: keep it off the thread
+        // that serves connections.
+        let catalog_arbiter = actix::Arbiter::new();
+        let catalog = TopicCatalog::start_in_arbiter(&catalog_arbiter.handle(), |_| catalog);
         let arbiters: Vec<actix::Arbiter> = (0..threads).map(|_| actix::Arbiter::new()).collect();
         let handles = arbiters.iter().map(|a| a.handle()).collect();
         let pids = ProducerIdAllocator::new(fs.clone(), &cluster_dir, args.broker_id);
@@ -91,6 +94,7 @@ pub fn run(args: BrokerArgs) -> anyhow::Result<()> {
         for a in arbiters {
             a.stop();
         }
+        catalog_arbiter.stop();
         actix_rt::System::current().stop();
         tracing::info!("shutdown complete");
         Ok::<(), anyhow::Error>(())

@@ -30,7 +30,11 @@ pub struct Broker {
     pub catalog: actix::Addr<TopicCatalog>,
     /// Producer ids, from persisted blocks.
     pub pids: Mutex<ProducerIdAllocator>,
-    leaders: Mutex<HashMap<(String, i32), PartitionHandle>>,
+    /// Open leaders by (topic, partition), with the topic id they serve: a
+    /// re-created topic of the same name never reuses an old leader.
+    leaders: Mutex<HashMap<(String, i32), (uuid::Uuid, PartitionHandle)>>,
+    /// Topics being deleted: no leader may start for them meanwhile.
+    deleting: Mutex<std::collections::HashSet<String>>,
     arbiters: Vec<actix::ArbiterHandle>,
     next_arbiter: AtomicUsize,
 }
@@ -64,6 +68,7 @@ impl Broker {
             catalog,
             pids: Mutex::new(pids),
             leaders: Mutex::new(HashMap::new()),
+            deleting: Mutex::new(Default::default()),
             arbiters,
             next_arbiter: AtomicUsize::new(0),
         }
@@ -105,8 +110,13 @@ impl Broker {
             return Err(LookupError::Unknown);
         }
         let mut leaders = self.leaders.lock().unwrap();
-        if let Some(h) = leaders.get(&(topic.to_owned(), partition)) {
-            return Ok(h.clone());
+        if self.deleting.lock().unwrap().contains(topic) {
+            return Err(LookupError::Unknown);
+        }
+        if let Some((id, h)) = leaders.get(&(topic.to_owned(), partition)) {
+            if *id == t.topic_id {
+                return Ok(h.clone());
+            }
         }
         let i = self.next_arbiter.fetch_add(1, Ordering::Relaxed) % self.arbiters.len();
         let spec = LeaderSpec {
@@ -118,8 +128,19 @@ impl Broker {
             retention_check: Duration::from_millis(self.args.retention_check_interval_ms.max(10)),
         };
         let h = PartitionLeader::start(spec, self.fs.clone(), &self.arbiters[i]);
-        leaders.insert((topic.to_owned(), partition), h.clone());
+        leaders.insert((topic.to_owned(), partition), (t.topic_id, h.clone()));
         Ok(h)
+    }
+
+    /// Mark `topic` as being deleted (no new leaders) or clear the mark.
+    pub fn set_deleting(&self, topic: &str, on: bool) {
+        let _leaders = self.leaders.lock().unwrap();
+        let mut d = self.deleting.lock().unwrap();
+        if on {
+            d.insert(topic.to_owned());
+        } else {
+            d.remove(topic);
+        }
     }
 
     /// Stop the leaders of `topic` (before deletion) or of every topic.
@@ -132,7 +153,7 @@ impl Broker {
                 .cloned()
                 .collect();
             keys.into_iter()
-                .filter_map(|k| leaders.remove(&k))
+                .filter_map(|k| leaders.remove(&k).map(|(_, h)| h))
                 .collect()
         };
         for h in stopping {

@@ -70,6 +70,9 @@ pub struct PartitionLeader {
     failures: u32,
     last_error: Option<PartitionError>,
     handled: u64,
+    /// Set when this owner failed mid-write: (base, durable size) of the
+    /// active segment, so the restart never trusts bytes after it.
+    failed_at: Option<(i64, u64)>,
 }
 
 /// Wall-clock milliseconds (segment ages and retention only; never compared
@@ -105,6 +108,7 @@ impl PartitionLeader {
             failures: 0,
             last_error: None,
             handled: 0,
+            failed_at: None,
         });
         PartitionHandle { addr, reader, hw }
     }
@@ -138,6 +142,9 @@ impl PartitionLeader {
         tracing::error!(topic = %self.spec.topic, partition = self.spec.partition, error = %err, "partition leader failed; restarting");
         for (_, tx) in self.waiters.drain(..) {
             let _ = tx.send(Err(err.clone()));
+        }
+        if let Some(log) = &self.log {
+            self.failed_at = Some(log.durable_point());
         }
         self.last_error = Some(err);
         ctx.stop();
@@ -236,14 +243,16 @@ impl Actor for PartitionLeader {
             return;
         }
         self.publish_info();
-        match PartitionLog::open(
+        match PartitionLog::open_with(
             self.fs.clone(),
             &self.spec.dir,
             self.spec.epoch,
             self.spec.cfg.clone(),
             now_ms(),
+            self.failed_at,
         ) {
             Ok(log) => {
+                self.failed_at = None;
                 tracing::info!(topic = %self.spec.topic, partition = self.spec.partition, epoch = self.spec.epoch, hw = log.high_watermark(), "partition leader open");
                 *self.reader.write().unwrap() =
                     Some(PartitionReader::new(self.fs.clone(), log.view()));

@@ -285,10 +285,50 @@ impl PartitionLog {
         cfg: LogConfig,
         now_ms: i64,
     ) -> Result<Self, LogError> {
+        Self::open_with(fs, dir, epoch, cfg, now_ms, None)
+    }
+
+    /// [`Self::open`] after this owner's own failure (a failed write or
+    /// fsync). `durable` is the (base offset, size) of the active segment
+    /// that was known durable: pages after it may sit in the page cache,
+    /// marked clean after a failed fsync, and must never be trusted — the
+    /// segment is sealed there and a new file is started.
+    pub fn open_with(
+        fs: SharedFs,
+        dir: &Path,
+        epoch: i32,
+        cfg: LogConfig,
+        now_ms: i64,
+        durable: Option<(i64, u64)>,
+    ) -> Result<Self, LogError> {
+        // Only the partition directory is created here, never its topic:
+        // a topic directory that is gone was deleted, and must stay gone.
+        match dir.parent() {
+            Some(p) if fs.is_dir(p) => {}
+            _ => {
+                return Err(LogError::Io(io::Error::new(
+                    io::ErrorKind::NotFound,
+                    format!("topic directory of {} does not exist", dir.display()),
+                )))
+            }
+        }
         fs.create_dir_all(dir)?;
         remove_stale_temps(fs.as_ref(), dir)?;
         let names = fs.list(dir)?;
         let found = names.iter().filter_map(|n| parse_manifest_name(n)).max();
+        if found.is_none()
+            && names
+                .iter()
+                .any(|n| matches!(parse_segment_name(n), Some((_, _, "log"))))
+        {
+            // Segments but no manifest: a stale listing or damage. Starting
+            // an empty log here would sweep them; refuse and let the
+            // supervisor retry.
+            return Err(LogError::CorruptManifest {
+                path: dir.to_path_buf(),
+                reason: "segment files present but no manifest found".into(),
+            });
+        }
         if let Some(found) = found {
             if found > epoch {
                 return Err(LogError::Fenced { ours: epoch, found });
@@ -327,7 +367,12 @@ impl PartitionLog {
             } else {
                 match fs.open_read(&path) {
                     Ok(f) => {
-                        let len = f.len()?;
+                        let mut len = f.len()?;
+                        if let Some((base, size)) = durable {
+                            if base == last.base && last.epoch == epoch {
+                                len = len.min(size);
+                            }
+                        }
                         let start = ScanStart {
                             pos: 0,
                             next_offset: last.base,
@@ -357,14 +402,16 @@ impl PartitionLog {
             };
             if let Some((s, file_len)) = scanned {
                 if s.end_pos < last.size {
-                    // The checkpoint promised more than is there: never
-                    // silently lose acknowledged data.
-                    tracing::error!(
-                        dir = %dir.display(),
-                        checkpoint = last.size,
-                        valid = s.end_pos,
-                        "segment shorter than its checkpoint"
-                    );
+                    // The checkpoint promised more than is there: refuse
+                    // rather than persist a shorter log and reuse offsets
+                    // that were acknowledged.
+                    return Err(LogError::CorruptManifest {
+                        path: path.clone(),
+                        reason: format!(
+                            "segment holds {} valid bytes, checkpoint says {}",
+                            s.end_pos, last.size
+                        ),
+                    });
                 }
                 if let Some(why) = &s.stopped {
                     tracing::warn!(dir = %dir.display(), reason = %why, valid = s.end_pos, "ignoring torn tail");
@@ -374,17 +421,25 @@ impl PartitionLog {
                 last.max_ts = s.max_ts;
                 last.max_ts_pos = s.max_ts_pos;
                 let clean_end = file_len == s.end_pos || file_len == u64::MAX;
-                if last.epoch == epoch && (clean_end || s.end_pos == 0) {
+                if s.end_pos > 0 && file_len != u64::MAX {
+                    // What recovery found may be only in this host's page
+                    // cache (the previous owner died before its fsync).
+                    // Make it durable before a manifest records its length.
+                    fs.open_write(&path)?.sync_data()?;
+                }
+                if last.epoch == epoch && durable.is_none() && (clean_end || s.end_pos == 0) {
                     // Our own active file: keep appending to it. If it holds
                     // only garbage it is ours to truncate.
                     let f = if file_len == u64::MAX {
-                        match fs.create_exclusive(&path) {
+                        let f = match fs.create_exclusive(&path) {
                             Ok(f) => f,
                             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
                                 fs.open_write(&path)?
                             }
                             Err(e) => return Err(e.into()),
-                        }
+                        };
+                        fs.sync_dir(dir)?;
+                        f
                     } else {
                         fs.open_write(&path)?
                     };
@@ -540,6 +595,11 @@ impl PartitionLog {
         self.manifest.log_start_offset
     }
 
+    /// (base offset, durable size) of the active segment.
+    pub fn durable_point(&self) -> (i64, u64) {
+        (self.active_seg.base, self.active_seg.size())
+    }
+
     /// Whether bytes were written that are not yet fsynced.
     pub fn dirty(&self) -> bool {
         self.write_pos > self.active_seg.size()
@@ -607,11 +667,14 @@ impl PartitionLog {
         if !Arc::ptr_eq(&t.file, &self.active) || t.pos <= seg.size() {
             return self.high_watermark();
         }
+        // Under the view lock, so a reader's snapshot of (high watermark,
+        // segment sizes) is consistent: it never sees bytes past the HW.
+        let mut v = self.view.write().unwrap();
         seg.max_ts.store(t.max_ts, Ordering::Release);
         seg.max_ts_pos.store(t.max_ts_pos, Ordering::Release);
         seg.size.store(t.pos, Ordering::Release);
         seg.next_offset.store(t.next_offset, Ordering::Release);
-        self.view.write().unwrap().high_watermark = t.next_offset;
+        v.high_watermark = t.next_offset;
         t.next_offset
     }
 
@@ -751,9 +814,17 @@ impl PartitionLog {
             if !s.sealed {
                 break;
             }
-            let by_time = self.cfg.retention_ms >= 0
-                && s.max_ts >= 0
-                && now_ms.saturating_sub(s.max_ts) > self.cfg.retention_ms;
+            // An empty sealed segment (a leader that opened but never
+            // wrote) holds nothing to keep; one without timestamps ages by
+            // its creation time, so neither can block retention forever.
+            let age_from = if s.max_ts >= 0 {
+                s.max_ts
+            } else {
+                s.created_ms
+            };
+            let by_time = s.size == 0
+                || (self.cfg.retention_ms >= 0
+                    && now_ms.saturating_sub(age_from) > self.cfg.retention_ms);
             let by_size =
                 self.cfg.retention_bytes >= 0 && total - s.size as i64 >= self.cfg.retention_bytes;
             if !(by_time || by_size) {

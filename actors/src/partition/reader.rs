@@ -78,10 +78,18 @@ impl PartitionReader {
         (v.log_start_offset, v.high_watermark, v.segments.clone())
     }
 
+    /// Like [`Self::snapshot`], with each segment's durable size captured
+    /// under the same lock as the high watermark.
+    fn sized_snapshot(&self) -> (i64, i64, Vec<(Arc<SegView>, u64)>) {
+        let v = self.view.read().unwrap();
+        let segs = v.segments.iter().map(|s| (s.clone(), s.size())).collect();
+        (v.log_start_offset, v.high_watermark, segs)
+    }
+
     /// Read batches starting at the one containing `offset`, up to
     /// `max_bytes` (but always the whole first batch, per KIP-74).
     pub fn read(&self, offset: i64, max_bytes: usize) -> Result<ReadResult, ReadError> {
-        let (start, hw, segs) = self.snapshot();
+        let (start, hw, segs) = self.sized_snapshot();
         if offset < start || offset > hw {
             return Err(ReadError::OutOfRange { offset, start, hw });
         }
@@ -93,9 +101,11 @@ impl PartitionReader {
         if offset == hw {
             return Ok(empty(Bytes::new()));
         }
-        let first = segs.partition_point(|s| s.base <= offset).saturating_sub(1);
-        for seg in &segs[first..] {
-            let limit = seg.size();
+        let first = segs
+            .partition_point(|(s, _)| s.base <= offset)
+            .saturating_sub(1);
+        for (seg, limit) in &segs[first..] {
+            let limit = *limit;
             if seg.next_offset() <= offset || limit == 0 {
                 continue;
             }

@@ -387,3 +387,74 @@ fn retention_by_size_and_reads_after_it() {
     let files = std::fs::read_dir(d.path()).unwrap().count();
     assert!(files < 20, "old segments unlinked: {files}");
 }
+
+/// Review finding: an empty sealed segment (a leader that opened but never
+/// wrote) used to stop time retention forever.
+#[test]
+fn empty_sealed_segment_does_not_block_time_retention() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path().join("0");
+    let fs: SharedFs = Arc::new(RealFs);
+    let mut c = cfg();
+    c.retention_ms = 1_000;
+    drop(PartitionLog::open(fs.clone(), &dir, 1, c.clone(), 0).unwrap());
+    let mut log = PartitionLog::open(fs.clone(), &dir, 2, c, 0).unwrap();
+    append(&mut log, &["old"], 10);
+    log.sync_now().unwrap();
+    log.roll(20).unwrap();
+    append(&mut log, &["new"], 1_000_000);
+    log.sync_now().unwrap();
+    assert_eq!(log.enforce_retention(1_000_000).unwrap(), 2);
+    assert_eq!(log.log_start_offset(), 1);
+}
+
+/// Review finding: a listing that shows segments but no manifest (stale NFS
+/// listing, damage) must not start an empty log that would sweep them.
+#[test]
+fn segments_without_manifest_are_refused_not_swept() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path().join("0");
+    let fs: SharedFs = Arc::new(RealFs);
+    let mut log = open(fs.clone(), &dir, 1);
+    append(&mut log, &["a"], 1);
+    log.sync_now().unwrap();
+    drop(log);
+    std::fs::remove_file(dir.join("manifest-e1.json")).unwrap();
+    assert!(matches!(
+        PartitionLog::open(fs, &dir, 2, cfg(), 0),
+        Err(super::log::LogError::CorruptManifest { .. })
+    ));
+    assert!(dir.join("00000000000000000000-e1.log").exists());
+}
+
+/// Review finding: a leader restarted after its topic was deleted recreated
+/// the partition directory under the old name.
+#[test]
+fn open_never_recreates_a_deleted_topic_directory() {
+    let d = tempfile::tempdir().unwrap();
+    let fs: SharedFs = Arc::new(RealFs);
+    let dir = d.path().join("gone-topic").join("0");
+    assert!(PartitionLog::open(fs, &dir, 1, cfg(), 0).is_err());
+    assert!(!d.path().join("gone-topic").exists());
+}
+
+/// Review finding: after its own fsync failure an owner must not trust
+/// bytes past the last durable point (they may be clean pages of a failed
+/// writeback); it seals there and starts a new file.
+#[test]
+fn reopen_after_failure_seals_at_the_durable_point() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path().join("0");
+    let fs: SharedFs = Arc::new(RealFs);
+    let mut log = open(fs.clone(), &dir, 1);
+    append(&mut log, &["durable"], 1);
+    log.sync_now().unwrap();
+    let point = log.durable_point();
+    append(&mut log, &["unsynced"], 2); // written, fsync "failed"
+    drop(log);
+    let log = PartitionLog::open_with(fs.clone(), &dir, 1, cfg(), 0, Some(point)).unwrap();
+    assert_eq!(log.next_offset(), 1);
+    let got: Vec<String> = read_all(fs, &log).into_iter().map(|x| x.1).collect();
+    assert_eq!(got, vec!["durable"]);
+    assert!(dir.join("00000000000000000001-e1.log").exists());
+}

@@ -17,22 +17,24 @@
 //! * [`Behaviours::attr_ttl`]: attribute and directory caching per mount
 //!   ("host"), modelled on the Linux NFS client's `actimeo` (nfs(5), "Data and
 //!   metadata coherence" / "acregmin ... acdirmax"). Zero by default, so every
-//!   access revalidates. When non-zero: the kernel caches attributes and
-//!   positive lookups for that long (FUSE entry/attr timeouts), and this
-//!   filesystem caches each directory's listing for that long, so a listing
-//!   can miss files another host created or show files it removed. Changes
-//!   made through this mount invalidate its own cache, as the NFS client
-//!   does for its own operations. Opening a file by name revalidates it
-//!   (close-to-open, nfs(5) "Close-to-open cache consistency"): `open` checks
-//!   the name still holds the cached file and answers ESTALE otherwise,
-//!   which makes the kernel look the name up again, and the kernel drops its
-//!   page cache on every open (no `FOPEN_KEEP_CACHE`).
+//!   access revalidates. When non-zero, this filesystem caches each name's
+//!   lookup and each directory's listing for that long, so a host can keep
+//!   seeing a file another host replaced or removed, and a listing can miss
+//!   files another host created. Changes made through this mount invalidate
+//!   its own cache, as the NFS client does for its own operations. Opening a
+//!   file by name revalidates it (close-to-open, nfs(5) "Close-to-open cache
+//!   consistency"): `open` checks the name still holds the cached file and
+//!   answers ESTALE otherwise, after which the kernel looks the name up again
+//!   (uncached). The kernel itself caches nothing (entry/attr timeouts 0, and
+//!   no `FOPEN_KEEP_CACHE`, so its page cache is dropped on open); getattr
+//!   is always fresh.
 //! * [`Behaviours::negative_lookup_cache`]: "no such file" answers are cached
 //!   for `attr_ttl` too (nfs(5) `lookupcache=all`, the default; `positive`
 //!   and `none` turn it off). A file another host creates stays invisible to
-//!   a plain open on this host until the negative entry expires; an
-//!   `O_CREAT|O_EXCL` open always asks (the kernel revalidates on
-//!   `LOOKUP_EXCL`).
+//!   a plain open on this host until the negative entry expires (as on
+//!   Linux NFS, where a negative dentry stays valid while the cached
+//!   directory attributes do); an `O_CREAT|O_EXCL` open still creates
+//!   exclusively on the backing directory.
 //! * [`Behaviours::silly_rename`]: unlinking (or renaming over) a file that
 //!   is open through this mount renames it to `.nfsXXXXXXXXXXXXXXXXXXXXXXXX`
 //!   in the same directory and removes it at the last close, as the Linux
@@ -59,10 +61,11 @@
 //! Each mount is one "host": run one weakfs process per broker over the same
 //! backing directory to model several NFS clients of one export.
 //!
-//! Node ids are the backing files' inode numbers (the backing root is node
-//! 1), so a file that is replaced on the backing side — by another weakfs
-//! mount of the same directory or by a copy+delete rename — gets a new node
-//! id, as it would on a network filesystem.
+//! Node ids stand for backing files, one per (inode number, birth time) (the
+//! backing root is node 1), so a file that is replaced on the backing side —
+//! by another weakfs mount of the same directory or by a copy+delete rename —
+//! gets a new node id, as it would on a network filesystem, and a new file
+//! that reuses a freed inode number is never mistaken for the old one.
 
 use fuser::{
     Config, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
@@ -77,8 +80,13 @@ use std::io;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// What the kernel may cache. Always zero: the kernel's own dentry cache
+/// misbehaved with inode-number reuse, so every cache lives in this
+/// filesystem, where a mount's own changes can invalidate it exactly.
+const KERNEL_TTL: Duration = Duration::ZERO;
 
 /// One cached directory listing: (node, kind, name) per entry.
 type Listing = Vec<(u64, FileType, std::ffi::OsString)>;
@@ -161,8 +169,19 @@ pub struct WeakFs {
     /// node id -> backing path of its silly-renamed file.
     silly: Mutex<HashMap<u64, PathBuf>>,
     silly_seq: AtomicU64,
+    /// backing-relative path -> when looked up, and what was found
+    /// (`None`: no such file).
+    lookup_cache: Mutex<HashMap<PathBuf, (Instant, Option<FileAttr>)>>,
     /// directory node id -> when listed, and the listing.
     dir_cache: Mutex<HashMap<u64, (Instant, Listing)>>,
+    /// Held for writing across a multi-step unlink/rename (silly rename
+    /// first) and for reading by lookups, so this mount's own lookups never
+    /// see the middle, as the kernel's directory lock ensures on a real
+    /// client. Other mounts ("hosts") can see it, as on NFS.
+    namespace: RwLock<()>,
+    /// (backing inode number, birth time in ns) -> node id.
+    ids: Mutex<HashMap<(u64, u128), u64>>,
+    next_node: AtomicU64,
     /// splitmix64 state of the lost-reply generator.
     rng: Mutex<u64>,
 }
@@ -201,6 +220,10 @@ impl WeakFs {
             silly: Mutex::new(HashMap::new()),
             silly_seq: AtomicU64::new(0),
             dir_cache: Mutex::new(HashMap::new()),
+            lookup_cache: Mutex::new(HashMap::new()),
+            namespace: RwLock::new(()),
+            ids: Mutex::new(HashMap::new()),
+            next_node: AtomicU64::new(INodeNo::ROOT.0 + 1),
             rng: Mutex::new(behaviours.seed),
             behaviours,
         })
@@ -242,12 +265,19 @@ impl WeakFs {
         }
     }
 
+    /// This mount changed what `rel` (and anything under it) names.
+    fn name_changed(&self, rel: &Path) {
+        if let Ok(mut c) = self.lookup_cache.lock() {
+            c.retain(|p, _| !p.starts_with(rel));
+        }
+    }
+
     /// Unlink `rel`, or silly-rename it if it is open on this mount.
     fn remove_or_silly_rename(&self, rel: &Path) -> Result<(), Errno> {
         let path = self.full(rel);
         if self.behaviours.silly_rename {
             let meta = std::fs::symlink_metadata(&path).map_err(errno)?;
-            let node = self.node_of(meta.ino());
+            let node = self.node_of(&meta);
             let open = self
                 .open_count
                 .lock()
@@ -260,6 +290,7 @@ impl WeakFs {
                 let name = format!(".nfs{:016x}{:08x}", meta.ino(), seq as u32);
                 let silly_rel = rel.with_file_name(name);
                 std::fs::rename(&path, self.full(&silly_rel)).map_err(errno)?;
+                self.name_changed(rel);
                 tracing::debug!(from = %rel.display(), to = %silly_rel.display(), "silly rename");
                 self.paths
                     .lock()
@@ -275,14 +306,22 @@ impl WeakFs {
         std::fs::remove_file(&path).map_err(errno)
     }
 
-    fn node_of(&self, backing_ino: u64) -> u64 {
-        if backing_ino == self.root_ino {
-            INodeNo::ROOT.0
-        } else if backing_ino == INodeNo::ROOT.0 {
-            // Would collide with the FUSE root id; move it out of the way.
-            1 << 63 | backing_ino
-        } else {
-            backing_ino
+    /// The node id of a backing file: one per (inode number, birth time),
+    /// so a file that reuses a freed inode number is a different node.
+    fn node_of(&self, meta: &std::fs::Metadata) -> u64 {
+        if meta.ino() == self.root_ino {
+            return INodeNo::ROOT.0;
+        }
+        let birth = meta
+            .created()
+            .ok()
+            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_nanos());
+        match self.ids.lock() {
+            Ok(mut ids) => *ids
+                .entry((meta.ino(), birth))
+                .or_insert_with(|| self.next_node.fetch_add(1, Ordering::Relaxed)),
+            Err(_) => 1 << 63 | meta.ino(),
         }
     }
 
@@ -306,7 +345,7 @@ impl WeakFs {
     /// lstat the backing path, remember node id -> path, and build the attr.
     fn entry_attr(&self, rel: &Path) -> Result<FileAttr, Errno> {
         let meta = std::fs::symlink_metadata(self.full(rel)).map_err(errno)?;
-        let node = self.node_of(meta.ino());
+        let node = self.node_of(&meta);
         self.paths
             .lock()
             .map_err(|_| Errno::EIO)?
@@ -317,7 +356,7 @@ impl WeakFs {
     fn attr_of_node(&self, ino: INodeNo) -> Result<FileAttr, Errno> {
         let rel = self.rel_path(ino)?;
         let meta = std::fs::symlink_metadata(self.full(&rel)).map_err(errno)?;
-        if self.node_of(meta.ino()) != ino.0 {
+        if self.node_of(&meta) != ino.0 {
             // The name now holds a different file: this node is gone.
             return Err(Errno::ESTALE);
         }
@@ -487,27 +526,6 @@ fn attr_of(node: u64, m: &std::fs::Metadata) -> FileAttr {
     }
 }
 
-/// The attributes of a negative entry: only the zero node id matters.
-fn negative_attr() -> FileAttr {
-    FileAttr {
-        ino: INodeNo(0),
-        size: 0,
-        blocks: 0,
-        atime: UNIX_EPOCH,
-        mtime: UNIX_EPOCH,
-        ctime: UNIX_EPOCH,
-        crtime: UNIX_EPOCH,
-        kind: FileType::RegularFile,
-        perm: 0,
-        nlink: 0,
-        uid: 0,
-        gid: 0,
-        rdev: 0,
-        blksize: 0,
-        flags: 0,
-    }
-}
-
 fn to_system_time(t: TimeOrNow) -> SystemTime {
     match t {
         TimeOrNow::SpecificTime(t) => t,
@@ -519,22 +537,40 @@ impl Filesystem for WeakFs {
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         check_cut!(self, reply);
         let ttl = self.behaviours.attr_ttl;
-        match self
-            .child(parent, name)
-            .and_then(|rel| self.entry_attr(&rel))
-        {
-            Ok(attr) => reply.entry(&ttl, &attr, Generation(0)),
-            Err(Errno::ENOENT) if self.behaviours.negative_lookup_cache && !ttl.is_zero() => {
-                // Node id 0 with a timeout: the kernel caches "no such file".
-                reply.entry(&ttl, &negative_attr(), Generation(0));
+        let _ns = self.namespace.read();
+        let res = self.child(parent, name).and_then(|rel| {
+            if !ttl.is_zero() {
+                let hit = self.lookup_cache.lock().ok().and_then(|c| {
+                    c.get(&rel)
+                        .filter(|(at, _)| at.elapsed() < ttl)
+                        .map(|(_, a)| *a)
+                });
+                if let Some(cached) = hit {
+                    return cached.ok_or(Errno::ENOENT);
+                }
             }
+            let res = self.entry_attr(&rel);
+            if !ttl.is_zero() {
+                let cached = match &res {
+                    Ok(attr) => Some(Some(*attr)),
+                    Err(Errno::ENOENT) if self.behaviours.negative_lookup_cache => Some(None),
+                    Err(_) => None,
+                };
+                if let (Some(c), Ok(mut cache)) = (cached, self.lookup_cache.lock()) {
+                    cache.insert(rel, (Instant::now(), c));
+                }
+            }
+            res
+        });
+        match res {
+            Ok(attr) => reply.entry(&KERNEL_TTL, &attr, Generation(0)),
             Err(e) => reply.error(e),
         }
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
         check_cut!(self, reply);
-        let ttl = self.behaviours.attr_ttl;
+        let ttl = KERNEL_TTL;
         let res = match fh {
             // An open handle keeps its file alive even after unlink/replace.
             Some(fh) => self
@@ -567,7 +603,7 @@ impl Filesystem for WeakFs {
         reply: ReplyAttr,
     ) {
         check_cut!(self, reply);
-        let ttl = self.behaviours.attr_ttl;
+        let ttl = KERNEL_TTL;
         let res = (|| -> Result<FileAttr, Errno> {
             let rel = self.rel_path(ino)?;
             let path = self.full(&rel);
@@ -616,7 +652,7 @@ impl Filesystem for WeakFs {
         reply: ReplyEntry,
     ) {
         check_cut!(self, reply);
-        let ttl = self.behaviours.attr_ttl;
+        let ttl = KERNEL_TTL;
         let res = self.child(parent, name).and_then(|rel| {
             let path = self.full(&rel);
             std::fs::create_dir(&path).map_err(errno)?;
@@ -626,6 +662,7 @@ impl Filesystem for WeakFs {
             )
             .map_err(errno)?;
             self.dir_changed(parent);
+            self.name_changed(&rel);
             self.entry_attr(&rel)
         });
         match res {
@@ -636,9 +673,11 @@ impl Filesystem for WeakFs {
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         check_cut!(self, reply);
+        let _ns = self.namespace.write();
         let res = self.child(parent, name).and_then(|rel| {
             self.remove_or_silly_rename(&rel)?;
             self.dir_changed(parent);
+            self.name_changed(&rel);
             if self.lose_reply("unlink", &rel) {
                 return Err(Errno::ENOENT);
             }
@@ -655,6 +694,7 @@ impl Filesystem for WeakFs {
         let res = self.child(parent, name).and_then(|rel| {
             std::fs::remove_dir(self.full(&rel)).map_err(errno)?;
             self.dir_changed(parent);
+            self.name_changed(&rel);
             if self.lose_reply("rmdir", &rel) {
                 return Err(Errno::ENOENT);
             }
@@ -682,6 +722,7 @@ impl Filesystem for WeakFs {
             reply.error(Errno::EINVAL);
             return;
         }
+        let _ns = self.namespace.write();
         let res = (|| -> Result<(), Errno> {
             let from_rel = self.child(parent, name)?;
             let to_rel = self.child(newparent, newname)?;
@@ -696,7 +737,7 @@ impl Filesystem for WeakFs {
                 // Renaming over a file open here: the client silly-renames
                 // the target first (nfs_rename -> nfs_sillyrename).
                 let node = std::fs::symlink_metadata(&to)
-                    .map(|m| self.node_of(m.ino()))
+                    .map(|m| self.node_of(&m))
                     .map_err(errno)?;
                 let open = self
                     .open_count
@@ -718,6 +759,8 @@ impl Filesystem for WeakFs {
             }
             self.dir_changed(parent);
             self.dir_changed(newparent);
+            self.name_changed(&from_rel);
+            self.name_changed(&to_rel);
             if self.lose_reply("rename", &from_rel) {
                 return Err(Errno::ENOENT);
             }
@@ -734,11 +777,22 @@ impl Filesystem for WeakFs {
         let res = self.rel_path(ino).and_then(|rel| {
             let f = Self::open_options(flags.0)
                 .open(self.full(&rel))
-                .map_err(errno)?;
+                .map_err(|e| match errno(e) {
+                    // The file this node stood for is gone (removed, or a
+                    // silly-renamed file closed): a stale handle, as NFS
+                    // says. The kernel then looks the name up again.
+                    Errno::ENOENT => {
+                        self.name_changed(&rel);
+                        Errno::ESTALE
+                    }
+                    e => e,
+                })?;
             // The name may have been renamed over since the kernel looked it
             // up: opening by path would then hand out a different file under
             // this node id. Say so, as NFS would; the kernel looks up again.
-            if self.node_of(f.metadata().map_err(errno)?.ino()) != ino.0 {
+            if self.node_of(&f.metadata().map_err(errno)?) != ino.0 {
+                // Close-to-open: the cached lookup was stale; look up afresh.
+                self.name_changed(&rel);
                 return Err(Errno::ESTALE);
             }
             self.add_handle(f, ino.0)
@@ -887,7 +941,7 @@ impl Filesystem for WeakFs {
                 let e = e.map_err(errno)?;
                 let Ok(m) = e.metadata() else { continue };
                 let kind = FileType::from_std(m.file_type()).unwrap_or(FileType::RegularFile);
-                out.push((self.node_of(m.ino()), kind, e.file_name()));
+                out.push((self.node_of(&m), kind, e.file_name()));
             }
             Ok(out)
         })();
@@ -962,7 +1016,7 @@ impl Filesystem for WeakFs {
         reply: ReplyCreate,
     ) {
         check_cut!(self, reply);
-        let ttl = self.behaviours.attr_ttl;
+        let ttl = KERNEL_TTL;
         let res = (|| -> Result<(FileAttr, u64), Errno> {
             let rel = self.child(parent, name)?;
             let mut o = Self::open_options(flags);
@@ -978,6 +1032,7 @@ impl Filesystem for WeakFs {
             o.mode(mode & !umask & 0o7777);
             let f = o.open(self.full(&rel)).map_err(errno)?;
             self.dir_changed(parent);
+            self.name_changed(&rel);
             if flags & nix::libc::O_EXCL != 0 && self.lose_reply("exclusive create", &rel) {
                 return Err(Errno::EEXIST);
             }

@@ -1,0 +1,227 @@
+//! The NFS client behaviours of the `weakfs` test filesystem do what they
+//! claim, so a broker test that passes on a weakfs mount means something.
+//! Two mounts of one backing directory stand for two NFS clients ("hosts").
+//!
+//! If no FUSE mount can be made here, each test prints why and is skipped —
+//! it never passes without checking.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{ErrorKind, Read, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use weakfs::Behaviours;
+
+/// Caches must stay stale for the whole "still stale" check, even on a slow
+/// CI machine; the check itself takes microseconds.
+const TTL: Duration = Duration::from_secs(3);
+
+/// Linux errno values.
+const EIO: i32 = 5;
+const ENOTEMPTY: i32 = 39;
+
+struct Host {
+    mounted: Option<weakfs::Mounted>,
+    _mnt_dir: tempfile::TempDir,
+}
+
+impl Host {
+    fn path(&self) -> &Path {
+        self.mounted.as_ref().expect("mounted").mountpoint()
+    }
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        if let Some(m) = self.mounted.take() {
+            if let Err(e) = m.unmount() {
+                eprintln!("weakfs unmount: {e}");
+            }
+        }
+    }
+}
+
+fn env_tmp() -> PathBuf {
+    std::env::var_os("KAAS_TEST_DISK_TMP")
+        .map(PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir)
+}
+
+/// A mount of `backing`, or `None` (with the reason printed).
+fn host(backing: &Path, behaviours: Behaviours) -> Option<Host> {
+    if !Path::new("/dev/fuse").exists() {
+        eprintln!("SKIPPED: /dev/fuse does not exist, cannot build a FUSE mount");
+        return None;
+    }
+    let mnt_dir = tempfile::tempdir_in(env_tmp()).expect("mount dir");
+    match weakfs::mount_background(backing, mnt_dir.path(), behaviours) {
+        Ok(m) => Some(Host {
+            mounted: Some(m),
+            _mnt_dir: mnt_dir,
+        }),
+        Err(e) => {
+            eprintln!(
+                "SKIPPED: cannot mount weakfs here: {e} (needs /dev/fuse and fusermount3 or root)"
+            );
+            None
+        }
+    }
+}
+
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(dir)
+        .expect("read_dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+fn nfs() -> Behaviours {
+    Behaviours {
+        lost_reply_prob: 0.0,
+        attr_ttl: TTL,
+        ..Behaviours::nfs(1)
+    }
+}
+
+#[test]
+fn silly_rename_keeps_an_open_file_and_its_directory_busy() {
+    let backing = tempfile::tempdir_in(env_tmp()).expect("backing");
+    let Some(a) = host(backing.path(), nfs()) else {
+        return;
+    };
+    let dir = a.path().join("d");
+    fs::create_dir(&dir).expect("mkdir");
+    fs::write(dir.join("f"), b"kept").expect("write");
+    let mut held = File::open(dir.join("f")).expect("open");
+    fs::remove_file(dir.join("f")).expect("unlink");
+    let left = names(&dir);
+    assert!(
+        left.len() == 1 && left[0].starts_with(".nfs"),
+        "expected one .nfsXXXX file, got {left:?}"
+    );
+    let err = fs::remove_dir(&dir).expect_err("rmdir of a dir holding a silly-renamed file");
+    assert_eq!(err.raw_os_error(), Some(ENOTEMPTY), "{err}");
+    let mut buf = String::new();
+    held.read_to_string(&mut buf).expect("read after unlink");
+    assert_eq!(buf, "kept");
+    drop(held);
+    assert!(
+        names(&dir).is_empty(),
+        "silly-renamed file not removed at last close"
+    );
+    fs::remove_dir(&dir).expect("rmdir after close");
+}
+
+#[test]
+fn another_hosts_changes_show_late_in_listings_and_lookups_but_open_revalidates() {
+    let backing = tempfile::tempdir_in(env_tmp()).expect("backing");
+    let (Some(a), Some(b)) = (host(backing.path(), nfs()), host(backing.path(), nfs())) else {
+        return;
+    };
+    fs::write(a.path().join("f"), b"v1").expect("write v1");
+    // B caches: a listing, a positive lookup of f, a negative one of x.
+    assert_eq!(names(b.path()), ["f"]);
+    assert_eq!(fs::read(b.path().join("f")).expect("read f"), b"v1");
+    assert_eq!(
+        fs::metadata(b.path().join("x")).map_err(|e| e.kind()).err(),
+        Some(ErrorKind::NotFound)
+    );
+    let cached_at = Instant::now();
+
+    // A creates x and replaces f (temp + rename).
+    fs::write(a.path().join("x"), b"new").expect("write x");
+    fs::write(a.path().join(".tmp-f"), b"v2").expect("write tmp");
+    fs::rename(a.path().join(".tmp-f"), a.path().join("f")).expect("rename");
+
+    // Within the cache lifetime, B's listing and negative lookup are stale...
+    let stale_listing = names(b.path());
+    let stale_lookup = fs::metadata(b.path().join("x")).is_err();
+    // ...but opening f by name revalidates it (close-to-open).
+    let reopened = fs::read(b.path().join("f")).expect("reopen f");
+    assert!(
+        cached_at.elapsed() < TTL,
+        "test too slow to observe the cache"
+    );
+    assert_eq!(stale_listing, ["f"], "B's listing should still be cached");
+    assert!(
+        stale_lookup,
+        "B's negative lookup of x should still be cached"
+    );
+    assert_eq!(
+        reopened, b"v2",
+        "open by name must see the closed new version"
+    );
+
+    // After the cache lifetime B sees everything.
+    let deadline = Instant::now() + TTL * 3;
+    while names(b.path()) != ["f", "x"] {
+        assert!(
+            Instant::now() < deadline,
+            "B never saw x: {:?}",
+            names(b.path())
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(fs::read(b.path().join("x")).expect("read x"), b"new");
+}
+
+#[test]
+fn lost_replies_report_failure_for_operations_that_happened() {
+    let backing = tempfile::tempdir_in(env_tmp()).expect("backing");
+    let Some(a) = host(
+        backing.path(),
+        Behaviours {
+            lost_reply_prob: 1.0,
+            ..Behaviours::default()
+        },
+    ) else {
+        return;
+    };
+    let p = a.path();
+    let err = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(p.join("c"))
+        .expect_err("lost reply of an exclusive create");
+    assert_eq!(err.kind(), ErrorKind::AlreadyExists, "{err}");
+    assert!(backing.path().join("c").exists(), "the create did happen");
+
+    let err = fs::rename(p.join("c"), p.join("d")).expect_err("lost reply of a rename");
+    assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
+    assert!(backing.path().join("d").exists() && !backing.path().join("c").exists());
+
+    let err = fs::remove_file(p.join("d")).expect_err("lost reply of an unlink");
+    assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
+    assert!(!backing.path().join("d").exists(), "the unlink did happen");
+}
+
+#[test]
+fn a_cut_off_host_gets_eio_until_healed() {
+    let backing = tempfile::tempdir_in(env_tmp()).expect("backing");
+    let control = tempfile::tempdir_in(env_tmp()).expect("control dir");
+    let cut = control.path().join("cut");
+    let Some(a) = host(
+        backing.path(),
+        Behaviours {
+            cutoff_file: Some(cut.clone()),
+            ..Behaviours::default()
+        },
+    ) else {
+        return;
+    };
+    let f = a.path().join("f");
+    let mut w = File::create(&f).expect("create");
+    w.write_all(b"1").expect("write");
+    File::create(&cut).expect("cut off");
+    let err = w.write_all(b"2").and_then(|()| w.sync_all());
+    assert_eq!(err.map_err(|e| e.raw_os_error()).err(), Some(Some(EIO)));
+    let err = fs::read_dir(a.path())
+        .map(|_| ())
+        .expect_err("listing while cut off");
+    assert_eq!(err.raw_os_error(), Some(EIO), "{err}");
+    fs::remove_file(&cut).expect("heal");
+    w.write_all(b"3").expect("write after heal");
+    drop(w);
+    assert_eq!(fs::read(&f).expect("read after heal"), b"13");
+}
