@@ -265,7 +265,12 @@ impl TopicCatalog {
             .join(format!("{CREATING_PREFIX}{name}-{}", stamp.topic_id));
         self.fs.create_dir_all(&building)?;
         self.write_stamp(&building, &stamp)?;
-        if let Err(e) = self.fs.rename(&building, &dir) {
+        let renamed = match self.fs.rename(&building, &dir) {
+            // A lost reply to a rename that happened (DESIGN section 11).
+            Err(e) if e.kind() == io::ErrorKind::NotFound && !self.fs.is_dir(&building) => Ok(()),
+            r => r,
+        };
+        if let Err(e) = renamed {
             let _ = remove_tree(self.fs.as_ref(), &building);
             // An unstamped directory of that name appeared meanwhile.
             if self.fs.is_dir(&dir) && !self.fs.is_dir(&building) {

@@ -58,11 +58,9 @@ def test_cut_off_volume_never_acks_and_recovers_after_heal(broker, topic_name):
 LOSSY = ["--nfs", "--actimeo-ms", "3000", "--lost-reply-prob", "0.25", "--seed", "7"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "broker treats a lost reply as a hard error: EEXIST from its own exclusive "
-    "create (segment .log, .tmp-* files) and ENOENT from its own rename of "
-    ".tmp-*.index/.timeindex/manifest fail the partition leader, which restarts "
-    "(DESIGN section 11: check EEXIST/ENOENT after create/remove/rename)"))
+# Regression: lost replies (EEXIST from our own exclusive create, ENOENT from
+# our own rename) used to fail the partition leader; write_atomic and topic
+# create now check, per DESIGN section 11.
 def test_lost_replies_do_not_fail_the_partition_leader(broker_factory, topic_name):
     b = broker_factory(["--retention-check-interval-ms", "500"], start=False, weakfs_args=LOSSY)
     b.start()

@@ -100,15 +100,31 @@ pub fn write_atomic(fs: &dyn Fs, path: &Path, bytes: &[u8]) -> io::Result<()> {
         .file_name()
         .and_then(|n| n.to_str())
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
-    let tmp = dir.join(format!(
-        "{TEMP_PREFIX}{name}-{:016x}",
-        rand::random::<u64>()
-    ));
-    let f = fs.create_exclusive(&tmp)?;
+    // The temp name is random, so an EEXIST is a lost reply to our own
+    // create (DESIGN section 11): take a fresh name rather than guess; the
+    // stray is swept with the other temps.
+    let mut attempt = 0;
+    let (tmp, f) = loop {
+        let tmp = dir.join(format!(
+            "{TEMP_PREFIX}{name}-{:016x}",
+            rand::random::<u64>()
+        ));
+        match fs.create_exclusive(&tmp) {
+            Ok(f) => break (tmp, f),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && attempt < 8 => attempt += 1,
+            Err(e) => return Err(e),
+        }
+    };
     let res = f
         .write_all_at(bytes, 0)
         .and_then(|_| f.sync_data())
-        .and_then(|_| fs.rename(&tmp, path));
+        .and_then(|_| match fs.rename(&tmp, path) {
+            // ENOENT after a rename may be a lost reply to one that
+            // happened: only we know the temp name, so if it is gone the
+            // rename is done.
+            Err(e) if e.kind() == io::ErrorKind::NotFound && fs.open_read(&tmp).is_err() => Ok(()),
+            r => r,
+        });
     drop(f);
     if let Err(e) = res {
         // Best effort: a leftover temp is harmless and swept on recovery.
