@@ -36,7 +36,12 @@ struct Mount {
     _backing: tempfile::TempDir,
     _mnt_dir: tempfile::TempDir,
     mounted: Option<weakfs::Mounted>,
+    /// One probe run at a time: the fsync and rename-timing probes are
+    /// timing heuristics, and a concurrent probe's load skews them.
+    _serial: std::sync::MutexGuard<'static, ()>,
 }
+
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 impl Mount {
     fn path(&self) -> &Path {
@@ -58,6 +63,7 @@ impl Drop for Mount {
 /// honest fsync must have a device to reach). `None` (with the reason
 /// printed) when FUSE is unavailable here.
 fn mount(behaviours: Behaviours) -> Option<Mount> {
+    let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let backing = tempfile::tempdir_in(env_tmp()).expect("backing dir");
     let mnt_dir = tempfile::tempdir_in(env_tmp()).expect("mount dir");
     if !Path::new("/dev/fuse").exists() {
@@ -69,6 +75,7 @@ fn mount(behaviours: Behaviours) -> Option<Mount> {
             _backing: backing,
             _mnt_dir: mnt_dir,
             mounted: Some(m),
+            _serial: serial,
         }),
         Err(e) => {
             eprintln!(
