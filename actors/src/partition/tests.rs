@@ -311,22 +311,6 @@ fn crash_at_every_step_of_retention_delete() {
 }
 
 #[test]
-fn crash_at_every_step_of_recovery_after_epoch_change() {
-    // Open with a new epoch: seal the old tail, manifest, new segment.
-    crash_every_step(
-        "takeover",
-        |_| {},
-        |log| {
-            let fs: SharedFs = Arc::new(RealFs);
-            let _ = fs;
-            log.sync_now().map(|_| ())?;
-            log.checkpoint()
-        },
-        |_, _| {},
-    );
-}
-
-#[test]
 fn crash_at_every_step_of_open_with_new_epoch() {
     let seed_log = |dir: &Path| {
         let fs: SharedFs = Arc::new(RealFs);
