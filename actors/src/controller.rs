@@ -1,11 +1,9 @@
 //! Controller epochs: `<cluster>/controller/epoch-<n>.json`, each created
 //! with O_CREAT|O_EXCL so exactly one broker wins each epoch.
 //!
-//! A standalone broker claims the next epoch at every start and leads every
-//! partition under it, so a restart always writes into new, higher-epoch
-//! segment files and never appends to a file a previous incarnation (or a
-//! zombie of it) may still hold. The multi-broker election, leases and the
-//! assignment file build on the same primitive.
+//! The election ([`crate::cluster::controller`]) claims exactly the epoch
+//! after the highest one it can see, and only once that epoch's holder is
+//! provably fenced; losing the race is an EEXIST and a re-read.
 
 use crate::fs::SharedFs;
 use serde::{Deserialize, Serialize};
@@ -22,6 +20,9 @@ pub struct EpochClaim {
     pub broker_id: i32,
     /// Random nonce of this claim attempt.
     pub nonce: u64,
+    /// The claimant's incarnation (0 in files from before leases).
+    #[serde(default)]
+    pub incarnation: u64,
 }
 
 fn epoch_name(e: i32) -> String {
@@ -53,6 +54,7 @@ pub fn claim_epoch(fs: &SharedFs, cluster_dir: &Path, broker_id: i32) -> io::Res
             epoch: next,
             broker_id,
             nonce: rand::random(),
+            incarnation: 0,
         };
         let path = dir.join(epoch_name(next));
         let body = serde_json::to_vec(&claim).expect("claim serializes");
@@ -78,6 +80,82 @@ pub fn claim_epoch(fs: &SharedFs, cluster_dir: &Path, broker_id: i32) -> io::Res
         }
     }
     Err(io::Error::other("could not claim a controller epoch"))
+}
+
+/// The highest controller epoch claim. The listing suggests a start; exact
+/// opens of the following epochs (close-to-open) find claims a stale
+/// listing misses.
+pub fn highest_claim(fs: &SharedFs, cluster_dir: &Path) -> io::Result<Option<EpochClaim>> {
+    let dir = cluster_dir.join("controller");
+    fs.create_dir_all(&dir)?;
+    let mut best = fs
+        .list(&dir)?
+        .iter()
+        .filter_map(|n| parse_epoch(n))
+        .max()
+        .unwrap_or(0);
+    for _ in 0..1000 {
+        if fs.open_read(&dir.join(epoch_name(best + 1))).is_err() {
+            break;
+        }
+        best += 1;
+    }
+    if best == 0 {
+        return Ok(None);
+    }
+    let b = fs.read(&dir.join(epoch_name(best)))?;
+    // A claim created but not yet written (or its writer crashed between
+    // create and write) has no owner: report broker -1, which candidates
+    // treat as gone only after lease + grace of observing it.
+    Ok(Some(serde_json::from_slice(&b).unwrap_or(EpochClaim {
+        epoch: best,
+        broker_id: -1,
+        nonce: 0,
+        incarnation: 0,
+    })))
+}
+
+/// Whether a claim file for `epoch` exists (exact open).
+pub fn claim_exists(fs: &SharedFs, cluster_dir: &Path, epoch: i32) -> bool {
+    fs.open_read(&cluster_dir.join("controller").join(epoch_name(epoch)))
+        .is_ok()
+}
+
+/// Try to claim exactly `epoch` (O_CREAT|O_EXCL). `Ok(false)` if another
+/// broker holds it; an EEXIST for a claim that is ours (a lost reply to our
+/// own create) counts as won.
+pub fn try_claim(
+    fs: &SharedFs,
+    cluster_dir: &Path,
+    epoch: i32,
+    broker_id: i32,
+    incarnation: u64,
+) -> io::Result<bool> {
+    let dir = cluster_dir.join("controller");
+    fs.create_dir_all(&dir)?;
+    let claim = EpochClaim {
+        epoch,
+        broker_id,
+        nonce: rand::random(),
+        incarnation,
+    };
+    let path = dir.join(epoch_name(epoch));
+    let body = serde_json::to_vec(&claim).expect("claim serializes");
+    match fs.create_exclusive(&path) {
+        Ok(f) => {
+            f.write_all_at(&body, 0)?;
+            f.sync_data()?;
+            fs.sync_dir(&dir)?;
+            Ok(true)
+        }
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(fs
+            .read(&path)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<EpochClaim>(&b).ok())
+            .as_ref()
+            == Some(&claim)),
+        Err(e) => Err(e),
+    }
 }
 
 #[cfg(test)]

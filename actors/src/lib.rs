@@ -2,6 +2,7 @@
 //! volume lives here, with the on-disk format it owns, and the filesystem seam
 //! ([`fs`]) that is the only code allowed to touch the volume.
 
+pub mod cluster;
 pub mod controller;
 pub mod fs;
 pub mod partition;

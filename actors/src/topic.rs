@@ -247,7 +247,9 @@ impl TopicCatalog {
             return Err(TopicError::InvalidPartitions(partitions));
         }
         validate_configs(&configs)?;
-        if self.view.read().unwrap().contains_key(name) {
+        // Another broker may have created (or deleted) it: ask the volume,
+        // not our view. The final rename is what decides a race.
+        if self.fs.is_dir(&self.data_dir.join(name)) {
             return Err(TopicError::AlreadyExists(name.to_owned()));
         }
         let stamp = TopicStamp {
@@ -288,13 +290,15 @@ impl TopicCatalog {
 
     /// Delete a topic (callers stop its partition leaders first).
     pub fn delete(&self, name: &str) -> Result<TopicStamp, TopicError> {
-        let stamp = self
-            .view
-            .read()
-            .unwrap()
-            .get(name)
-            .cloned()
-            .ok_or_else(|| TopicError::Unknown(name.to_owned()))?;
+        // The stamp by exact name: another broker may have created it.
+        let stamp = match self.fs.read(&self.data_dir.join(name).join(STAMP)) {
+            Ok(b) => serde_json::from_slice::<TopicStamp>(&b)
+                .map_err(|e| TopicError::Storage(format!("unreadable topic stamp: {e}")))?,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(TopicError::Unknown(name.to_owned()))
+            }
+            Err(e) => return Err(e.into()),
+        };
         let aside = self
             .data_dir
             .join(format!("{DELETED_PREFIX}{name}-{}", stamp.topic_id));

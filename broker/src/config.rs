@@ -71,6 +71,23 @@ pub struct BrokerArgs {
     /// Arbiters (threads) that run partition leaders; default: one per core.
     #[arg(long, env = "KAAS_PARTITION_THREADS")]
     pub partition_threads: Option<usize>,
+    /// Heartbeat interval: each broker rewrites its liveness record this often.
+    #[arg(long, env = "KAAS_HEARTBEAT_MS", default_value_t = 500)]
+    pub heartbeat_ms: u64,
+    /// Lease: a broker whose last timely heartbeat is older than this stops
+    /// acknowledging writes and leading (it fences itself).
+    #[arg(long, env = "KAAS_LEASE_MS", default_value_t = 3000)]
+    pub lease_ms: u64,
+    /// Grace added to the lease before another broker acts on a silent one
+    /// (absorbs clock-rate differences and the poll interval).
+    #[arg(long, env = "KAAS_LEASE_GRACE_MS", default_value_t = 1000)]
+    pub lease_grace_ms: u64,
+    /// How often the controller and the assignment watcher poll their files.
+    #[arg(long, env = "KAAS_POLL_MS", default_value_t = 100)]
+    pub poll_ms: u64,
+    /// On SIGTERM, how long to wait for the partitions to be handed off.
+    #[arg(long, env = "KAAS_SHUTDOWN_TIMEOUT_MS", default_value_t = 15_000)]
+    pub shutdown_timeout_ms: u64,
     /// Start even if the substrate check disqualifies the volume (logged loudly).
     #[arg(
         long,
@@ -81,6 +98,25 @@ pub struct BrokerArgs {
 }
 
 impl BrokerArgs {
+    /// Timing of the cluster protocol, validated: the grace must exceed the
+    /// poll interval and the lease must exceed a few heartbeats.
+    pub fn timing(&self) -> anyhow::Result<kaas_actors::cluster::membership::Timing> {
+        use std::time::Duration;
+        let t = kaas_actors::cluster::membership::Timing {
+            heartbeat: Duration::from_millis(self.heartbeat_ms.max(10)),
+            lease: Duration::from_millis(self.lease_ms),
+            grace: Duration::from_millis(self.lease_grace_ms),
+            poll: Duration::from_millis(self.poll_ms.max(10)),
+        };
+        if t.lease < t.heartbeat * 2 {
+            anyhow::bail!("--lease-ms must be at least twice --heartbeat-ms");
+        }
+        if t.grace <= t.poll {
+            anyhow::bail!("--lease-grace-ms must exceed --poll-ms");
+        }
+        Ok(t)
+    }
+
     /// The cluster directory actually used.
     pub fn cluster_dir(&self) -> PathBuf {
         self.cluster_dir

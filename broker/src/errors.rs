@@ -12,6 +12,7 @@ pub mod code {
     pub const NONE: i16 = 0;
     pub const OFFSET_OUT_OF_RANGE: i16 = 1;
     pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+    pub const LEADER_NOT_AVAILABLE: i16 = 5;
     pub const NOT_LEADER_OR_FOLLOWER: i16 = 6;
     pub const REQUEST_TIMED_OUT: i16 = 7;
     pub const RECORD_LIST_TOO_LARGE: i16 = 18;

@@ -7,7 +7,7 @@
 //! long-polling a fetch), which the connection resolves in order.
 
 use crate::errors::{self, code};
-use crate::state::Broker;
+use crate::state::{Broker, LookupError};
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::FutureExt;
@@ -118,9 +118,7 @@ async fn reader_of(
     topic: &str,
     p: i32,
 ) -> Result<(PartitionHandle, PartitionReader), i16> {
-    let h = b
-        .partition(topic, p)
-        .map_err(|_| code::UNKNOWN_TOPIC_OR_PARTITION)?;
+    let h = b.partition(topic, p).map_err(lookup_code)?.handle;
     let deadline = Instant::now() + Duration::from_secs(5);
     let mut hw = h.hw.clone();
     loop {
@@ -134,11 +132,22 @@ async fn reader_of(
     }
 }
 
-/// KIP-320: compare the client's view of the leader epoch with ours.
-fn check_epoch(b: &Broker, current: i32) -> i16 {
-    if current < 0 || current == b.epoch {
+fn lookup_code(e: LookupError) -> i16 {
+    match e {
+        LookupError::Unknown => code::UNKNOWN_TOPIC_OR_PARTITION,
+        LookupError::NotLeader => code::NOT_LEADER_OR_FOLLOWER,
+    }
+}
+
+/// KIP-320: compare the client's view of the leader epoch with the one the
+/// assignment granted.
+fn check_epoch(b: &Broker, topic: &str, p: i32, current: i32) -> i16 {
+    let Some(e) = b.entry(topic, p) else {
+        return code::NONE; // the lookup that follows reports it unknown
+    };
+    if current < 0 || current == e.epoch {
         code::NONE
-    } else if current < b.epoch {
+    } else if current < e.epoch {
         code::FENCED_LEADER_EPOCH
     } else {
         code::UNKNOWN_LEADER_EPOCH
@@ -158,22 +167,28 @@ async fn auto_create(b: &Broker, name: &str) -> Option<TopicStamp> {
     match r {
         Ok(Ok(t)) => {
             tracing::info!(topic = %name, partitions = t.partitions, "auto-created topic");
-            Some(t)
+            await_topic_ready(b, name, t.topic_id, Duration::from_secs(5)).await;
+            b.topic(name)
         }
         _ => b.topic(name),
     }
 }
 
 async fn metadata(b: &Arc<Broker>, r: MetadataRequest, v: i16) -> MetadataResponse {
-    let (host, port) = b.args.advertised();
-    let mut broker = MetadataResponseBroker::default();
-    broker.node_id = BrokerId(b.args.broker_id);
-    broker.host = s(&host);
-    broker.port = port;
     let mut resp = MetadataResponse::default();
-    resp.brokers = vec![broker];
+    let (brokers, controller) = live_brokers(b);
+    resp.brokers = brokers
+        .into_iter()
+        .map(|(id, host, port)| {
+            let mut x = MetadataResponseBroker::default();
+            x.node_id = BrokerId(id);
+            x.host = s(&host);
+            x.port = port;
+            x
+        })
+        .collect();
     resp.cluster_id = Some(s(&b.cluster_id));
-    resp.controller_id = BrokerId(b.args.broker_id);
+    resp.controller_id = BrokerId(controller);
     let all = match &r.topics {
         None => true,
         Some(t) => t.is_empty() && v == 0,
@@ -216,14 +231,31 @@ async fn metadata(b: &Arc<Broker>, r: MetadataRequest, v: i16) -> MetadataRespon
             Some(t) => {
                 mt.name = Some(TopicName(s(&t.name)));
                 mt.topic_id = t.topic_id;
+                let a = b.assignment();
+                let entries = a
+                    .topics
+                    .get(&t.name)
+                    .filter(|x| x.topic_id == t.topic_id)
+                    .map(|x| x.partitions.as_slice())
+                    .unwrap_or(&[]);
                 mt.partitions = (0..t.partitions)
                     .map(|p| {
                         let mut mp = MetadataResponsePartition::default();
                         mp.partition_index = p;
-                        mp.leader_id = BrokerId(b.args.broker_id);
-                        mp.leader_epoch = b.epoch;
-                        mp.replica_nodes = vec![BrokerId(b.args.broker_id)];
-                        mp.isr_nodes = vec![BrokerId(b.args.broker_id)];
+                        match entries.get(p as usize) {
+                            Some(e) if e.leader >= 0 => {
+                                mp.leader_id = BrokerId(e.leader);
+                                mp.leader_epoch = e.epoch;
+                                mp.replica_nodes = vec![BrokerId(e.leader)];
+                                mp.isr_nodes = vec![BrokerId(e.leader)];
+                            }
+                            // Vacant (moving, or no live broker): retriable.
+                            e => {
+                                mp.error_code = code::LEADER_NOT_AVAILABLE;
+                                mp.leader_id = BrokerId(-1);
+                                mp.leader_epoch = e.map(|e| e.epoch).unwrap_or(-1);
+                            }
+                        }
                         mp
                     })
                     .collect();
@@ -300,9 +332,9 @@ async fn produce(b: &Arc<Broker>, r: ProduceRequest, v: i16) -> Pending {
                 continue;
             };
             let h = match b.partition(name, pd.index) {
-                Ok(h) => h,
-                Err(_) => {
-                    slots.push(fail(code::UNKNOWN_TOPIC_OR_PARTITION));
+                Ok(l) => l.handle,
+                Err(e) => {
+                    slots.push(fail(lookup_code(e)));
                     continue;
                 }
             };
@@ -414,7 +446,7 @@ async fn fetch(b: &Arc<Broker>, r: FetchRequest, v: i16) -> FetchResponse {
         for fp in &ft.partitions {
             let target = match &name {
                 None => Err(code::UNKNOWN_TOPIC_ID),
-                Some(n) => match check_epoch(b, fp.current_leader_epoch) {
+                Some(n) => match check_epoch(b, n, fp.partition, fp.current_leader_epoch) {
                     code::NONE => reader_of(b, n, fp.partition).await,
                     c => Err(c),
                 },
@@ -552,7 +584,7 @@ async fn list_offsets(b: &Arc<Broker>, r: ListOffsetsRequest, v: i16) -> ListOff
             pr.timestamp = -1;
             pr.offset = -1;
             pr.leader_epoch = -1;
-            let ec = check_epoch(b, p.current_leader_epoch);
+            let ec = check_epoch(b, &name, p.partition_index, p.current_leader_epoch);
             if ec != code::NONE {
                 pr.error_code = ec;
                 tr.partitions.push(pr);
@@ -635,6 +667,12 @@ async fn create_topics(b: &Arc<Broker>, r: CreateTopicsRequest, v: i16) -> Creat
                 .await;
             match res {
                 Ok(Ok(stamp)) => {
+                    if !r.validate_only {
+                        let wait = Duration::from_millis(r.timeout_ms.clamp(0, 30_000) as u64);
+                        if !await_topic_ready(b, &name, stamp.topic_id, wait).await {
+                            tracing::warn!(topic = %name, "created; leaders not yet assigned");
+                        }
+                    }
                     tr.topic_id = if r.validate_only {
                         Uuid::nil()
                     } else {
@@ -824,16 +862,60 @@ fn describe_configs(b: &Arc<Broker>, r: DescribeConfigsRequest) -> DescribeConfi
     resp
 }
 
+/// Brokers to advertise (the assignment's live brokers; before the first
+/// assignment, just this one) and the controller id.
+fn live_brokers(b: &Broker) -> (Vec<(i32, String, i32)>, i32) {
+    let a = b.assignment();
+    let mut v: Vec<(i32, String, i32)> = a
+        .brokers
+        .iter()
+        .map(|x| (x.id, x.host.clone(), x.port))
+        .collect();
+    if !v.iter().any(|x| x.0 == b.args.broker_id) {
+        let (host, port) = b.args.advertised();
+        v.push((b.args.broker_id, host, port));
+    }
+    let controller = if a.version == 0 { -1 } else { a.controller_id };
+    (v, controller)
+}
+
+/// After a create: the controller picks the topic up from the volume; wait
+/// (bounded) until this broker's metadata shows it with every partition
+/// led, so a client's next request finds a leader.
+async fn await_topic_ready(b: &Broker, name: &str, id: Uuid, timeout: Duration) -> bool {
+    if let Some(c) = b.controller.get() {
+        c.do_send(kaas_actors::cluster::controller::Poke);
+    }
+    let deadline = Instant::now() + timeout;
+    loop {
+        let a = b.assignment();
+        if let Some(t) = a.topics.get(name) {
+            if t.topic_id == id && t.partitions.iter().all(|e| e.leader >= 0) {
+                return true;
+            }
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 fn describe_cluster(b: &Arc<Broker>) -> DescribeClusterResponse {
-    let (host, port) = b.args.advertised();
-    let mut br = DescribeClusterBroker::default();
-    br.broker_id = BrokerId(b.args.broker_id);
-    br.host = s(&host);
-    br.port = port;
     let mut resp = DescribeClusterResponse::default();
+    let (brokers, controller) = live_brokers(b);
     resp.cluster_id = s(&b.cluster_id);
-    resp.controller_id = BrokerId(b.args.broker_id);
-    resp.brokers = vec![br];
+    resp.controller_id = BrokerId(controller);
+    resp.brokers = brokers
+        .into_iter()
+        .map(|(id, host, port)| {
+            let mut br = DescribeClusterBroker::default();
+            br.broker_id = BrokerId(id);
+            br.host = s(&host);
+            br.port = port;
+            br
+        })
+        .collect();
     resp.endpoint_type = 1;
     resp.cluster_authorized_operations = i32::MIN;
     resp
@@ -877,7 +959,7 @@ async fn offset_for_leader_epoch(
             er.partition = p.partition;
             er.leader_epoch = -1;
             er.end_offset = -1;
-            let ec = check_epoch(b, p.current_leader_epoch);
+            let ec = check_epoch(b, &t.topic.0, p.partition, p.current_leader_epoch);
             if ec != code::NONE {
                 er.error_code = ec;
             } else {

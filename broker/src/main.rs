@@ -4,6 +4,7 @@
 
 mod config;
 mod conn;
+mod dev;
 mod errors;
 mod handlers;
 mod server;
@@ -26,7 +27,9 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Run a broker.
-    Broker(config::BrokerArgs),
+    Broker(Box<config::BrokerArgs>),
+    /// Run a local cluster: N brokers on one data directory.
+    Dev(dev::DevArgs),
     /// Check that a mount honours the substrate contract.
     SubstrateCheck(substrate_cmd::SubstrateCheckArgs),
     /// Internal: a probe process started by substrate-check.
@@ -44,7 +47,14 @@ fn main() {
         .init();
     let cli = Cli::parse();
     let code = match cli.cmd {
-        Cmd::Broker(args) => match server::run(args) {
+        Cmd::Dev(args) => match dev::run(&args) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("kaas dev: {e:#}");
+                1
+            }
+        },
+        Cmd::Broker(args) => match server::run(*args) {
             Ok(()) => 0,
             Err(e) => {
                 tracing::error!(error = %format!("{e:#}"), "broker failed");

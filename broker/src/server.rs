@@ -1,12 +1,16 @@
-//! Start-up and the listeners: substrate gate, controller epoch, topic
-//! catalog, partition arbiters, the Kafka listener with its connection cap,
+//! Start-up and the listeners: substrate gate, cluster join (membership,
+//! assignment watcher, controller election), topic catalog, partition arbiters, the Kafka listener with its connection cap,
 //! and the telemetry HTTP listener (`/metrics`, `/actors`).
 
 use crate::config::BrokerArgs;
 use crate::conn;
 use crate::state::Broker;
+use crate::state::BrokerSink;
 use actix::Actor;
 use anyhow::Context as _;
+use kaas_actors::cluster::controller::{ControllerActor, IsController, Resign};
+use kaas_actors::cluster::membership::{self, Beat, JoinConfig, Membership};
+use kaas_actors::cluster::watcher::AssignmentWatcher;
 use kaas_actors::fs::{RealFs, SharedFs};
 use kaas_actors::producer_ids::ProducerIdAllocator;
 use kaas_actors::topic::TopicCatalog;
@@ -28,8 +32,7 @@ pub fn run(args: BrokerArgs) -> anyhow::Result<()> {
         args.allow_disqualified_substrate,
     )?;
 
-    let epoch = kaas_actors::controller::claim_epoch(&fs, &cluster_dir, args.broker_id)
-        .context("claiming controller epoch")?;
+    let timing = args.timing()?;
     let cluster_id = cluster_id(&fs, &cluster_dir)?;
     let threads = args
         .partition_threads
@@ -39,12 +42,23 @@ pub fn run(args: BrokerArgs) -> anyhow::Result<()> {
                 .unwrap_or(2)
         })
         .max(1);
+    // Blocking: after an unclean exit this waits until the previous
+    // incarnation's lease has provably lapsed.
+    let (shared, seq) = membership::join(
+        &fs,
+        JoinConfig {
+            broker_id: args.broker_id,
+            cluster_dir: cluster_dir.clone(),
+            advertised: args.advertised(),
+            timing,
+        },
+    )
+    .context("joining the cluster")?;
 
     let sys = actix_rt::System::new();
     sys.block_on(async move {
         let catalog = TopicCatalog::load(fs.clone(), &args.data_dir)
             .map_err(|e| anyhow::anyhow!("loading topics: {e}"))?;
-        let topics = catalog.view();
         // Topic creation and deletion do file I/O: keep it off the thread
         // that serves connections.
         let catalog_arbiter = actix::Arbiter::new();
@@ -55,13 +69,37 @@ pub fn run(args: BrokerArgs) -> anyhow::Result<()> {
         let broker = Arc::new(Broker::new(
             args.clone(),
             fs.clone(),
-            epoch,
+            shared.clone(),
             cluster_id.clone(),
-            topics,
             catalog,
             pids,
             handles,
         ));
+        // Heartbeats on their own thread: a slow assignment read or a
+        // controller pass never delays them.
+        let membership_arbiter = actix::Arbiter::new();
+        let cluster_arbiter = actix::Arbiter::new();
+        let membership = Membership::start(
+            fs.clone(),
+            shared.clone(),
+            seq,
+            &membership_arbiter.handle(),
+        );
+        let watcher = AssignmentWatcher::start(
+            fs.clone(),
+            shared.clone(),
+            Arc::new(BrokerSink(broker.clone())),
+            membership.clone(),
+            &cluster_arbiter.handle(),
+        );
+        let controller = ControllerActor::start(
+            fs.clone(),
+            shared.clone(),
+            args.data_dir.clone(),
+            Some(watcher.clone()),
+            &cluster_arbiter.handle(),
+        );
+        let _ = broker.controller.set(controller.clone());
 
         let listener = TcpListener::bind(args.listen)
             .await
@@ -75,7 +113,7 @@ pub fn run(args: BrokerArgs) -> anyhow::Result<()> {
             metrics = %args.metrics_listen,
             data_dir = %args.data_dir.display(),
             broker_id = args.broker_id,
-            epoch,
+            incarnation = shared.lease.incarnation(),
             cluster_id = %cluster_id,
             "kaas broker listening on {}",
             args.listen
@@ -86,19 +124,79 @@ pub fn run(args: BrokerArgs) -> anyhow::Result<()> {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         tokio::select! {
             _ = accept => {}
-            _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
-            _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: shutting down"),
+            _ = term.recv() => tracing::info!("SIGTERM: controlled shutdown"),
+            _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: controlled shutdown"),
         }
-        // Controlled shutdown: flush and checkpoint every open partition.
-        broker.stop_leaders(None).await;
+        controlled_shutdown(&broker, &membership, &controller).await;
         for a in arbiters {
             a.stop();
         }
         catalog_arbiter.stop();
+        cluster_arbiter.stop();
+        membership_arbiter.stop();
         actix_rt::System::current().stop();
         tracing::info!("shutdown complete");
         Ok::<(), anyhow::Error>(())
     })
+}
+
+/// Hand every partition (and the controller role) to the other brokers
+/// before exiting, so clients see NOT_LEADER and a quick move rather than
+/// a lease-long stall. Bounded by --shutdown-timeout-ms; with no other
+/// broker alive it just closes everything cleanly.
+async fn controlled_shutdown(
+    b: &Arc<Broker>,
+    membership: &actix::Addr<Membership>,
+    controller: &actix::Addr<ControllerActor>,
+) {
+    let me = b.args.broker_id;
+    let poll = std::time::Duration::from_millis(b.args.poll_ms.max(10));
+    let deadline =
+        std::time::Instant::now() + std::time::Duration::from_millis(b.args.shutdown_timeout_ms);
+    let others = |b: &Broker| b.assignment().brokers.iter().any(|x| x.id != me);
+    b.shared.state.lock().unwrap().shutting_down = true;
+    let _ = membership.send(Beat).await;
+    if others(b) {
+        // The controller vacates our partitions; the watcher stops them and
+        // reports the version applied; the controller grants them elsewhere.
+        while std::time::Instant::now() < deadline && others(b) {
+            let a = b.assignment();
+            let granted_to_me = a
+                .topics
+                .values()
+                .flat_map(|t| t.partitions.iter())
+                .any(|e| e.leader == me);
+            if !granted_to_me && b.leading() == 0 {
+                break;
+            }
+            tokio::time::sleep(poll).await;
+        }
+    }
+    if let Ok(Some(epoch)) = controller.send(IsController).await {
+        // Wait (briefly) until what we vacated is granted elsewhere, then
+        // give the role up explicitly so a successor need not wait a lease.
+        let until = deadline.min(std::time::Instant::now() + std::time::Duration::from_secs(5));
+        while std::time::Instant::now() < until && others(b) {
+            let vacant = b
+                .assignment()
+                .topics
+                .values()
+                .flat_map(|t| t.partitions.iter())
+                .any(|e| e.leader < 0);
+            if !vacant {
+                break;
+            }
+            tokio::time::sleep(poll).await;
+        }
+        let _ = controller.send(Resign).await;
+        b.shared.state.lock().unwrap().controller_released = Some(epoch);
+        let _ = membership.send(Beat).await;
+        tracing::info!(epoch, "released the controller role");
+    }
+    // Flush, checkpoint and close whatever is still open.
+    b.stop_leaders(None).await;
+    b.shared.state.lock().unwrap().clean_exit = true;
+    let _ = membership.send(Beat).await;
 }
 
 async fn accept_loop(b: Arc<Broker>, listener: TcpListener) {

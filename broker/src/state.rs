@@ -1,18 +1,35 @@
-//! The broker's shared context: configuration, the topic catalog, and the
-//! registry of partition leaders. Leaders start lazily on first use, so ten
-//! thousand idle partitions cost a directory each and nothing in memory.
+//! The broker's shared context: configuration, the metadata cache fed by
+//! the assignment, and the registry of partition leaders this broker runs.
+//! Leaders are started and stopped only by the assignment watcher (through
+//! [`LeaderSink`]); requests look them up and get NOT_LEADER for anything
+//! this incarnation was not granted.
 
 use crate::config::BrokerArgs;
+use futures::future::LocalBoxFuture;
+use kaas_actors::cluster::controller::ControllerActor;
+use kaas_actors::cluster::membership::Shared;
+use kaas_actors::cluster::records::{Assignment, PartitionAssignment};
+use kaas_actors::cluster::watcher::LeaderSink;
 use kaas_actors::fs::SharedFs;
 use kaas_actors::partition::leader::{LeaderSpec, PartitionHandle, PartitionLeader};
 use kaas_actors::partition::log::LogConfig;
 use kaas_actors::partition::messages::StopLeader;
 use kaas_actors::producer_ids::ProducerIdAllocator;
 use kaas_actors::topic::{TopicCatalog, TopicStamp, TopicsView};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
+
+/// A partition this broker leads.
+#[derive(Clone)]
+pub struct Led {
+    /// The leader actor.
+    pub handle: PartitionHandle,
+    /// Its leader epoch.
+    pub epoch: i32,
+    topic_id: uuid::Uuid,
+}
 
 /// Shared by every connection.
 pub struct Broker {
@@ -20,23 +37,27 @@ pub struct Broker {
     pub args: BrokerArgs,
     /// The volume.
     pub fs: SharedFs,
-    /// Leader epoch this broker writes under (its controller epoch).
-    pub epoch: i32,
+    /// Membership: broker id, lease, incarnation, published state.
+    pub shared: Arc<Shared>,
     /// Cluster id reported in Metadata / DescribeCluster.
     pub cluster_id: String,
-    /// Topics as last written by the catalog.
+    /// Topics of the newest assignment applied.
     pub topics: TopicsView,
-    /// The topic catalog actor.
+    /// The topic catalog actor (creates and deletes topic directories).
     pub catalog: actix::Addr<TopicCatalog>,
     /// Producer ids, from persisted blocks.
     pub pids: Mutex<ProducerIdAllocator>,
-    /// Open leaders by (topic, partition), with the topic id they serve: a
-    /// re-created topic of the same name never reuses an old leader.
-    leaders: Mutex<HashMap<(String, i32), (uuid::Uuid, PartitionHandle)>>,
+    /// The newest assignment applied (metadata cache).
+    meta: RwLock<Arc<Assignment>>,
+    /// Leaders by (topic, partition), with the topic id and epoch they were
+    /// granted: a re-created topic or a new grant never reuses a leader.
+    leaders: Mutex<HashMap<(String, i32), Led>>,
     /// Topics being deleted: no leader may start for them meanwhile.
-    deleting: Mutex<std::collections::HashSet<String>>,
+    deleting: Mutex<HashSet<String>>,
     arbiters: Vec<actix::ArbiterHandle>,
     next_arbiter: AtomicUsize,
+    /// This broker's controller actor (elected or not).
+    pub controller: std::sync::OnceLock<actix::Addr<ControllerActor>>,
 }
 
 /// Why a partition cannot be served.
@@ -44,17 +65,17 @@ pub struct Broker {
 pub enum LookupError {
     /// UNKNOWN_TOPIC_OR_PARTITION
     Unknown,
+    /// NOT_LEADER_OR_FOLLOWER: another broker leads it, or nobody yet.
+    NotLeader,
 }
 
 impl Broker {
     /// Assemble the context.
-    #[allow(clippy::too_many_arguments)]
     pub fn new(
         args: BrokerArgs,
         fs: SharedFs,
-        epoch: i32,
+        shared: Arc<Shared>,
         cluster_id: String,
-        topics: TopicsView,
         catalog: actix::Addr<TopicCatalog>,
         pids: ProducerIdAllocator,
         arbiters: Vec<actix::ArbiterHandle>,
@@ -62,19 +83,21 @@ impl Broker {
         Self {
             args,
             fs,
-            epoch,
+            shared,
             cluster_id,
-            topics,
+            topics: Arc::default(),
             catalog,
             pids: Mutex::new(pids),
+            meta: RwLock::new(Arc::default()),
             leaders: Mutex::new(HashMap::new()),
             deleting: Mutex::new(Default::default()),
             arbiters,
             next_arbiter: AtomicUsize::new(0),
+            controller: std::sync::OnceLock::new(),
         }
     }
 
-    /// A topic's stamp.
+    /// A topic's stamp, as the newest assignment knows it.
     pub fn topic(&self, name: &str) -> Option<TopicStamp> {
         self.topics.read().unwrap().get(name).cloned()
     }
@@ -103,33 +126,64 @@ impl Broker {
         }
     }
 
-    /// The leader of (topic, partition), started on first use.
-    pub fn partition(&self, topic: &str, partition: i32) -> Result<PartitionHandle, LookupError> {
-        let t = self.topic(topic).ok_or(LookupError::Unknown)?;
-        if partition < 0 || partition >= t.partitions {
-            return Err(LookupError::Unknown);
-        }
-        let mut leaders = self.leaders.lock().unwrap();
+    /// The newest assignment applied.
+    pub fn assignment(&self) -> Arc<Assignment> {
+        self.meta.read().unwrap().clone()
+    }
+
+    /// The assignment entry of (topic, partition).
+    pub fn entry(&self, topic: &str, partition: i32) -> Option<PartitionAssignment> {
+        self.meta.read().unwrap().entry(topic, partition).copied()
+    }
+
+    /// The leader of (topic, partition), if this broker holds it now: granted
+    /// to this incarnation, lease valid, leader started.
+    pub fn partition(&self, topic: &str, partition: i32) -> Result<Led, LookupError> {
+        let e = self.entry(topic, partition).ok_or(LookupError::Unknown)?;
         if self.deleting.lock().unwrap().contains(topic) {
             return Err(LookupError::Unknown);
         }
-        if let Some((id, h)) = leaders.get(&(topic.to_owned(), partition)) {
-            if *id == t.topic_id {
-                return Ok(h.clone());
-            }
+        let lease = &self.shared.lease;
+        if e.leader != self.args.broker_id
+            || e.incarnation != lease.incarnation()
+            || !lease.valid_for(e.incarnation)
+        {
+            return Err(LookupError::NotLeader);
         }
+        match self
+            .leaders
+            .lock()
+            .unwrap()
+            .get(&(topic.to_owned(), partition))
+        {
+            Some(l) if l.epoch == e.epoch => Ok(l.clone()),
+            _ => Err(LookupError::NotLeader),
+        }
+    }
+
+    /// How many partitions this broker leads.
+    pub fn leading(&self) -> usize {
+        self.leaders.lock().unwrap().len()
+    }
+
+    fn start_leader(&self, topic: &str, partition: i32, epoch: i32, inc: u64) -> Option<Led> {
+        let t = self.topic(topic)?;
         let i = self.next_arbiter.fetch_add(1, Ordering::Relaxed) % self.arbiters.len();
         let spec = LeaderSpec {
             topic: topic.to_owned(),
             partition,
             dir: self.args.data_dir.join(topic).join(partition.to_string()),
-            epoch: self.epoch,
+            epoch,
             cfg: self.log_config(&t),
             retention_check: Duration::from_millis(self.args.retention_check_interval_ms.max(10)),
+            lease: Some((self.shared.lease.clone(), inc)),
         };
-        let h = PartitionLeader::start(spec, self.fs.clone(), &self.arbiters[i]);
-        leaders.insert((topic.to_owned(), partition), (t.topic_id, h.clone()));
-        Ok(h)
+        let handle = PartitionLeader::start(spec, self.fs.clone(), &self.arbiters[i]);
+        Some(Led {
+            handle,
+            epoch,
+            topic_id: t.topic_id,
+        })
     }
 
     /// Mark `topic` as being deleted (no new leaders) or clear the mark.
@@ -153,16 +207,97 @@ impl Broker {
                 .cloned()
                 .collect();
             keys.into_iter()
-                .filter_map(|k| leaders.remove(&k).map(|(_, h)| h))
+                .filter_map(|k| leaders.remove(&k).map(|l| l.handle))
                 .collect()
         };
-        for h in stopping {
-            let _ = h
-                .addr
-                .send(StopLeader {
-                    sent_at: Instant::now(),
+        stop_all(stopping).await;
+    }
+}
+
+async fn stop_all(handles: Vec<PartitionHandle>) {
+    let stops = handles.into_iter().map(|h| async move {
+        let _ = h
+            .addr
+            .send(StopLeader {
+                sent_at: Instant::now(),
+            })
+            .await;
+    });
+    futures::future::join_all(stops).await;
+}
+
+/// The watcher's view of the broker.
+pub struct BrokerSink(pub Arc<Broker>);
+
+impl LeaderSink for BrokerSink {
+    fn apply(&self, a: Arc<Assignment>, inc: u64, lead: bool) -> LocalBoxFuture<'static, ()> {
+        let b = self.0.clone();
+        Box::pin(async move {
+            let me = b.args.broker_id;
+            *b.topics.write().unwrap() = a
+                .topics
+                .iter()
+                .map(|(name, t)| {
+                    let stamp = TopicStamp {
+                        topic_id: t.topic_id,
+                        name: name.clone(),
+                        partitions: t.partitions.len() as i32,
+                        configs: t.configs.clone(),
+                    };
+                    (name.clone(), stamp)
                 })
-                .await;
-        }
+                .collect();
+            *b.meta.write().unwrap() = a.clone();
+            let mut wanted: HashMap<(String, i32), (uuid::Uuid, i32)> = HashMap::new();
+            if lead {
+                for (name, t) in &a.topics {
+                    for (p, e) in t.partitions.iter().enumerate() {
+                        if e.leader == me && e.incarnation == inc {
+                            wanted.insert((name.clone(), p as i32), (t.topic_id, e.epoch));
+                        }
+                    }
+                }
+            }
+            // Stop what we lost first, awaiting the final fsync and close: a
+            // partition whose epoch changed is stopped before the leader of
+            // the new epoch opens its files.
+            let stopping: Vec<PartitionHandle> = {
+                let mut leaders = b.leaders.lock().unwrap();
+                let lost: Vec<(String, i32)> = leaders
+                    .iter()
+                    .filter(|(k, l)| wanted.get(*k) != Some(&(l.topic_id, l.epoch)))
+                    .map(|(k, _)| k.clone())
+                    .collect();
+                lost.into_iter()
+                    .filter_map(|k| leaders.remove(&k).map(|l| l.handle))
+                    .collect()
+            };
+            let stopped = stopping.len();
+            stop_all(stopping).await;
+            let mut started = 0;
+            {
+                let mut leaders = b.leaders.lock().unwrap();
+                let deleting = b.deleting.lock().unwrap();
+                for ((t, p), (_, epoch)) in wanted {
+                    if leaders.contains_key(&(t.clone(), p)) || deleting.contains(&t) {
+                        continue;
+                    }
+                    if let Some(l) = b.start_leader(&t, p, epoch, inc) {
+                        leaders.insert((t, p), l);
+                        started += 1;
+                    }
+                }
+            }
+            if stopped + started > 0 {
+                tracing::info!(
+                    version = a.version,
+                    controller_epoch = a.controller_epoch,
+                    started,
+                    stopped,
+                    leading = b.leading(),
+                    "applied assignment"
+                );
+            }
+        })
     }
 }

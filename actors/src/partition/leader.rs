@@ -11,6 +11,7 @@
 use super::log::{LogConfig, LogError, PartitionLog};
 use super::messages::{AppendBatches, AppendTicket, EnforceRetention, PartitionError, StopLeader};
 use super::reader::PartitionReader;
+use crate::cluster::lease::Lease;
 use crate::fs::SharedFs;
 use crate::telemetry::{self, ActorInfo, HandleTimer, KindStats};
 use actix::prelude::*;
@@ -53,6 +54,10 @@ pub struct LeaderSpec {
     pub cfg: LogConfig,
     /// How often retention runs.
     pub retention_check: Duration,
+    /// The broker lease and the incarnation this leadership was granted to:
+    /// nothing is acknowledged, and retention deletes nothing, unless it is
+    /// valid. `None` only in unit tests.
+    pub lease: Option<(Arc<Lease>, u64)>,
 }
 
 /// See module docs.
@@ -130,6 +135,29 @@ impl PartitionLeader {
         );
     }
 
+    fn lease_valid(&self) -> bool {
+        self.spec
+            .lease
+            .as_ref()
+            .is_none_or(|(l, inc)| l.valid_for(*inc))
+    }
+
+    /// The lease lapsed: another broker may own the partition by now. Drop
+    /// everything unacknowledged (it may or may not survive in the file;
+    /// it was never promised) and go dormant; the watcher stops us.
+    fn fenced(&mut self, ctx: &mut Context<Self>) {
+        tracing::error!(topic = %self.spec.topic, partition = self.spec.partition, epoch = self.spec.epoch, "lease lapsed: acknowledging nothing more");
+        let err = PartitionError::NotLeader("broker lease lapsed".into());
+        for (_, tx) in self.waiters.drain(..) {
+            let _ = tx.send(Err(err.clone()));
+        }
+        *self.reader.write().unwrap() = None;
+        self.log = None;
+        self.stopping = true;
+        self.last_error = Some(err);
+        ctx.stop();
+    }
+
     fn unavailable(&self) -> PartitionError {
         self.last_error
             .clone()
@@ -178,6 +206,7 @@ impl PartitionLeader {
         ctx.spawn(job.into_actor(self).map(|res, act, ctx| {
             act.syncing = false;
             match res {
+                Ok((_, Ok(()))) if !act.lease_valid() => act.fenced(ctx),
                 Ok((t, Ok(()))) => {
                     telemetry::global().fsyncs.fetch_add(1, Ordering::Relaxed);
                     if let Some(log) = act.log.as_mut() {
@@ -281,6 +310,9 @@ impl Actor for PartitionLeader {
         ctx.run_interval(Duration::from_millis(500), |a, ctx| a.tick(ctx));
         ctx.run_interval(self.spec.retention_check, |a, ctx| {
             let now = now_ms();
+            if !a.lease_valid() {
+                return a.fenced(ctx);
+            }
             if let Some(log) = a.log.as_mut() {
                 match log.enforce_retention(now) {
                     Ok(0) => {}
@@ -328,6 +360,10 @@ impl Handler<AppendBatches> for PartitionLeader {
     fn handle(&mut self, msg: AppendBatches, ctx: &mut Context<Self>) -> Self::Result {
         let _t = HandleTimer::start(&self.kind, "append_batches", msg.sent_at);
         self.handled += 1;
+        if !self.lease_valid() {
+            self.fenced(ctx);
+            return Err(self.unavailable());
+        }
         let Some(log) = self.log.as_mut() else {
             return Err(self.unavailable());
         };
@@ -365,6 +401,10 @@ impl Handler<EnforceRetention> for PartitionLeader {
 
     fn handle(&mut self, msg: EnforceRetention, ctx: &mut Context<Self>) -> Self::Result {
         let _t = HandleTimer::start(&self.kind, "enforce_retention", msg.sent_at);
+        if !self.lease_valid() {
+            self.fenced(ctx);
+            return Err(self.unavailable());
+        }
         let Some(log) = self.log.as_mut() else {
             return Err(self.unavailable());
         };
@@ -384,6 +424,9 @@ impl Handler<StopLeader> for PartitionLeader {
 
     fn handle(&mut self, msg: StopLeader, ctx: &mut Context<Self>) {
         let _t = HandleTimer::start(&self.kind, "stop_leader", msg.sent_at);
+        if !self.lease_valid() {
+            return self.fenced(ctx);
+        }
         self.stopping = true;
         if let Some(mut log) = self.log.take() {
             let res = log.sync_now().map(|_| ());

@@ -315,7 +315,25 @@ impl PartitionLog {
         fs.create_dir_all(dir)?;
         remove_stale_temps(fs.as_ref(), dir)?;
         let names = fs.list(dir)?;
-        let found = names.iter().filter_map(|n| parse_manifest_name(n)).max();
+        let mut found = names.iter().filter_map(|n| parse_manifest_name(n)).max();
+        // A listing may be stale on NFS; an open by exact name is not
+        // (close-to-open). Probe the epochs a stale listing could hide: the
+        // next leader's, ours, and the ones just below ours (the previous
+        // leader's is normally epoch - 1).
+        if fs
+            .open_read(&dir.join(manifest_name(epoch.saturating_add(1))))
+            .is_ok()
+        {
+            found = Some(epoch.saturating_add(1));
+        } else {
+            let floor = found.unwrap_or(0);
+            for k in (floor.saturating_add(1)..=epoch).rev().take(64) {
+                if fs.open_read(&dir.join(manifest_name(k))).is_ok() {
+                    found = Some(k);
+                    break;
+                }
+            }
+        }
         if found.is_none()
             && names
                 .iter()

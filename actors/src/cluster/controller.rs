@@ -1,0 +1,406 @@
+//! `ControllerActor`: controller election, and — while elected — the owner
+//! of `<cluster>/assignment.json`.
+//!
+//! Election: every broker polls the highest claim `controller/epoch-<n>`.
+//! When its holder is provably fenced — its broker record shows another
+//! incarnation, says it exited or released epoch n, or its heartbeat `seq`
+//! stood still for lease + grace on *our* clock — a candidate claims exactly
+//! `epoch-<n+1>` with O_CREAT|O_EXCL. One racer wins; the others get EEXIST
+//! and re-read. The controller's lease is its broker lease: it writes the
+//! assignment only while that lease is valid, and steps down when it lapses
+//! or when a higher claim appears.
+//!
+//! While elected it observes every broker's record (timing `seq` changes on
+//! its own clock), scans topic stamps, runs [`plan`], and writes a new
+//! assignment version when anything changed. A new controller trusts nobody
+//! dead until it has itself watched a heartbeat stand still for lease + grace.
+
+use super::lease::boot_now;
+use super::membership::Shared;
+use super::plan::{plan, BrokerView, TopicInfo};
+use super::records::{read_json, write_json, Assignment, BrokerRecord, ASSIGNMENT, BROKERS_DIR};
+use super::watcher::{AssignmentWatcher, Nudge};
+use crate::controller::{claim_exists, highest_claim, try_claim, EpochClaim};
+use crate::fs::SharedFs;
+use crate::partition::manifest::{parse_manifest_name, parse_segment_name};
+use crate::telemetry::{self, ActorInfo};
+use crate::topic::{validate_name, TopicStamp, STAMP};
+use actix::prelude::*;
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+const TOPIC_REFRESH: Duration = Duration::from_secs(5);
+
+struct Observed {
+    record: BrokerRecord,
+    last_change: Duration,
+}
+
+struct Leading {
+    epoch: i32,
+    incarnation: u64,
+    prev: Assignment,
+    observed: BTreeMap<i32, Observed>,
+    topics: HashMap<String, (TopicInfo, Duration)>,
+}
+
+/// See module docs.
+pub struct ControllerActor {
+    fs: SharedFs,
+    shared: Arc<Shared>,
+    data_dir: PathBuf,
+    watcher: Option<Addr<AssignmentWatcher>>,
+    /// Candidate: the claim we are timing, the seq last seen, since when.
+    watching: Option<(i32, Option<u64>, Duration)>,
+    leading: Option<Leading>,
+    writes: u64,
+    resigned: bool,
+}
+
+impl ControllerActor {
+    /// Start on `arbiter`.
+    pub fn start(
+        fs: SharedFs,
+        shared: Arc<Shared>,
+        data_dir: PathBuf,
+        watcher: Option<Addr<AssignmentWatcher>>,
+        arbiter: &ArbiterHandle,
+    ) -> Addr<Self> {
+        ControllerActor::start_in_arbiter(arbiter, move |_| ControllerActor {
+            fs,
+            shared,
+            data_dir,
+            watcher,
+            watching: None,
+            leading: None,
+            writes: 0,
+            resigned: false,
+        })
+    }
+
+    fn cluster_dir(&self) -> &std::path::Path {
+        &self.shared.cluster_dir
+    }
+
+    fn resign(&mut self, why: &str) {
+        if let Some(l) = self.leading.take() {
+            tracing::warn!(epoch = l.epoch, why, "stepping down as controller");
+            telemetry::global().remove_actor("controller");
+        }
+    }
+
+    fn tick(&mut self) {
+        if self.resigned {
+            return;
+        }
+        let lease = &self.shared.lease;
+        let inc = lease.incarnation();
+        if !lease.valid_for(inc) {
+            self.resign("lease not valid");
+            return;
+        }
+        let released = self.shared.state.lock().unwrap().controller_released;
+        if let Some(l) = &self.leading {
+            if l.incarnation != inc {
+                self.resign("new incarnation");
+            } else if released == Some(l.epoch) {
+                self.resign("released for shutdown");
+                return;
+            } else if claim_exists(&self.fs, self.cluster_dir(), l.epoch + 1) {
+                self.resign("a higher controller epoch exists");
+            }
+        }
+        if self.leading.is_some() {
+            if let Err(e) = self.lead() {
+                tracing::warn!(error = %e, "controller pass failed; retrying next poll");
+            }
+        } else if released.is_none() && !self.shared.state.lock().unwrap().shutting_down {
+            if let Err(e) = self.campaign(inc) {
+                tracing::warn!(error = %e, "controller election pass failed; retrying next poll");
+            }
+        }
+    }
+
+    /// Whether the holder of `claim` has been seen standing still long enough.
+    fn still_for(&mut self, claim: &EpochClaim, seq: Option<u64>) -> bool {
+        let now = boot_now();
+        match self.watching {
+            Some((e, s, since)) if e == claim.epoch && s == seq => {
+                now.saturating_sub(since) >= self.shared.timing.dead_after()
+            }
+            _ => {
+                self.watching = Some((claim.epoch, seq, now));
+                false
+            }
+        }
+    }
+
+    fn campaign(&mut self, inc: u64) -> std::io::Result<()> {
+        let me = self.shared.broker_id;
+        let claim = highest_claim(&self.fs, self.cluster_dir())?;
+        let (next, gone) = match &claim {
+            None => (1, true),
+            Some(c) if c.broker_id == me && c.incarnation == inc => {
+                // Ours already (a lost reply to our own create).
+                return self.elected(c.epoch, inc);
+            }
+            Some(c) if c.broker_id < 0 => (c.epoch + 1, self.still_for(c, None)),
+            Some(c) => {
+                let path = super::records::broker_record_path(self.cluster_dir(), c.broker_id);
+                let gone = match read_json::<BrokerRecord>(self.fs.as_ref(), &path)? {
+                    Some(r) if r.incarnation != c.incarnation => true,
+                    Some(r) if r.clean_exit || r.controller_released == Some(c.epoch) => true,
+                    Some(r) => self.still_for(c, Some(r.seq)),
+                    None => self.still_for(c, None),
+                };
+                (c.epoch + 1, gone)
+            }
+        };
+        if !gone {
+            return Ok(());
+        }
+        if try_claim(&self.fs, self.cluster_dir(), next, me, inc)? {
+            self.elected(next, inc)
+        } else {
+            tracing::info!(epoch = next, "lost the controller election");
+            Ok(())
+        }
+    }
+
+    fn elected(&mut self, epoch: i32, incarnation: u64) -> std::io::Result<()> {
+        let prev = read_json::<Assignment>(self.fs.as_ref(), &self.cluster_dir().join(ASSIGNMENT))?
+            .unwrap_or_default();
+        tracing::info!(epoch, version = prev.version, "elected controller");
+        self.watching = None;
+        self.leading = Some(Leading {
+            epoch,
+            incarnation,
+            prev,
+            observed: BTreeMap::new(),
+            topics: HashMap::new(),
+        });
+        self.lead()
+    }
+
+    fn observe(&mut self) -> std::io::Result<BTreeMap<i32, BrokerView>> {
+        let dir = self.cluster_dir().join(BROKERS_DIR);
+        let mut ids: Vec<i32> = self
+            .fs
+            .list(&dir)?
+            .iter()
+            .filter_map(|n| n.strip_suffix(".json")?.parse().ok())
+            .collect();
+        let l = self.leading.as_mut().expect("leading");
+        ids.extend(l.observed.keys().copied());
+        ids.sort_unstable();
+        ids.dedup();
+        for id in ids {
+            let path = super::records::broker_record_path(&self.shared.cluster_dir, id);
+            let Some(r) = read_json::<BrokerRecord>(self.fs.as_ref(), &path)? else {
+                continue;
+            };
+            // Timed after the read returned: no earlier than the write.
+            let now = boot_now();
+            match l.observed.get_mut(&id) {
+                Some(o) if o.record.seq == r.seq && o.record.incarnation == r.incarnation => {
+                    o.record = r;
+                }
+                Some(o) => {
+                    o.record = r;
+                    o.last_change = now;
+                }
+                None => {
+                    l.observed.insert(
+                        id,
+                        Observed {
+                            record: r,
+                            last_change: now,
+                        },
+                    );
+                }
+            }
+        }
+        let now = boot_now();
+        let dead_after = self.shared.timing.dead_after();
+        Ok(l.observed
+            .iter()
+            .map(|(id, o)| {
+                (
+                    *id,
+                    BrokerView {
+                        record: o.record.clone(),
+                        alive: now.saturating_sub(o.last_change) <= dead_after,
+                    },
+                )
+            })
+            .collect())
+    }
+
+    /// Topic stamps by exact name; the listing only discovers names.
+    fn scan_topics(&mut self) -> std::io::Result<BTreeMap<String, TopicInfo>> {
+        let names = self.fs.list(&self.data_dir)?;
+        let now = boot_now();
+        let fs = self.fs.clone();
+        let data_dir = self.data_dir.clone();
+        let l = self.leading.as_mut().expect("leading");
+        l.topics.retain(|n, _| names.contains(n));
+        let mut out = BTreeMap::new();
+        for name in names {
+            if validate_name(&name).is_err() {
+                continue;
+            }
+            let fresh = l
+                .topics
+                .get(&name)
+                .filter(|(_, at)| now.saturating_sub(*at) < TOPIC_REFRESH)
+                .map(|(t, _)| t.clone());
+            let info = match fresh {
+                Some(t) => Some(t),
+                None => {
+                    match read_json::<TopicStamp>(fs.as_ref(), &data_dir.join(&name).join(STAMP)) {
+                        Ok(Some(s)) => {
+                            let t = TopicInfo {
+                                topic_id: s.topic_id,
+                                partitions: s.partitions,
+                                configs: s.configs,
+                            };
+                            l.topics.insert(name.clone(), (t.clone(), now));
+                            Some(t)
+                        }
+                        Ok(None) => {
+                            l.topics.remove(&name);
+                            None
+                        }
+                        Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => None,
+                        Err(e) => return Err(e),
+                    }
+                }
+            };
+            if let Some(t) = info {
+                out.insert(name, t);
+            }
+        }
+        Ok(out)
+    }
+
+    fn lead(&mut self) -> std::io::Result<()> {
+        let brokers = self.observe()?;
+        let topics = self.scan_topics()?;
+        let path = self.cluster_dir().join(ASSIGNMENT);
+        let on_disk = read_json::<Assignment>(self.fs.as_ref(), &path)?.unwrap_or_default();
+        let me = self.shared.broker_id;
+        let data_dir = self.data_dir.clone();
+        let fs = self.fs.clone();
+        let l = self.leading.as_mut().expect("leading");
+        // Someone else's write (a deposed controller's late rename): our
+        // version must still rise past it, and ours must be put back.
+        let foreign = on_disk != l.prev;
+        if foreign && on_disk.controller_epoch > l.epoch {
+            self.resign("assignment written by a newer controller");
+            return Ok(());
+        }
+        let mut base = l.prev.clone();
+        base.version = base.version.max(on_disk.version);
+        let disk_epoch = |t: &str, p: i32| -> i32 {
+            let dir = data_dir.join(t).join(p.to_string());
+            fs.list(&dir)
+                .unwrap_or_default()
+                .iter()
+                .filter_map(|n| {
+                    parse_manifest_name(n).or_else(|| parse_segment_name(n).map(|(_, e, _)| e))
+                })
+                .max()
+                .unwrap_or(0)
+        };
+        let next = match plan(&base, l.epoch, me, &brokers, &topics, disk_epoch) {
+            Some(n) => n,
+            None if foreign => Assignment {
+                version: base.version + 1,
+                ..base
+            },
+            None => return Ok(()),
+        };
+        // The controller's lease is its broker lease: check it right before
+        // the one rename that publishes the decision.
+        if !self.shared.lease.valid_for(l.incarnation) {
+            self.resign("lease lapsed before writing the assignment");
+            return Ok(());
+        }
+        write_json(self.fs.as_ref(), &path, &next)?;
+        self.writes += 1;
+        tracing::info!(
+            controller_epoch = next.controller_epoch,
+            version = next.version,
+            brokers = next.brokers.len(),
+            "assignment written"
+        );
+        let epoch = l.epoch;
+        l.prev = next;
+        telemetry::global().upsert_actor(
+            "controller".into(),
+            ActorInfo {
+                kind: "controller",
+                owns: path.display().to_string(),
+                epoch: epoch as i64,
+                restarts: 0,
+                handled: self.writes,
+            },
+        );
+        if let Some(w) = &self.watcher {
+            w.do_send(Nudge);
+        }
+        Ok(())
+    }
+}
+
+impl Actor for ControllerActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        self.tick();
+        ctx.run_interval(self.shared.timing.poll, |a, _| a.tick());
+    }
+}
+
+/// Whether this broker is the controller, and under which epoch.
+#[derive(Message)]
+#[rtype(result = "Option<i32>")]
+pub struct IsController;
+
+impl Handler<IsController> for ControllerActor {
+    type Result = Option<i32>;
+    fn handle(&mut self, _: IsController, _: &mut Context<Self>) -> Option<i32> {
+        self.leading.as_ref().map(|l| l.epoch)
+    }
+}
+
+/// Step down for a controlled shutdown and never campaign again; replies
+/// with the epoch given up. Processed between passes, so no assignment
+/// write is in flight once it returns.
+#[derive(Message)]
+#[rtype(result = "Option<i32>")]
+pub struct Resign;
+
+impl Handler<Resign> for ControllerActor {
+    type Result = Option<i32>;
+    fn handle(&mut self, _: Resign, _: &mut Context<Self>) -> Option<i32> {
+        self.resigned = true;
+        let epoch = self.leading.as_ref().map(|l| l.epoch);
+        self.resign("controlled shutdown");
+        epoch
+    }
+}
+
+/// Run a pass now (a topic was created here).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Poke;
+
+impl Handler<Poke> for ControllerActor {
+    type Result = ();
+    fn handle(&mut self, _: Poke, _: &mut Context<Self>) {
+        self.tick();
+    }
+}

@@ -1,0 +1,157 @@
+//! This broker's lease on its own liveness, and the clock it is measured on.
+//!
+//! The lease is self-granted and self-enforced: it runs from the *start* of
+//! the last heartbeat write that completed in time, for `lease` on this
+//! host's CLOCK_BOOTTIME (monotonic, and it keeps counting through a
+//! suspended VM, unlike CLOCK_MONOTONIC). Every acknowledgement of a write
+//! and every controller write checks it; once it has lapsed it stays lapsed
+//! for this incarnation — a later heartbeat never revives it, because the
+//! controller may already have moved the partitions (see ARCHITECTURE.md,
+//! "Leases").
+//!
+//! Why that is safe: the controller declares a broker dead only after it
+//! has read the same heartbeat `seq` for lease + grace on its own clock.
+//! A heartbeat that extends the lease must complete before the current lease
+//! ends, so the controller (which re-reads every poll, poll < grace) would
+//! have seen it. Hence the broker's last valid instant precedes the
+//! controller's decision by at least `grace`, which absorbs clock-rate
+//! differences between hosts. No two hosts' clocks are compared.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Nanoseconds on CLOCK_BOOTTIME.
+pub fn boot_now() -> Duration {
+    let ts = rustix::time::clock_gettime(rustix::time::ClockId::Boottime);
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// See module docs.
+#[derive(Debug)]
+pub struct Lease {
+    /// Lease length.
+    pub length: Duration,
+    /// Current incarnation (changes after a lapse).
+    incarnation: AtomicU64,
+    /// End of the lease, boot-clock nanoseconds; 0 = never granted.
+    deadline: AtomicU64,
+    /// Set once the current incarnation's lease lapsed.
+    lapsed: AtomicBool,
+}
+
+impl Lease {
+    /// A lease not yet granted.
+    pub fn new(length: Duration, incarnation: u64) -> Self {
+        Self {
+            length,
+            incarnation: AtomicU64::new(incarnation),
+            deadline: AtomicU64::new(0),
+            lapsed: AtomicBool::new(false),
+        }
+    }
+
+    /// Current incarnation.
+    pub fn incarnation(&self) -> u64 {
+        self.incarnation.load(Ordering::Acquire)
+    }
+
+    /// Whether `incarnation` still holds a valid lease now.
+    pub fn valid_for(&self, incarnation: u64) -> bool {
+        if self.incarnation() != incarnation || self.lapsed.load(Ordering::Acquire) {
+            return false;
+        }
+        let d = self.deadline.load(Ordering::Acquire);
+        if d == 0 {
+            return false;
+        }
+        if (boot_now().as_nanos() as u64) < d {
+            return true;
+        }
+        self.lapsed.store(true, Ordering::Release);
+        false
+    }
+
+    /// Whether the current incarnation's lease is valid now.
+    pub fn valid(&self) -> bool {
+        self.valid_for(self.incarnation())
+    }
+
+    /// Whether the current incarnation lapsed (and must be replaced).
+    pub fn lapsed(&self) -> bool {
+        let _ = self.valid();
+        self.lapsed.load(Ordering::Acquire) && self.deadline.load(Ordering::Acquire) != 0
+    }
+
+    /// A heartbeat that started at `started` completed at `finished`.
+    /// Extends the lease only if the lease had not lapsed by `finished`
+    /// (the first heartbeat of an incarnation grants it). Returns whether
+    /// the lease is valid afterwards.
+    pub fn renewed(&self, incarnation: u64, started: Duration, finished: Duration) -> bool {
+        if self.incarnation() != incarnation || self.lapsed.load(Ordering::Acquire) {
+            return false;
+        }
+        let d = self.deadline.load(Ordering::Acquire);
+        if d != 0 && finished.as_nanos() as u64 >= d {
+            self.lapsed.store(true, Ordering::Release);
+            return false;
+        }
+        let new = (started + self.length).as_nanos() as u64;
+        if new > d {
+            self.deadline.store(new, Ordering::Release);
+        }
+        self.valid_for(incarnation)
+    }
+
+    /// Start a new incarnation (after every holder of the old one stopped).
+    pub fn reincarnate(&self, incarnation: u64) {
+        self.deadline.store(0, Ordering::Release);
+        self.lapsed.store(false, Ordering::Release);
+        self.incarnation.store(incarnation, Ordering::Release);
+    }
+
+    /// Time left on the lease (zero if lapsed).
+    pub fn remaining(&self) -> Duration {
+        if !self.valid() {
+            return Duration::ZERO;
+        }
+        Duration::from_nanos(self.deadline.load(Ordering::Acquire)).saturating_sub(boot_now())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lapsed_lease_is_never_revived() {
+        let l = Lease::new(Duration::from_millis(50), 1);
+        assert!(!l.valid(), "not granted before the first heartbeat");
+        let t0 = boot_now();
+        assert!(l.renewed(1, t0, boot_now()));
+        assert!(l.valid());
+        std::thread::sleep(Duration::from_millis(80));
+        assert!(!l.valid());
+        assert!(l.lapsed());
+        let t1 = boot_now();
+        assert!(
+            !l.renewed(1, t1, boot_now()),
+            "a late heartbeat does not revive it"
+        );
+        assert!(!l.valid());
+        l.reincarnate(2);
+        assert!(!l.valid_for(1));
+        assert!(l.renewed(2, boot_now(), boot_now()));
+        assert!(l.valid_for(2) && !l.valid_for(1));
+    }
+
+    #[test]
+    fn a_heartbeat_that_finishes_after_the_deadline_lapses_the_lease() {
+        let l = Lease::new(Duration::from_millis(40), 1);
+        let t0 = boot_now();
+        assert!(l.renewed(1, t0, t0));
+        // A heartbeat that started in time but finished late (a stall).
+        let late = t0 + Duration::from_millis(41);
+        assert!(!l.renewed(1, t0 + Duration::from_millis(30), late));
+        assert!(!l.valid());
+    }
+}

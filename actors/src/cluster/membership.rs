@@ -1,0 +1,282 @@
+//! `Membership`: the actor that owns this broker's liveness record,
+//! `<cluster>/brokers/<id>.json`, and keeps its [`Lease`].
+//!
+//! Every heartbeat interval it rewrites the record (temp → fsync → rename)
+//! with a higher `seq` and renews the lease from the heartbeat's start. It
+//! runs on its own arbiter: a volume that hangs blocks only this actor, the
+//! lease lapses, and every partition leader stops acknowledging by itself.
+//!
+//! After a lapse the incarnation is spent. Membership waits until the
+//! [`super::watcher::AssignmentWatcher`] has stopped every leader of the
+//! spent incarnation, then takes a new random incarnation, so the controller
+//! may re-grant those partitions at once: nothing of the old one still runs.
+
+use super::lease::{boot_now, Lease};
+use super::records::{broker_record_path, read_json, write_json, BrokerRecord};
+use crate::fs::SharedFs;
+use crate::telemetry::{self, ActorInfo};
+use actix::prelude::*;
+use std::io;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Timing of the cluster protocol.
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    /// Heartbeat interval.
+    pub heartbeat: Duration,
+    /// Lease length.
+    pub lease: Duration,
+    /// Extra wait before another host acts on a lapsed lease (absorbs clock
+    /// rate differences and the poll interval).
+    pub grace: Duration,
+    /// Assignment / controller poll interval.
+    pub poll: Duration,
+}
+
+impl Timing {
+    /// lease + grace: how long a heartbeat must stand still before another
+    /// host treats its writer as fenced.
+    pub fn dead_after(&self) -> Duration {
+        self.lease + self.grace
+    }
+}
+
+/// What this broker publishes about itself, shared with the other actors.
+#[derive(Debug, Default, Clone)]
+pub struct SelfState {
+    /// Newest assignment version fully applied.
+    pub applied_version: u64,
+    /// Leaving.
+    pub shutting_down: bool,
+    /// Gone.
+    pub clean_exit: bool,
+    /// Controller epoch given up.
+    pub controller_released: Option<i32>,
+}
+
+/// Shared between Membership, the watcher and the controller.
+#[derive(Debug)]
+pub struct Shared {
+    /// This broker's id.
+    pub broker_id: i32,
+    /// The lease.
+    pub lease: Arc<Lease>,
+    /// Published state.
+    pub state: Mutex<SelfState>,
+    /// Incarnation whose leaders the watcher has all stopped.
+    pub fenced_incarnation: AtomicU64,
+    /// Cluster directory.
+    pub cluster_dir: PathBuf,
+    /// Advertised host and port.
+    pub advertised: (String, i32),
+    /// Timing.
+    pub timing: Timing,
+}
+
+/// See module docs.
+pub struct Membership {
+    fs: SharedFs,
+    shared: Arc<Shared>,
+    seq: u64,
+    failures: u64,
+}
+
+fn incarnation() -> u64 {
+    // Never 0 (0 means "nobody" in the assignment).
+    rand::random::<u64>() | 1
+}
+
+/// Join the cluster: wait until any earlier incarnation of this broker id is
+/// provably fenced (exited cleanly, or its heartbeat stood still for lease +
+/// grace on our clock), then write the first heartbeat of a new incarnation.
+/// Returns the shared state with a granted lease. Blocking.
+pub fn join(fs: &SharedFs, shared_cfg: JoinConfig) -> io::Result<(Arc<Shared>, u64)> {
+    let JoinConfig {
+        broker_id,
+        cluster_dir,
+        advertised,
+        timing,
+    } = shared_cfg;
+    let path = broker_record_path(&cluster_dir, broker_id);
+    fs.create_dir_all(path.parent().expect("has parent"))?;
+    let mut seq = 0;
+    if let Some(prev) = read_json::<BrokerRecord>(fs.as_ref(), &path)? {
+        seq = prev.seq;
+        if !prev.clean_exit {
+            tracing::warn!(
+                broker_id,
+                wait_ms = timing.dead_after().as_millis() as u64,
+                "previous incarnation did not exit cleanly; waiting until its lease has provably lapsed"
+            );
+            let mut last = prev.seq;
+            let mut since = boot_now();
+            let give_up = since + timing.dead_after() * 4;
+            loop {
+                std::thread::sleep(timing.heartbeat.min(Duration::from_millis(200)));
+                let now_rec = read_json::<BrokerRecord>(fs.as_ref(), &path)?;
+                let now = boot_now();
+                match now_rec {
+                    Some(r) if r.seq != last => {
+                        last = r.seq;
+                        seq = r.seq;
+                        since = now;
+                        if r.clean_exit {
+                            break;
+                        }
+                    }
+                    _ => {}
+                }
+                if now.saturating_sub(since) >= timing.dead_after() {
+                    break;
+                }
+                if now > give_up {
+                    return Err(io::Error::other(format!(
+                        "broker id {broker_id} is heartbeating from another live process; refusing to start a second one"
+                    )));
+                }
+            }
+        }
+    }
+    let inc = incarnation();
+    let shared = Arc::new(Shared {
+        broker_id,
+        lease: Arc::new(Lease::new(timing.lease, inc)),
+        state: Mutex::new(SelfState::default()),
+        fenced_incarnation: AtomicU64::new(0),
+        cluster_dir,
+        advertised,
+        timing,
+    });
+    let seq = seq + 1;
+    let started = boot_now();
+    write_json(fs.as_ref(), &path, &record(&shared, inc, seq))?;
+    if !shared.lease.renewed(inc, started, boot_now()) {
+        return Err(io::Error::other(
+            "first heartbeat took longer than the lease",
+        ));
+    }
+    tracing::info!(broker_id, incarnation = inc, "joined the cluster");
+    Ok((shared, seq))
+}
+
+/// Inputs of [`join`].
+#[derive(Debug, Clone)]
+pub struct JoinConfig {
+    /// Broker id.
+    pub broker_id: i32,
+    /// Cluster directory.
+    pub cluster_dir: PathBuf,
+    /// Advertised host and port.
+    pub advertised: (String, i32),
+    /// Timing.
+    pub timing: Timing,
+}
+
+fn record(shared: &Shared, inc: u64, seq: u64) -> BrokerRecord {
+    let st = shared.state.lock().unwrap().clone();
+    BrokerRecord {
+        broker_id: shared.broker_id,
+        incarnation: inc,
+        seq,
+        host: shared.advertised.0.clone(),
+        port: shared.advertised.1,
+        applied_version: st.applied_version,
+        shutting_down: st.shutting_down,
+        clean_exit: st.clean_exit,
+        controller_released: st.controller_released,
+    }
+}
+
+impl Membership {
+    /// Start on `arbiter` after [`join`].
+    pub fn start(
+        fs: SharedFs,
+        shared: Arc<Shared>,
+        seq: u64,
+        arbiter: &ArbiterHandle,
+    ) -> Addr<Membership> {
+        Membership::start_in_arbiter(arbiter, move |_| Membership {
+            fs,
+            shared,
+            seq,
+            failures: 0,
+        })
+    }
+
+    fn beat(&mut self) {
+        let lease = &self.shared.lease;
+        let mut inc = lease.incarnation();
+        if lease.lapsed() {
+            // Spent: wait until the watcher stopped every leader of it.
+            if self.shared.fenced_incarnation.load(Ordering::Acquire) != inc {
+                return;
+            }
+            let new = incarnation();
+            tracing::error!(
+                broker_id = self.shared.broker_id,
+                old = inc,
+                new,
+                "lease lapsed: all leadership dropped; rejoining as a new incarnation"
+            );
+            // The controller re-grants by incarnation; start from scratch.
+            self.shared.state.lock().unwrap().applied_version = 0;
+            lease.reincarnate(new);
+            inc = new;
+        }
+        self.seq += 1;
+        let started = boot_now();
+        let path = broker_record_path(&self.shared.cluster_dir, self.shared.broker_id);
+        match write_json(
+            self.fs.as_ref(),
+            &path,
+            &record(&self.shared, inc, self.seq),
+        ) {
+            Ok(()) => {
+                self.failures = 0;
+                if !lease.renewed(inc, started, boot_now()) {
+                    tracing::error!(
+                        broker_id = self.shared.broker_id,
+                        "heartbeat completed after the lease ended: fenced"
+                    );
+                }
+            }
+            Err(e) => {
+                self.failures += 1;
+                tracing::warn!(error = %e, failures = self.failures, remaining_ms = lease.remaining().as_millis() as u64, "heartbeat write failed");
+            }
+        }
+        telemetry::global().upsert_actor(
+            "membership".into(),
+            ActorInfo {
+                kind: "membership",
+                owns: path.display().to_string(),
+                epoch: self.seq as i64,
+                restarts: 0,
+                handled: self.seq,
+            },
+        );
+    }
+}
+
+impl Actor for Membership {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        ctx.run_interval(self.shared.timing.heartbeat, |a, _| a.beat());
+    }
+}
+
+/// Write a heartbeat now (state changed: applied a version, shutting down).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Beat;
+
+impl Handler<Beat> for Membership {
+    type Result = ();
+    fn handle(&mut self, _: Beat, _: &mut Context<Self>) {
+        self.beat();
+    }
+}

@@ -1,0 +1,380 @@
+//! The controller's decision, as a pure function of what it observed: which
+//! broker leads which partition in the next assignment version. No files,
+//! no clocks — every rule here is unit-tested in isolation.
+//!
+//! Rules:
+//! * A grant stands while its broker is alive in the same incarnation and
+//!   not shutting down.
+//! * A grant whose broker is dead (no heartbeat for lease + grace), exited
+//!   cleanly, or came back in a new incarnation is void: that owner is
+//!   fenced, so the partition is granted again at once, with epoch + 1.
+//! * A partition taken from a *live* owner (shutdown, rebalance) goes through
+//!   two phases: first it is vacated (`releasing` names the owner and the
+//!   version), and only once that owner reports the version applied — its
+//!   leader stopped, its files closed — or is fenced, is it granted again.
+//!   Two live leaders of one partition therefore never overlap.
+//! * Balance: each eligible broker leads at most ceil(partitions / brokers);
+//!   only the excess moves, so a joining broker takes no more than its share.
+
+use super::records::{
+    Assignment, BrokerEndpoint, BrokerRecord, PartitionAssignment, TopicAssignment,
+};
+use std::collections::BTreeMap;
+
+/// What the controller knows of one broker.
+#[derive(Debug, Clone)]
+pub struct BrokerView {
+    /// Its latest record.
+    pub record: BrokerRecord,
+    /// Whether its heartbeat moved within lease + grace (controller's clock).
+    pub alive: bool,
+}
+
+impl BrokerView {
+    fn live(&self) -> bool {
+        self.alive && !self.record.clean_exit
+    }
+    fn eligible(&self) -> bool {
+        self.live() && !self.record.shutting_down
+    }
+}
+
+/// A topic as read from its identity stamp.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicInfo {
+    /// KIP-516 id.
+    pub topic_id: uuid::Uuid,
+    /// Partition count.
+    pub partitions: i32,
+    /// Configs.
+    pub configs: BTreeMap<String, String>,
+}
+
+/// Whether the grant (leader, incarnation) is still held by a live owner.
+fn holds(brokers: &BTreeMap<i32, BrokerView>, leader: i32, inc: u64) -> bool {
+    brokers
+        .get(&leader)
+        .is_some_and(|b| b.live() && b.record.incarnation == inc)
+}
+
+/// Whether a release from (broker, incarnation) at `version` is complete.
+fn released(brokers: &BTreeMap<i32, BrokerView>, b: i32, inc: u64, version: u64) -> bool {
+    match brokers.get(&b) {
+        None => true,
+        Some(v) => !v.live() || v.record.incarnation != inc || v.record.applied_version >= version,
+    }
+}
+
+/// Compute the next assignment, or `None` if nothing changes.
+/// `disk_epoch(topic, partition)` is the highest leader epoch already on
+/// disk for a partition the previous assignment does not know.
+pub fn plan(
+    prev: &Assignment,
+    controller_epoch: i32,
+    controller_id: i32,
+    brokers: &BTreeMap<i32, BrokerView>,
+    topics: &BTreeMap<String, TopicInfo>,
+    mut disk_epoch: impl FnMut(&str, i32) -> i32,
+) -> Option<Assignment> {
+    let version = prev.version + 1;
+    let mut next: BTreeMap<String, TopicAssignment> = BTreeMap::new();
+    // Partitions to grant: (topic, index).
+    let mut free: Vec<(String, usize)> = Vec::new();
+    let mut load: BTreeMap<i32, Vec<(String, usize)>> = brokers
+        .iter()
+        .filter(|(_, b)| b.eligible())
+        .map(|(id, _)| (*id, Vec::new()))
+        .collect();
+
+    for (name, info) in topics {
+        let old = prev
+            .topics
+            .get(name)
+            .filter(|t| t.topic_id == info.topic_id);
+        let mut parts = Vec::with_capacity(info.partitions.max(0) as usize);
+        for p in 0..info.partitions.max(0) {
+            let i = p as usize;
+            let mut e = match old.and_then(|t| t.partitions.get(i)) {
+                Some(e) => *e,
+                None => PartitionAssignment::vacant(disk_epoch(name, p)),
+            };
+            if e.leader >= 0 {
+                if !holds(brokers, e.leader, e.incarnation) {
+                    e = PartitionAssignment::vacant(e.epoch);
+                } else if brokers[&e.leader].record.shutting_down {
+                    e.releasing = Some((e.leader, e.incarnation, version));
+                    e.leader = -1;
+                    e.incarnation = 0;
+                } else {
+                    load.entry(e.leader).or_default().push((name.clone(), i));
+                }
+            } else if let Some((b, inc, v)) = e.releasing {
+                if released(brokers, b, inc, v) {
+                    e.releasing = None;
+                }
+            }
+            if e.leader < 0 && e.releasing.is_none() {
+                free.push((name.clone(), i));
+            }
+            parts.push(e);
+        }
+        next.insert(
+            name.clone(),
+            TopicAssignment {
+                topic_id: info.topic_id,
+                configs: info.configs.clone(),
+                partitions: parts,
+            },
+        );
+    }
+
+    let eligible = load.len();
+    if eligible > 0 {
+        let total: usize = next.values().map(|t| t.partitions.len()).sum();
+        let cap = total.div_ceil(eligible);
+        // Vacate the excess of over-full brokers (two-phase move).
+        for (b, held) in load.iter_mut() {
+            while held.len() > cap {
+                let (t, i) = held.pop().expect("len > cap >= 0");
+                let e = &mut next.get_mut(&t).expect("topic").partitions[i];
+                e.releasing = Some((*b, e.incarnation, version));
+                e.leader = -1;
+                e.incarnation = 0;
+            }
+        }
+        // Grant free partitions to the least-loaded eligible broker.
+        for (t, i) in free {
+            let (b, _) = load
+                .iter()
+                .map(|(b, h)| (*b, h.len()))
+                .min_by_key(|(b, n)| (*n, *b))
+                .expect("eligible > 0");
+            let e = &mut next.get_mut(&t).expect("topic").partitions[i];
+            e.leader = b;
+            e.incarnation = brokers[&b].record.incarnation;
+            e.epoch += 1;
+            load.get_mut(&b).expect("eligible").push((t, i));
+        }
+    }
+
+    let endpoints: Vec<BrokerEndpoint> = brokers
+        .iter()
+        .filter(|(_, b)| b.live())
+        .map(|(id, b)| BrokerEndpoint {
+            id: *id,
+            host: b.record.host.clone(),
+            port: b.record.port,
+        })
+        .collect();
+    let same = prev.controller_epoch == controller_epoch
+        && prev.controller_id == controller_id
+        && prev.brokers == endpoints
+        && prev.topics == next;
+    if same {
+        return None;
+    }
+    Some(Assignment {
+        controller_epoch,
+        controller_id,
+        version,
+        brokers: endpoints,
+        topics: next,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(id: i32, inc: u64) -> BrokerRecord {
+        BrokerRecord {
+            broker_id: id,
+            incarnation: inc,
+            seq: 1,
+            host: "127.0.0.1".into(),
+            port: 9092 + id,
+            applied_version: 0,
+            shutting_down: false,
+            clean_exit: false,
+            controller_released: None,
+        }
+    }
+
+    fn live(ids: &[i32]) -> BTreeMap<i32, BrokerView> {
+        ids.iter()
+            .map(|&i| {
+                (
+                    i,
+                    BrokerView {
+                        record: rec(i, 100 + i as u64),
+                        alive: true,
+                    },
+                )
+            })
+            .collect()
+    }
+
+    fn topic(n: i32) -> BTreeMap<String, TopicInfo> {
+        let mut m = BTreeMap::new();
+        m.insert(
+            "t".to_string(),
+            TopicInfo {
+                topic_id: uuid::Uuid::from_u128(7),
+                partitions: n,
+                configs: BTreeMap::new(),
+            },
+        );
+        m
+    }
+
+    fn leaders(a: &Assignment) -> Vec<i32> {
+        a.topics["t"].partitions.iter().map(|p| p.leader).collect()
+    }
+
+    #[test]
+    fn new_partitions_are_spread_and_start_above_the_disk_epoch() {
+        let a = plan(
+            &Assignment::default(),
+            1,
+            0,
+            &live(&[0, 1, 2]),
+            &topic(6),
+            |_, p| p,
+        )
+        .unwrap();
+        let mut l = leaders(&a);
+        l.sort();
+        assert_eq!(l, vec![0, 0, 1, 1, 2, 2]);
+        for (p, e) in a.topics["t"].partitions.iter().enumerate() {
+            assert_eq!(e.epoch, p as i32 + 1);
+            assert_eq!(e.incarnation, 100 + e.leader as u64);
+        }
+        assert_eq!(a.version, 1);
+        assert!(
+            plan(&a, 1, 0, &live(&[0, 1, 2]), &topic(6), |_, _| 0).is_none(),
+            "stable"
+        );
+    }
+
+    #[test]
+    fn a_dead_brokers_partitions_move_at_once_with_a_new_epoch() {
+        let b = live(&[0, 1, 2]);
+        let a = plan(&Assignment::default(), 1, 0, &b, &topic(6), |_, _| 0).unwrap();
+        let mut b2 = b.clone();
+        b2.get_mut(&1).unwrap().alive = false;
+        let n = plan(&a, 1, 0, &b2, &topic(6), |_, _| 0).unwrap();
+        for (old, new) in a.topics["t"]
+            .partitions
+            .iter()
+            .zip(&n.topics["t"].partitions)
+        {
+            if old.leader == 1 {
+                assert_ne!(new.leader, 1);
+                assert!(new.leader >= 0);
+                assert_eq!(new.epoch, old.epoch + 1);
+            } else {
+                assert_eq!(old, new, "live owners keep their partitions");
+            }
+        }
+        assert!(!n.brokers.iter().any(|e| e.id == 1));
+    }
+
+    #[test]
+    fn a_new_incarnation_voids_the_old_grant() {
+        let b = live(&[0]);
+        let a = plan(&Assignment::default(), 1, 0, &b, &topic(2), |_, _| 0).unwrap();
+        let mut b2 = b.clone();
+        b2.get_mut(&0).unwrap().record.incarnation = 999;
+        let n = plan(&a, 1, 0, &b2, &topic(2), |_, _| 0).unwrap();
+        for e in &n.topics["t"].partitions {
+            assert_eq!((e.leader, e.incarnation, e.epoch), (0, 999, 2));
+        }
+    }
+
+    #[test]
+    fn shutdown_moves_in_two_phases() {
+        let b = live(&[0, 1]);
+        let a = plan(&Assignment::default(), 1, 0, &b, &topic(4), |_, _| 0).unwrap();
+        let mut b2 = b.clone();
+        b2.get_mut(&1).unwrap().record.shutting_down = true;
+        let v2 = plan(&a, 1, 0, &b2, &topic(4), |_, _| 0).unwrap();
+        for e in &v2.topics["t"].partitions {
+            assert_ne!(e.leader, 1);
+        }
+        let vacated: Vec<_> = v2.topics["t"]
+            .partitions
+            .iter()
+            .filter(|e| e.releasing.is_some())
+            .collect();
+        assert_eq!(vacated.len(), 2);
+        assert!(
+            vacated.iter().all(|e| e.leader == -1),
+            "not granted before the release"
+        );
+        // Not yet applied: nothing changes.
+        assert!(plan(&v2, 1, 0, &b2, &topic(4), |_, _| 0).is_none());
+        // Applied: granted to broker 0 with a new epoch.
+        b2.get_mut(&1).unwrap().record.applied_version = v2.version;
+        let v3 = plan(&v2, 1, 0, &b2, &topic(4), |_, _| 0).unwrap();
+        assert_eq!(leaders(&v3), vec![0, 0, 0, 0]);
+        assert!(v3.topics["t"]
+            .partitions
+            .iter()
+            .all(|e| e.releasing.is_none()));
+        assert_eq!(
+            v3.topics["t"]
+                .partitions
+                .iter()
+                .filter(|e| e.epoch == 2)
+                .count(),
+            2
+        );
+    }
+
+    #[test]
+    fn a_joining_broker_takes_only_its_share() {
+        let b = live(&[0, 1]);
+        let a = plan(&Assignment::default(), 1, 0, &b, &topic(6), |_, _| 0).unwrap();
+        let b3 = live(&[0, 1, 2]);
+        let v2 = plan(&a, 1, 0, &b3, &topic(6), |_, _| 0).unwrap();
+        let moved = v2.topics["t"]
+            .partitions
+            .iter()
+            .filter(|e| e.releasing.is_some())
+            .count();
+        assert_eq!(moved, 2, "3+3 -> 2+2+2 moves exactly two");
+        let mut b3a = b3.clone();
+        for id in [0, 1] {
+            b3a.get_mut(&id).unwrap().record.applied_version = v2.version;
+        }
+        let v3 = plan(&v2, 1, 0, &b3a, &topic(6), |_, _| 0).unwrap();
+        let mut l = leaders(&v3);
+        l.sort();
+        assert_eq!(l, vec![0, 0, 1, 1, 2, 2]);
+    }
+
+    #[test]
+    fn no_eligible_broker_leaves_partitions_vacant() {
+        let mut b = live(&[0]);
+        b.get_mut(&0).unwrap().alive = false;
+        let a = plan(&Assignment::default(), 1, 0, &b, &topic(2), |_, _| 3).unwrap();
+        assert!(a.topics["t"]
+            .partitions
+            .iter()
+            .all(|e| e.leader == -1 && e.epoch == 3));
+    }
+
+    #[test]
+    fn a_recreated_topic_starts_over() {
+        let b = live(&[0]);
+        let a = plan(&Assignment::default(), 1, 0, &b, &topic(1), |_, _| 5).unwrap();
+        assert_eq!(a.topics["t"].partitions[0].epoch, 6);
+        let mut t2 = topic(1);
+        t2.get_mut("t").unwrap().topic_id = uuid::Uuid::from_u128(8);
+        let n = plan(&a, 1, 0, &b, &t2, |_, _| 0).unwrap();
+        assert_eq!(
+            n.topics["t"].partitions[0].epoch, 1,
+            "new id, new directory, epochs from disk"
+        );
+    }
+}

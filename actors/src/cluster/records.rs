@@ -1,0 +1,165 @@
+//! The two cluster files brokers exchange, and how they are read and written.
+//!
+//! * `<cluster>/brokers/<id>.json` — a broker's liveness record, rewritten
+//!   (temp → fsync → rename) every heartbeat by that broker alone.
+//! * `<cluster>/assignment.json` — partition → (leader, incarnation, leader
+//!   epoch), rewritten (temp → fsync → rename) by the elected controller
+//!   alone. It carries the controller epoch and a version that rises with
+//!   every write, across controllers; readers apply only what is newer than
+//!   what they already applied.
+//!
+//! Both are fixed names read by exact open (close-to-open freshness), never
+//! discovered through a listing. The only listing is of `brokers/`, used to
+//! discover brokers that joined; a stale listing delays a join, nothing else.
+
+use crate::fs::{write_atomic, Fs};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// File name of the assignment inside the cluster directory.
+pub const ASSIGNMENT: &str = "assignment.json";
+/// Directory of liveness records inside the cluster directory.
+pub const BROKERS_DIR: &str = "brokers";
+
+/// Path of broker `id`'s liveness record.
+pub fn broker_record_path(cluster_dir: &Path, id: i32) -> PathBuf {
+    cluster_dir.join(BROKERS_DIR).join(format!("{id}.json"))
+}
+
+/// One broker's liveness record. Only `seq` changing means "alive"; the
+/// reader times that change on its own monotonic clock, so no two hosts'
+/// clocks are ever compared.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BrokerRecord {
+    /// Broker id.
+    pub broker_id: i32,
+    /// Random id of this broker process's current life. A new incarnation
+    /// is written only once every earlier one is known to be fenced (its
+    /// lease lapsed, or it exited cleanly), so leadership granted to an
+    /// earlier incarnation may be moved at once.
+    pub incarnation: u64,
+    /// Rises with every heartbeat.
+    pub seq: u64,
+    /// Advertised Kafka listener.
+    pub host: String,
+    /// Advertised Kafka port.
+    pub port: i32,
+    /// The newest assignment version this incarnation has fully applied
+    /// (leaders it no longer owns are stopped and their files closed).
+    #[serde(default)]
+    pub applied_version: u64,
+    /// Asked to leave (SIGTERM): the controller moves its partitions away.
+    #[serde(default)]
+    pub shutting_down: bool,
+    /// Exited cleanly: leads nothing, holds nothing.
+    #[serde(default)]
+    pub clean_exit: bool,
+    /// Controller epoch this broker has given up (it will never write the
+    /// assignment under it again), so a successor need not wait a lease.
+    #[serde(default)]
+    pub controller_released: Option<i32>,
+}
+
+/// One partition's entry in the assignment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionAssignment {
+    /// Leader broker id, or -1 while no broker leads it.
+    pub leader: i32,
+    /// The leader's incarnation the grant is for.
+    pub incarnation: u64,
+    /// Leader epoch: rises on every grant, never reused.
+    pub epoch: i32,
+    /// Two-phase move: the partition was taken from this (broker,
+    /// incarnation) at this assignment version; it may be granted again
+    /// once that broker has applied the version (or is fenced).
+    #[serde(default)]
+    pub releasing: Option<(i32, u64, u64)>,
+}
+
+impl PartitionAssignment {
+    /// Not led by anyone yet.
+    pub fn vacant(epoch: i32) -> Self {
+        Self {
+            leader: -1,
+            incarnation: 0,
+            epoch,
+            releasing: None,
+        }
+    }
+}
+
+/// A topic in the assignment (its identity stamp, as the controller read it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicAssignment {
+    /// KIP-516 topic id.
+    pub topic_id: uuid::Uuid,
+    /// Topic configs.
+    pub configs: BTreeMap<String, String>,
+    /// One entry per partition index.
+    pub partitions: Vec<PartitionAssignment>,
+}
+
+/// A live broker as advertised in Metadata.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BrokerEndpoint {
+    /// Broker id.
+    pub id: i32,
+    /// Host.
+    pub host: String,
+    /// Port.
+    pub port: i32,
+}
+
+/// The assignment file.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Assignment {
+    /// Epoch of the controller that wrote it.
+    pub controller_epoch: i32,
+    /// Broker id of that controller.
+    pub controller_id: i32,
+    /// Rises with every write, across controllers.
+    pub version: u64,
+    /// Live brokers.
+    pub brokers: Vec<BrokerEndpoint>,
+    /// Topics by name.
+    pub topics: BTreeMap<String, TopicAssignment>,
+}
+
+impl Assignment {
+    /// Whether `self` is newer than an assignment stamped (epoch, version).
+    pub fn newer_than(&self, epoch: i32, version: u64) -> bool {
+        (self.controller_epoch, self.version) > (epoch, version)
+    }
+
+    /// The entry of (topic, partition).
+    pub fn entry(&self, topic: &str, partition: i32) -> Option<&PartitionAssignment> {
+        let t = self.topics.get(topic)?;
+        usize::try_from(partition)
+            .ok()
+            .and_then(|p| t.partitions.get(p))
+    }
+}
+
+/// Read a JSON file by exact name; `Ok(None)` if it does not exist.
+pub fn read_json<T: serde::de::DeserializeOwned>(
+    fs: &dyn Fs,
+    path: &Path,
+) -> io::Result<Option<T>> {
+    match fs.read(path) {
+        Ok(b) => serde_json::from_slice(&b).map(Some).map_err(|e| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{}: {e}", path.display()),
+            )
+        }),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Write a JSON file with [`write_atomic`].
+pub fn write_json<T: Serialize>(fs: &dyn Fs, path: &Path, v: &T) -> io::Result<()> {
+    write_atomic(fs, path, &serde_json::to_vec(v).expect("serializes"))
+}
