@@ -101,6 +101,14 @@ pub fn run(args: BrokerArgs) -> anyhow::Result<()> {
         );
         let _ = broker.controller.set(controller.clone());
 
+        // Serve clients once this broker knows the cluster (a controller and
+        // an assignment): a Metadata answer without a controller sends
+        // admin clients into a long back-off. Bounded: an election may have
+        // to wait out a dead controller's lease.
+        let ready_by = std::time::Instant::now() + timing.dead_after() * 2 + timing.poll * 10;
+        while broker.assignment().version == 0 && std::time::Instant::now() < ready_by {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
         let listener = TcpListener::bind(args.listen)
             .await
             .with_context(|| format!("binding {}", args.listen))?;

@@ -9,7 +9,9 @@ Fixtures:
   broker          a started broker; per-test extra CLI args via
                   @pytest.mark.broker_args("--flag", "value", ...)
   broker_factory  make(extra_args=[...], start=True) -> Broker, for tests
-                  that need special flags or several brokers
+                  that need special flags or several brokers;
+                  make.cluster(n, extra_args) -> n brokers (ids 0..n-1) on
+                  one shared volume, started together
   topic_name      a unique topic name for the test
   substrate       "local" or "weakfs": what the brokers' data dirs live on.
 
@@ -89,12 +91,12 @@ class BrokerError(AssertionError):
 class Broker:
     def __init__(self, workdir: Path, extra_args: list[str] | None = None,
                  broker_id: int = 0, env: dict[str, str] | None = None,
-                 name: str = "broker0"):
+                 name: str = "broker0", data_dir: Path | None = None):
         self.name = name
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.data_dir = self.workdir / "data"
-        self.data_dir.mkdir(exist_ok=True)
+        self.data_dir = Path(data_dir) if data_dir else self.workdir / "data"
+        self.data_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = self.workdir / f"{name}.log"
         self.port = free_port()
         self.metrics_port = free_port()
@@ -141,6 +143,12 @@ class Broker:
 
     # -- lifecycle ---------------------------------------------------------
     def start(self, timeout: float = 30.0) -> "Broker":
+        self.spawn()
+        self.wait_ready(timeout)
+        return self
+
+    def spawn(self) -> "Broker":
+        """Start the process without waiting for its listener."""
         assert not self.alive(), "broker already running"
         binary = kaas_bin()
         if not binary.exists():
@@ -157,7 +165,6 @@ class Broker:
             self.proc = subprocess.Popen(
                 self.argv(), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                 cwd=self.workdir, env=env, start_new_session=True)
-        self.wait_ready(timeout)
         return self
 
     def wait_ready(self, timeout: float = 30.0) -> None:
@@ -452,6 +459,30 @@ def broker_factory(request, tmp_path, substrate):
             b.start()
         return b
 
+    def make_cluster(n: int, extra_args: list[str] | None = None,
+                     start: bool = True) -> list[Broker]:
+        """`n` brokers (ids 0..n-1) sharing one volume: one directory on
+        the local substrate; on weakfs one backing directory with a mount
+        ("host") per broker. Started together, not one by one."""
+        shared = tmp_path / f"volume{len(made)}"
+        shared.mkdir()
+        out = []
+        for i in range(n):
+            name = f"broker{len(made)}"
+            if substrate == "weakfs":
+                b = make(extra_args, start=False, backing=shared, broker_id=i, name=name)
+            else:
+                b = make(extra_args, start=False, broker_id=i, name=name,
+                         data_dir=shared / "data")
+            out.append(b)
+        if start:
+            for b in out:
+                b.spawn()
+            for b in out:
+                b.wait_ready()
+        return out
+
+    make.cluster = make_cluster
     try:
         yield make
     finally:

@@ -225,3 +225,33 @@ fn a_cut_off_host_gets_eio_until_healed() {
     drop(w);
     assert_eq!(fs::read(&f).expect("read after heal"), b"13");
 }
+
+/// Negative lookup caching, as Linux NFS does it: a create of a name this
+/// host believes absent goes to the server, and its EEXIST drops the stale
+/// negative entry (fs/nfs/dir.c `d_drop` on a failed create), so creating
+/// inside a directory another host just made works. weakfs first kept the
+/// negative entry, and two brokers starting together on one volume failed
+/// with "File exists" — a model weaker than NFS; fixed in weakfs, and
+/// `RealFs::create_dir_all` no longer re-checks EEXIST with a stat.
+#[test]
+fn negative_lookup_cache_create_dir_all_of_a_dir_another_host_made() {
+    use kaas_actors::fs::{Fs, RealFs};
+    let backing = tempfile::tempdir_in(env_tmp()).expect("backing");
+    let (Some(a), Some(b)) = (host(backing.path(), nfs()), host(backing.path(), nfs())) else {
+        return;
+    };
+    // B caches "d does not exist"; A creates it.
+    assert!(fs::metadata(b.path().join("d")).is_err());
+    fs::create_dir(a.path().join("d")).expect("mkdir on A");
+    assert!(
+        fs::metadata(b.path().join("d")).is_err(),
+        "B's negative lookup should still be cached (else this test checks nothing)"
+    );
+    RealFs
+        .create_dir_all(&b.path().join("d"))
+        .expect("create_dir_all of an existing dir on B");
+    RealFs
+        .create_dir_all(&b.path().join("d").join("e"))
+        .expect("create_dir_all below it on B");
+    assert!(a.path().join("d").join("e").is_dir());
+}

@@ -58,7 +58,25 @@ impl Fs for RealFs {
         std::fs::remove_file(path)
     }
     fn create_dir_all(&self, path: &Path) -> io::Result<()> {
-        std::fs::create_dir_all(path)
+        // Not std::fs::create_dir_all: after EEXIST it asks `is_dir()`, a
+        // lookup that a client cache may answer. EEXIST from mkdir is the
+        // server's answer: the name exists (another host made it); if it is
+        // not a directory, the next operation in it fails anyway.
+        match std::fs::create_dir(path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                match path.parent() {
+                    Some(p) if !p.as_os_str().is_empty() => self.create_dir_all(p)?,
+                    _ => return Err(e),
+                }
+                match std::fs::create_dir(path) {
+                    Err(e) if e.kind() != io::ErrorKind::AlreadyExists => Err(e),
+                    _ => Ok(()),
+                }
+            }
+            Err(e) => Err(e),
+        }
     }
     fn remove_dir(&self, path: &Path) -> io::Result<()> {
         std::fs::remove_dir(path)

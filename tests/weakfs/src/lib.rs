@@ -266,6 +266,18 @@ impl WeakFs {
     }
 
     /// This mount changed what `rel` (and anything under it) names.
+    /// A create (mkdir, O_CREAT open) reached the server and failed. A
+    /// create-intent lookup does not revalidate a negative entry, but the
+    /// failed create drops it (Linux fs/nfs/dir.c: `nfs_mkdir` and the
+    /// create paths `d_drop` the dentry on error), so after an EEXIST this
+    /// host looks the name up afresh.
+    fn create_failed(&self, rel: &Path, e: std::io::Error) -> Errno {
+        if e.raw_os_error() == Some(nix::libc::EEXIST) {
+            self.name_changed(rel);
+        }
+        errno(e)
+    }
+
     fn name_changed(&self, rel: &Path) {
         if let Ok(mut c) = self.lookup_cache.lock() {
             c.retain(|p, _| !p.starts_with(rel));
@@ -659,7 +671,7 @@ impl Filesystem for WeakFs {
         let ttl = KERNEL_TTL;
         let res = self.child(parent, name).and_then(|rel| {
             let path = self.full(&rel);
-            std::fs::create_dir(&path).map_err(errno)?;
+            std::fs::create_dir(&path).map_err(|e| self.create_failed(&rel, e))?;
             std::fs::set_permissions(
                 &path,
                 std::fs::Permissions::from_mode(mode & !umask & 0o7777),
@@ -1034,7 +1046,9 @@ impl Filesystem for WeakFs {
                 o.create(true);
             }
             o.mode(mode & !umask & 0o7777);
-            let f = o.open(self.full(&rel)).map_err(errno)?;
+            let f = o
+                .open(self.full(&rel))
+                .map_err(|e| self.create_failed(&rel, e))?;
             self.dir_changed(parent);
             self.name_changed(&rel);
             if flags & nix::libc::O_EXCL != 0 && self.lose_reply("exclusive create", &rel) {
