@@ -1,0 +1,242 @@
+#!/usr/bin/env python3
+"""kaas failover benchmark: 3 brokers on one data directory (loopback only).
+
+1. Failover time, `--runs` times (default 10): a producer (acks=all) sends to
+   every partition every few ms; the leader of partition 0 (never the
+   controller, so this is the partition-failover path) is killed with
+   SIGKILL; failover = time from the kill to the first acknowledgement of a
+   record on partition 0 that was sent after the kill (necessarily from its
+   new leader). The broker is
+   restarted and the cluster re-balanced before the next run.
+2. Rolling restart: SIGTERM each broker in turn (controlled shutdown, then
+   restart); reports the longest gap between consecutive acknowledgements
+   within one partition (the stall a client of that partition sees), and
+   per-broker exit codes.
+Every acknowledged record is read back at the end (zero loss is checked,
+not assumed). Lease settings are the broker defaults unless --broker-args.
+
+Usage: python3 bench/failover.py [--runs 10] [--broker-args "--lease-ms 3000"]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+ROOT = Path(__file__).resolve().parents[1]
+PARTS = 6
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Broker:
+    def __init__(self, i: int, data: Path, logs: Path, extra: list[str]):
+        self.id, self.data, self.extra = i, data, extra
+        self.port, self.mport = free_port(), free_port()
+        self.log = logs / f"broker{i}.log"
+        self.proc = None
+
+    @property
+    def boot(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self):
+        binary = os.environ.get("KAAS_BIN", str(ROOT / "target/release/kaas"))
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(
+                [binary, "broker", "--broker-id", str(self.id), "--data-dir", str(self.data),
+                 "--listen", self.boot, "--metrics-listen", f"127.0.0.1:{self.mport}", *self.extra],
+                stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+
+    def wait_ready(self, timeout=60):
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
+                return
+            except OSError:
+                time.sleep(0.05)
+        raise SystemExit(f"broker {self.id} not ready")
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+
+def meta(brokers, topic=None):
+    boot = ",".join(b.boot for b in brokers if b.alive())
+    return AdminClient({"bootstrap.servers": boot}).list_topics(topic=topic, timeout=5)
+
+
+def leaders(brokers, topic):
+    return {p: m.leader for p, m in meta(brokers, topic).topics[topic].partitions.items()}
+
+
+def wait_whole(brokers, topic, timeout=60):
+    """All brokers up, each leading its share (after a restart the controller
+    re-balances by moving partitions back)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            ls = leaders(brokers, topic)
+            counts = {b.id: list(ls.values()).count(b.id) for b in brokers}
+            if len(ls) == PARTS and all(c == PARTS // len(brokers) for c in counts.values()):
+                return
+        except Exception:
+            pass
+        time.sleep(0.2)
+    raise SystemExit(f"cluster not whole: {ls}")
+
+
+class Load:
+    def __init__(self, boot, topic):
+        self.p = Producer({"bootstrap.servers": boot, "acks": "all", "linger.ms": 1,
+                           "enable.idempotence": False,
+                           "max.in.flight.requests.per.connection": 1,
+                           "retries": 10**6, "retry.backoff.ms": 20, "retry.backoff.max.ms": 100,
+                           "message.timeout.ms": 120000, "topic.metadata.refresh.interval.ms": 1000,
+                           "reconnect.backoff.ms": 20, "reconnect.backoff.max.ms": 200})
+        self.topic = topic
+        self.acks: list[tuple[float, int, int]] = []  # (time, partition, seq)
+        self.errors = []
+        self.stop = threading.Event()
+        self.t = threading.Thread(target=self.run, daemon=True)
+        self.seq = 0
+
+    def cb(self, err, m):
+        if err:
+            self.errors.append(str(err))
+        else:
+            self.acks.append((time.monotonic(), m.partition(), int(m.value())))
+
+    def run(self):
+        while not self.stop.is_set():
+            for p in range(PARTS):
+                self.p.produce(self.topic, str(self.seq).encode(), partition=p, on_delivery=self.cb)
+                self.seq += 1
+            self.p.poll(0)
+            time.sleep(0.003)
+        self.p.flush(120)
+
+
+def verify(brokers, topic, load):
+    want = {p: set() for p in range(PARTS)}
+    for _, p, s in load.acks:
+        want[p].add(s)
+    c = Consumer({"bootstrap.servers": ",".join(b.boot for b in brokers), "group.id": "x",
+                  "enable.auto.commit": False, "enable.partition.eof": True})
+    c.assign([TopicPartition(topic, p, 0) for p in range(PARTS)])
+    got = {p: set() for p in range(PARTS)}
+    eof = set()
+    end = time.monotonic() + 120
+    while len(eof) < PARTS and time.monotonic() < end:
+        for m in c.consume(10000, 1.0):
+            if m.error():
+                if m.error().code() == -191:
+                    eof.add(m.partition())
+                continue
+            got[m.partition()].add(int(m.value()))
+    c.close()
+    lost = sum(len(want[p] - got[p]) for p in range(PARTS))
+    return lost, sum(len(v) for v in want.values())
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--broker-args", default="")
+    a = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="kaas-failover-", dir=os.environ.get("BENCH_DIR")))
+    data = work / "data"
+    brokers = [Broker(i, data, work, shlex.split(a.broker_args)) for i in range(3)]
+    for b in brokers:
+        b.start()
+    for b in brokers:
+        b.wait_ready()
+    boot = ",".join(b.boot for b in brokers)
+    topic = "failover"
+    admin = AdminClient({"bootstrap.servers": boot})
+    admin.create_topics([NewTopic(topic, PARTS, 1)])[topic].result(30)
+    wait_whole(brokers, topic)
+    load = Load(boot, topic)
+    load.t.start()
+    times = []
+    try:
+        for run in range(a.runs):
+            time.sleep(1.0)
+            ctl = meta(brokers).controller_id
+            ls = leaders(brokers, topic)
+            victim = next((b for b in brokers if b.id == ls[0] and b.id != ctl), None)
+            part = 0
+            if victim is None:  # partition 0 led by the controller: pick another
+                part, vid = next((p, l) for p, l in ls.items() if l != ctl)
+                victim = brokers[vid]
+            seq0 = load.seq  # count only records sent after the kill
+            t0 = time.monotonic()
+            victim.proc.send_signal(signal.SIGKILL)
+            victim.proc.wait()
+            while True:
+                after = [t for t, p, q in load.acks[-5000:] if p == part and q >= seq0]
+                if after:
+                    times.append(after[0] - t0)
+                    break
+                if time.monotonic() - t0 > 60:
+                    raise SystemExit("no acknowledgement within 60 s of the kill")
+                time.sleep(0.01)
+            print(f"run {run + 1}: killed broker {victim.id} (leader of p{part}): "
+                  f"first ack on new leader after {times[-1]:.3f} s", flush=True)
+            victim.start()
+            victim.wait_ready()
+            wait_whole(brokers, topic)
+        # Rolling restart
+        time.sleep(1.0)
+        t_roll = time.monotonic()
+        codes = []
+        for b in brokers:
+            b.proc.send_signal(signal.SIGTERM)
+            codes.append(b.proc.wait(60))
+            b.start()
+            b.wait_ready()
+            wait_whole(brokers, topic)
+        time.sleep(1.0)
+        stall = 0.0
+        for part in range(PARTS):
+            roll = [t for t, p, _ in load.acks if t >= t_roll and p == part]
+            stall = max(stall, max((y - x for x, y in zip(roll, roll[1:])), default=0.0))
+    finally:
+        load.stop.set()
+        load.t.join(150)
+    lost, acked = verify(brokers, topic, load)
+    for b in brokers:
+        b.proc.send_signal(signal.SIGTERM)
+    for b in brokers:
+        b.proc.wait(60)
+    print()
+    print(f"broker args: {a.broker_args or '(defaults: --lease-ms 3000 --lease-grace-ms 1000 --heartbeat-ms 500 --poll-ms 100)'}")
+    print(f"failover (kill -9 -> first ack on new leader), {len(times)} runs: "
+          f"median {statistics.median(times):.3f} s, max {max(times):.3f} s, min {min(times):.3f} s")
+    print(f"rolling restart (SIGTERM x3): max produce stall {stall:.3f} s; exit codes {codes}")
+    print(f"acknowledged {acked} records, lost {lost}; producer errors {len(load.errors)}")
+    shutil.rmtree(work, ignore_errors=True)
+    return 1 if lost or load.errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
