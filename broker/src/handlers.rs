@@ -238,18 +238,21 @@ async fn metadata(b: &Arc<Broker>, r: MetadataRequest, v: i16) -> MetadataRespon
                     .filter(|x| x.topic_id == t.topic_id)
                     .map(|x| x.partitions.as_slice())
                     .unwrap_or(&[]);
+                let advertised = |id: i32| a.brokers.iter().any(|x| x.id == id);
                 mt.partitions = (0..t.partitions)
                     .map(|p| {
                         let mut mp = MetadataResponsePartition::default();
                         mp.partition_index = p;
                         match entries.get(p as usize) {
-                            Some(e) if e.leader >= 0 => {
+                            Some(e) if e.leader >= 0 && advertised(e.leader) => {
                                 mp.leader_id = BrokerId(e.leader);
                                 mp.leader_epoch = e.epoch;
                                 mp.replica_nodes = vec![BrokerId(e.leader)];
                                 mp.isr_nodes = vec![BrokerId(e.leader)];
                             }
-                            // Vacant (moving, or no live broker): retriable.
+                            // Vacant (moving, no live broker) or led by a
+                            // silent broker: retriable, and clients re-query
+                            // quickly while a partition has no leader.
                             e => {
                                 mp.error_code = code::LEADER_NOT_AVAILABLE;
                                 mp.leader_id = BrokerId(-1);

@@ -224,14 +224,17 @@ impl ControllerActor {
         }
         let now = boot_now();
         let dead_after = self.shared.timing.dead_after();
+        let lease = self.shared.timing.lease;
         Ok(l.observed
             .iter()
             .map(|(id, o)| {
+                let still = now.saturating_sub(o.last_change);
                 (
                     *id,
                     BrokerView {
                         record: o.record.clone(),
-                        alive: now.saturating_sub(o.last_change) <= dead_after,
+                        alive: still <= dead_after,
+                        suspect: still > lease,
                     },
                 )
             })

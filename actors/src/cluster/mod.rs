@@ -18,3 +18,6 @@ pub mod membership;
 pub mod plan;
 pub mod records;
 pub mod watcher;
+
+#[cfg(test)]
+mod tests;

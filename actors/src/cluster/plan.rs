@@ -28,6 +28,11 @@ pub struct BrokerView {
     pub record: BrokerRecord,
     /// Whether its heartbeat moved within lease + grace (controller's clock).
     pub alive: bool,
+    /// Its heartbeat stood still for more than a lease: it has fenced itself
+    /// (or is about to), so it is not advertised, and clients looking for its
+    /// partitions see "no leader" and re-query quickly; its grants stand
+    /// until it is dead (lease + grace).
+    pub suspect: bool,
 }
 
 impl BrokerView {
@@ -159,7 +164,7 @@ pub fn plan(
 
     let endpoints: Vec<BrokerEndpoint> = brokers
         .iter()
-        .filter(|(_, b)| b.live())
+        .filter(|(_, b)| b.live() && !b.suspect)
         .map(|(id, b)| BrokerEndpoint {
             id: *id,
             host: b.record.host.clone(),
@@ -208,6 +213,7 @@ mod tests {
                     BrokerView {
                         record: rec(i, 100 + i as u64),
                         alive: true,
+                        suspect: false,
                     },
                 )
             })
@@ -277,6 +283,17 @@ mod tests {
             }
         }
         assert!(!n.brokers.iter().any(|e| e.id == 1));
+    }
+
+    #[test]
+    fn a_suspect_broker_keeps_its_grants_but_is_not_advertised() {
+        let b = live(&[0, 1]);
+        let a = plan(&Assignment::default(), 1, 0, &b, &topic(2), |_, _| 0).unwrap();
+        let mut b2 = b.clone();
+        b2.get_mut(&1).unwrap().suspect = true;
+        let n = plan(&a, 1, 0, &b2, &topic(2), |_, _| 0).unwrap();
+        assert_eq!(n.topics, a.topics, "grants stand until lease + grace");
+        assert_eq!(n.brokers.iter().map(|e| e.id).collect::<Vec<_>>(), vec![0]);
     }
 
     #[test]

@@ -442,3 +442,91 @@ fn reopen_after_failure_seals_at_the_durable_point() {
     assert_eq!(got, vec!["durable"]);
     assert!(dir.join("00000000000000000001-e1.log").exists());
 }
+
+/// A deposed leader (the zombie) keeps its epoch-1 handles after a new
+/// leader of epoch 2 opened the partition and sealed epoch 1's tail. Its
+/// late appends, fsyncs, roll and manifest writes must never be served: not
+/// by the new leader, and not after a later takeover re-runs recovery.
+fn zombie_after_takeover(zombie_rolls: bool) {
+    let what = if zombie_rolls {
+        "zombie rolls"
+    } else {
+        "zombie appends"
+    };
+    let d = tempfile::tempdir().unwrap();
+    let fs: SharedFs = Arc::new(RealFs);
+    let mut zombie = open(fs.clone(), d.path(), 1);
+    append(&mut zombie, &["a", "b"], 100);
+    zombie.sync_now().unwrap(); // acked
+    let mut leader = open(fs.clone(), d.path(), 2);
+
+    append(&mut zombie, &["z1"], 200);
+    append(&mut zombie, &["z2"], 201);
+    zombie.sync_now().unwrap();
+    if zombie_rolls {
+        zombie.roll(3_000).unwrap();
+        append(&mut zombie, &["z3"], 300);
+        zombie.sync_now().unwrap();
+    }
+    // The zombie's writes really landed (else this test proves nothing).
+    let zv: Vec<String> = read_all(fs.clone(), &zombie)
+        .into_iter()
+        .map(|x| x.1)
+        .collect();
+    assert!(zv.contains(&"z2".to_owned()), "{what}: zombie view {zv:?}");
+
+    append(&mut leader, &["c"], 400);
+    leader.sync_now().unwrap();
+    let want: Vec<(i64, String)> = vec![(0, "a".into()), (1, "b".into()), (2, "c".into())];
+    assert_eq!(read_all(fs.clone(), &leader), want, "{what}: new leader");
+    let r = PartitionReader::new(fs.clone(), leader.view());
+    assert_eq!(r.end_offset_for_epoch(1), (1, 2), "{what}");
+    // Nor through ListOffsets: z* timestamps (200..300) lie between b and c.
+    let hit = r.offset_for_timestamp(150).unwrap().unwrap();
+    assert_eq!((hit.offset, hit.timestamp), (2, 400), "{what}");
+
+    if zombie_rolls {
+        // Sync + checkpoint: the zombie rewrites its own epoch-1 manifest.
+        zombie.close().unwrap();
+        assert!(
+            d.path().join("manifest-e1.json").exists(),
+            "{what}: the zombie's manifest is on disk for the next open to ignore"
+        );
+    } else {
+        drop(zombie);
+    }
+    drop(leader);
+
+    // A later takeover re-runs recovery over everything the zombie left.
+    let mut log = open(fs.clone(), d.path(), 3);
+    assert_eq!(
+        read_all(fs.clone(), &log),
+        want,
+        "{what}: after epoch 3 open"
+    );
+    assert_eq!(log.next_offset(), 3, "{what}");
+    let r = PartitionReader::new(fs.clone(), log.view());
+    assert_eq!(r.end_offset_for_epoch(1), (1, 2), "{what}");
+    assert_eq!(r.end_offset_for_epoch(2), (2, 3), "{what}");
+    let hit = r.offset_for_timestamp(150).unwrap().unwrap();
+    assert_eq!((hit.offset, hit.timestamp), (2, 400), "{what}");
+    append(&mut log, &["d"], 500);
+    log.sync_now().unwrap();
+    let got: Vec<String> = read_all(fs, &log).into_iter().map(|x| x.1).collect();
+    assert_eq!(got, vec!["a", "b", "c", "d"], "{what}");
+}
+
+/// Catches: a new leader that trusts the old epoch's segment length (or its
+/// manifest) instead of the seal it recorded, and a recovery that rescans a
+/// sealed older-epoch segment or prefers a zombie's lower-epoch manifest.
+#[test]
+fn zombie_writes_after_takeover_are_never_served() {
+    zombie_after_takeover(false);
+}
+
+/// Catches: a zombie's roll (new `-e1` segment, rewritten `-e1` index files
+/// and manifest) being adopted by the new leader or by a later recovery.
+#[test]
+fn zombie_roll_after_takeover_is_never_served() {
+    zombie_after_takeover(true);
+}
