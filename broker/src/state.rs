@@ -161,6 +161,24 @@ impl Broker {
         }
     }
 
+    /// Replace the metadata cache with `a`.
+    fn publish(&self, a: &Arc<Assignment>) {
+        *self.topics.write().unwrap() = a
+            .topics
+            .iter()
+            .map(|(name, t)| {
+                let stamp = TopicStamp {
+                    topic_id: t.topic_id,
+                    name: name.clone(),
+                    partitions: t.partitions.len() as i32,
+                    configs: t.configs.clone(),
+                };
+                (name.clone(), stamp)
+            })
+            .collect();
+        *self.meta.write().unwrap() = a.clone();
+    }
+
     /// How many partitions this broker leads.
     pub fn leading(&self) -> usize {
         self.leaders.lock().unwrap().len()
@@ -234,20 +252,9 @@ impl LeaderSink for BrokerSink {
         let b = self.0.clone();
         Box::pin(async move {
             let me = b.args.broker_id;
-            *b.topics.write().unwrap() = a
-                .topics
-                .iter()
-                .map(|(name, t)| {
-                    let stamp = TopicStamp {
-                        topic_id: t.topic_id,
-                        name: name.clone(),
-                        partitions: t.partitions.len() as i32,
-                        configs: t.configs.clone(),
-                    };
-                    (name.clone(), stamp)
-                })
-                .collect();
-            *b.meta.write().unwrap() = a.clone();
+            if lead {
+                b.publish(&a);
+            }
             let mut wanted: HashMap<(String, i32), (uuid::Uuid, i32)> = HashMap::new();
             if lead {
                 for (name, t) in &a.topics {

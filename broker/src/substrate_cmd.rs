@@ -125,8 +125,23 @@ pub fn run_worker(args: &SubstrateWorkerArgs) -> anyhow::Result<i32> {
 pub fn startup_gate(dirs: &[&Path], allow_disqualified: bool) -> anyhow::Result<Vec<Report>> {
     let mut out = Vec::with_capacity(dirs.len());
     for dir in dirs {
-        let report = substrate::quick_check(&RealFs, dir)
-            .with_context(|| format!("substrate check of {}", dir.display()))?;
+        // An I/O error is not a verdict: re-drive the check a few times (a
+        // volume can hiccup, a reply can be lost) before giving up.
+        let mut attempt = 0;
+        let report = loop {
+            attempt += 1;
+            match substrate::quick_check(&RealFs, dir) {
+                Ok(r) => break r,
+                Err(e) if attempt < 3 => {
+                    tracing::warn!(dir = %dir.display(), attempt, error = %e, "substrate check failed; retrying");
+                    std::thread::sleep(std::time::Duration::from_millis(200));
+                }
+                Err(e) => {
+                    return Err(anyhow::Error::new(e))
+                        .with_context(|| format!("substrate check of {}", dir.display()))
+                }
+            }
+        };
         for c in report
             .checks
             .iter()

@@ -460,7 +460,8 @@ def broker_factory(request, tmp_path, substrate):
         return b
 
     def make_cluster(n: int, extra_args: list[str] | None = None,
-                     start: bool = True) -> list[Broker]:
+                     start: bool = True,
+                     weakfs_args: list[str] | None = None) -> list[Broker]:
         """`n` brokers (ids 0..n-1) sharing one volume: one directory on
         the local substrate; on weakfs one backing directory with a mount
         ("host") per broker. Started together, not one by one."""
@@ -470,7 +471,8 @@ def broker_factory(request, tmp_path, substrate):
         for i in range(n):
             name = f"broker{len(made)}"
             if substrate == "weakfs":
-                b = make(extra_args, start=False, backing=shared, broker_id=i, name=name)
+                b = make(extra_args, start=False, backing=shared, broker_id=i, name=name,
+                         weakfs_args=weakfs_args)
             else:
                 b = make(extra_args, start=False, broker_id=i, name=name,
                          data_dir=shared / "data")

@@ -23,7 +23,8 @@ use std::sync::Arc;
 /// its metadata cache.
 pub trait LeaderSink: Send + Sync + 'static {
     /// Publish `a` as the metadata view, and lead exactly the partitions it
-    /// grants to `(broker_id, incarnation)` — none if `lead` is false. The
+    /// grants to `(broker_id, incarnation)`. With `lead` false (the lease
+    /// lapsed) stop every leader and leave the metadata view as it was. The
     /// future resolves once every leader no longer granted has stopped.
     fn apply(
         &self,
@@ -73,9 +74,9 @@ impl AssignmentWatcher {
         let inc = lease.incarnation();
         if !lease.valid_for(inc) {
             if lease.lapsed() && self.shared.fenced_incarnation.load(Ordering::Acquire) != inc {
-                // Drop every leader of the spent incarnation.
-                let a = self.current();
-                self.run(ctx, a, inc, false, None);
+                // Drop every leader of the spent incarnation (the metadata
+                // cache is kept: the volume may be unreachable right now).
+                self.run(ctx, Arc::default(), inc, false, None);
             }
             return;
         }
@@ -98,16 +99,6 @@ impl AssignmentWatcher {
         if newer {
             self.run(ctx, Arc::new(a), inc, true, Some(()));
         }
-    }
-
-    fn current(&self) -> Arc<Assignment> {
-        let path = self.shared.cluster_dir.join(ASSIGNMENT);
-        Arc::new(
-            read_json::<Assignment>(self.fs.as_ref(), &path)
-                .ok()
-                .flatten()
-                .unwrap_or_default(),
-        )
     }
 
     fn run(

@@ -264,8 +264,7 @@ impl<'a> Scratch<'a> {
                 source,
             })?;
         let owner = path.join("owner");
-        let f = fs
-            .create_exclusive(&owner)
+        let f = probes::create_own(fs, &owner)
             .map_err(SubstrateError::io("create owner file", &owner))?;
         f.write_all_at(os::process_identity().as_bytes(), 0)
             .map_err(SubstrateError::io("write owner file", &owner))?;

@@ -66,10 +66,21 @@ fn median(v: &mut [Duration]) -> Duration {
     v[v.len() / 2]
 }
 
+/// Exclusive create of a file in our own scratch directory. Nobody else
+/// writes there, so EEXIST can only be a lost reply to our own create
+/// (DESIGN §11): open what we created.
+pub fn create_own(
+    fs: &dyn Fs,
+    path: &Path,
+) -> io::Result<std::sync::Arc<dyn crate::fs::WriteFile>> {
+    match fs.create_exclusive(path) {
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => fs.open_write(path),
+        r => r,
+    }
+}
+
 fn create_with(fs: &dyn Fs, path: &Path, bytes: &[u8]) -> Result<(), SubstrateError> {
-    let f = fs
-        .create_exclusive(path)
-        .map_err(SubstrateError::io("create", path))?;
+    let f = create_own(fs, path).map_err(SubstrateError::io("create", path))?;
     f.write_all_at(bytes, 0)
         .map_err(SubstrateError::io("write", path))?;
     Ok(())
@@ -450,9 +461,7 @@ pub fn rename_timing(fs: &dyn Fs, dir: &Path, large: u64) -> Result<Check, Subst
     let big = [dir.join("timing-big-a"), dir.join("timing-big-b")];
     let small = [dir.join("timing-small-a"), dir.join("timing-small-b")];
     let t = Instant::now();
-    let f = fs
-        .create_exclusive(&big[0])
-        .map_err(SubstrateError::io("create", &big[0]))?;
+    let f = create_own(fs, &big[0]).map_err(SubstrateError::io("create", &big[0]))?;
     let chunk = pattern(3, CHUNK);
     let mut pos = 0u64;
     while pos < large {
@@ -589,9 +598,7 @@ pub fn fsync_probe(
     const BLOCK: usize = 4096;
     let samples = samples.max(3);
     let path = dir.join("fsync-probe");
-    let f = fs
-        .create_exclusive(&path)
-        .map_err(SubstrateError::io("create", &path))?;
+    let f = create_own(fs, &path).map_err(SubstrateError::io("create", &path))?;
     let buf = pattern(5, BLOCK);
     let (mut writes, mut syncs) = (Vec::new(), Vec::new());
     // Two unmeasured rounds wake the daemon / server path up.

@@ -1,0 +1,144 @@
+"""Helpers for multi-broker tests: fast lease flags, metadata views, an
+acknowledged-record ledger producer and its read-back check."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from conftest import client_conf, consume_all, create_topic, producer_conf
+
+LEASE_MS, GRACE_MS = 1500, 500
+FAST = ["--lease-ms", str(LEASE_MS), "--lease-grace-ms", str(GRACE_MS),
+        "--heartbeat-ms", "200", "--poll-ms", "100"]
+
+
+def bootstrap(brokers) -> str:
+    return ",".join(b.bootstrap for b in brokers)
+
+
+def metadata(brokers, topic: str | None = None, timeout: float = 5.0):
+    from confluent_kafka.admin import AdminClient
+    a = AdminClient(client_conf(bootstrap([b for b in brokers if b.alive()])))
+    return a.list_topics(topic=topic, timeout=timeout)
+
+
+def leaders(brokers, topic: str) -> dict[int, int]:
+    md = metadata(brokers, topic)
+    t = md.topics[topic]
+    return {p: pm.leader for p, pm in t.partitions.items()}
+
+
+def wait_leaders(brokers, topic: str, partitions: int, live_ids: set[int],
+                 timeout: float = 30.0) -> dict[int, int]:
+    """Until every partition is led by one of `live_ids`."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = leaders(brokers, topic)
+            if len(last) == partitions and all(l in live_ids for l in last.values()):
+                return last
+        except Exception as e:  # metadata from a broker mid-failover
+            last = repr(e)
+        time.sleep(0.1)
+    raise AssertionError(f"partitions not all led by {live_ids} within {timeout}s: {last}")
+
+
+class Ledger:
+    """A producer writing seq numbers round-robin over partitions with
+    acks=all and in-order retries; records what was acknowledged."""
+
+    def __init__(self, bs: str, topic: str, partitions: int):
+        from confluent_kafka import Producer
+        self.p = Producer(producer_conf(bs, **{
+            "enable.idempotence": False,
+            "max.in.flight.requests.per.connection": 1,
+            "retries": 1_000_000,
+            "retry.backoff.ms": 50,
+            "retry.backoff.max.ms": 200,
+            "message.timeout.ms": 120_000,
+            "linger.ms": 2,
+            "topic.metadata.refresh.interval.ms": 1000,
+        }))
+        self.topic, self.partitions = topic, partitions
+        self.acked: dict[int, list[int]] = {p: [] for p in range(partitions)}
+        self.ack_times: list[float] = []
+        self.errors: list[str] = []
+        self.seq = 0
+        self.stop = threading.Event()
+        self.t = threading.Thread(target=self._run, daemon=True)
+
+    def _cb(self, err, msg):
+        if err is not None:
+            self.errors.append(str(err))
+        else:
+            self.acked[msg.partition()].append(int(msg.value()))
+            self.ack_times.append(time.monotonic())
+
+    def _run(self):
+        while not self.stop.is_set():
+            p = self.seq % self.partitions
+            self.p.produce(self.topic, value=str(self.seq).encode(), partition=p,
+                           on_delivery=self._cb)
+            self.seq += 1
+            self.p.poll(0)
+            time.sleep(0.002)
+        self.p.flush(120)
+
+    def __enter__(self):
+        self.t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.t.join(150)
+
+    def acks(self) -> int:
+        return sum(len(v) for v in self.acked.values())
+
+    def wait_acks(self, more: int, timeout: float = 30.0):
+        target = self.acks() + more
+        deadline = time.monotonic() + timeout
+        while self.acks() < target:
+            assert time.monotonic() < deadline, f"producer stalled at {self.acks()} acks; errors={self.errors[-3:]}"
+            time.sleep(0.05)
+
+    def max_stall(self, since: float) -> float:
+        ts = [t for t in self.ack_times if t >= since]
+        return max((b - a for a, b in zip(ts, ts[1:])), default=0.0)
+
+
+def check_ledger(brokers, led: Ledger):
+    """Every acknowledged record is read back, in order, at increasing
+    offsets; duplicates only from client retries of unacknowledged sends."""
+    live = [b for b in brokers if b.alive()]
+    want = {p: len(v) for p, v in led.acked.items()}
+    got = consume_all(bootstrap(live), led.topic, list(range(led.partitions)), timeout=60)
+    for p in range(led.partitions):
+        msgs = got[p]
+        offsets = [m.offset for m in msgs]
+        assert offsets == sorted(set(offsets)), f"p{p}: offsets not strictly increasing"
+        values = [int(m.value) for m in msgs]
+        seen = set(values)
+        missing = [s for s in led.acked[p] if s not in seen]
+        assert not missing, f"p{p}: {len(missing)} acknowledged records lost, e.g. {missing[:5]}"
+        firsts = []
+        for v in values:
+            if not firsts or v > firsts[-1]:
+                firsts.append(v)
+            else:
+                assert v in firsts, f"p{p}: {v} appears out of order"
+        assert len(values) >= want[p]
+
+
+def create_everywhere(brokers, topic: str, partitions: int):
+    """Create, then wait until *each* broker's own metadata shows every
+    partition led (brokers learn the assignment by polling it)."""
+    create_topic(bootstrap(brokers), topic, partitions=partitions)
+    for b in brokers:
+        wait_leaders([b], topic, partitions, {x.broker_id for x in brokers})
+
+
+def controller_id(brokers) -> int:
+    return metadata(brokers).controller_id
