@@ -6,8 +6,9 @@ heals it, and restarts brokers with SIGTERM. At the end every acknowledged
 record must be read back in order, and no broker may have panicked.
 
 Bounded: KAAS_SOAK_SECONDS (default 40) of faults, each followed by a
-bounded wait for the cluster to be whole. The seed is printed (and in the
-test id's output); rerun one with KAAS_SOAK_SEED=<seed>.
+bounded wait for the cluster to be whole. The seed is printed; CI uses
+seed 1 (the fault *timing* still varies run to run), KAAS_SOAK_SEED=random
+draws one, KAAS_SOAK_SEED=<n> replays a schedule.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ PARTS = 6
 
 
 def test_randomized_soak_keeps_every_acknowledged_record(broker_factory, topic_name, substrate):
-    seed = int(os.environ.get("KAAS_SOAK_SEED", random.randrange(1 << 30)))
+    raw = os.environ.get("KAAS_SOAK_SEED", "1")
+    seed = random.randrange(1 << 30) if raw == "random" else int(raw)
     seconds = float(os.environ.get("KAAS_SOAK_SECONDS", "40"))
     print(f"soak seed {seed} ({seconds:.0f} s); rerun with KAAS_SOAK_SEED={seed}")
     rng = random.Random(seed)
