@@ -8,7 +8,7 @@ use crate::state::Broker;
 use crate::state::BrokerSink;
 use actix::Actor;
 use anyhow::Context as _;
-use kaas_actors::cluster::controller::{ControllerActor, IsController, Resign};
+use kaas_actors::cluster::controller::{ControllerActor, HandoffPending, IsController, Resign};
 use kaas_actors::cluster::membership::{self, Beat, JoinConfig, Membership};
 use kaas_actors::cluster::watcher::AssignmentWatcher;
 use kaas_actors::fs::{RealFs, SharedFs};
@@ -184,14 +184,8 @@ async fn controlled_shutdown(
         // Wait (briefly) until what we vacated is granted elsewhere, then
         // give the role up explicitly so a successor need not wait a lease.
         let until = deadline.min(std::time::Instant::now() + std::time::Duration::from_secs(5));
-        while std::time::Instant::now() < until && others(b) {
-            let vacant = b
-                .assignment()
-                .topics
-                .values()
-                .flat_map(|t| t.partitions.iter())
-                .any(|e| e.leader < 0);
-            if !vacant {
+        while std::time::Instant::now() < until {
+            if !controller.send(HandoffPending).await.unwrap_or(false) {
                 break;
             }
             tokio::time::sleep(poll).await;

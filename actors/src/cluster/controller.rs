@@ -379,6 +379,37 @@ impl Handler<IsController> for ControllerActor {
     }
 }
 
+/// During a controlled shutdown of the controller's own broker: whether
+/// vacated partitions are still waiting for a grant that can happen (some
+/// other broker is eligible). False once they are granted, or if nobody
+/// could take them (every other broker is gone or leaving too).
+#[derive(Message)]
+#[rtype(result = "bool")]
+pub struct HandoffPending;
+
+impl Handler<HandoffPending> for ControllerActor {
+    type Result = bool;
+    fn handle(&mut self, _: HandoffPending, _: &mut Context<Self>) -> bool {
+        let Some(l) = &self.leading else { return false };
+        let me = self.shared.broker_id;
+        let dead_after = self.shared.timing.dead_after();
+        let now = boot_now();
+        let someone_eligible = l.observed.iter().any(|(id, o)| {
+            *id != me
+                && now.saturating_sub(o.last_change) <= dead_after
+                && !o.record.shutting_down
+                && !o.record.clean_exit
+        });
+        let vacant = l
+            .prev
+            .topics
+            .values()
+            .flat_map(|t| t.partitions.iter())
+            .any(|e| e.leader < 0);
+        someone_eligible && vacant
+    }
+}
+
 /// Step down for a controlled shutdown and never campaign again; replies
 /// with the epoch given up. Processed between passes, so no assignment
 /// write is in flight once it returns.
