@@ -238,7 +238,12 @@ async fn metadata(b: &Arc<Broker>, r: MetadataRequest, v: i16) -> MetadataRespon
                     .filter(|x| x.topic_id == t.topic_id)
                     .map(|x| x.partitions.as_slice())
                     .unwrap_or(&[]);
-                let advertised = |id: i32| a.brokers.iter().any(|x| x.id == id);
+                // A broker whose lease lapsed does not name itself leader
+                // (clients re-query instead of looping on NOT_LEADER).
+                let self_ok = b.shared.lease.valid();
+                let advertised = |id: i32| {
+                    a.brokers.iter().any(|x| x.id == id) && (id != b.args.broker_id || self_ok)
+                };
                 mt.partitions = (0..t.partitions)
                     .map(|p| {
                         let mut mp = MetadataResponsePartition::default();
@@ -474,8 +479,21 @@ async fn fetch(b: &Arc<Broker>, r: FetchRequest, v: i16) -> FetchResponse {
     loop {
         let work = items.clone();
         let read = tokio::task::spawn_blocking(move || read_items(&work, max_total, v)).await;
+        // Serve nothing read by a broker whose lease lapsed meanwhile (a
+        // long poll spans many reads): another broker may lead by now, and
+        // bytes past its seal must never reach a client.
+        let lapsed = !b.shared.lease.valid();
         let parts = match read {
-            Ok(p) => p,
+            Ok(p) if !lapsed => p,
+            Ok(_) => items
+                .iter()
+                .map(|i| {
+                    let mut p = PartitionData::default();
+                    p.partition_index = i.partition;
+                    p.error_code = code::NOT_LEADER_OR_FOLLOWER;
+                    (i.topic_idx, p)
+                })
+                .collect(),
             Err(_) => items
                 .iter()
                 .map(|i| {

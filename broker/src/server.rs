@@ -195,8 +195,11 @@ async fn controlled_shutdown(
         let _ = membership.send(Beat).await;
         tracing::info!(epoch, "released the controller role");
     }
-    // Flush, checkpoint and close whatever is still open.
+    // Flush, checkpoint and close whatever is still open, then end the
+    // lease before saying "clean exit": once that is published the
+    // controller re-grants at once, so nothing may acknowledge after it.
     b.stop_leaders(None).await;
+    b.shared.lease.revoke();
     b.shared.state.lock().unwrap().clean_exit = true;
     let _ = membership.send(Beat).await;
 }
@@ -229,18 +232,44 @@ async fn accept_loop(b: Arc<Broker>, listener: TcpListener) {
     }
 }
 
-/// The cluster id, created once with O_EXCL (the first broker wins).
+/// The cluster id, created once with O_EXCL: the first broker wins and
+/// everyone reads the winner's. A creator that died between create and
+/// write leaves an empty file; after 5 s of that it is replaced (temp +
+/// rename) and read back.
 fn cluster_id(fs: &SharedFs, cluster_dir: &std::path::Path) -> anyhow::Result<String> {
     let path = cluster_dir.join("cluster-id");
-    if let Ok(b) = fs.read(&path) {
-        let id = String::from_utf8_lossy(&b).trim().to_owned();
-        if !id.is_empty() {
-            return Ok(id);
+    let started = std::time::Instant::now();
+    loop {
+        match fs.read(&path) {
+            Ok(b) => {
+                let id = String::from_utf8_lossy(&b).trim().to_owned();
+                if !id.is_empty() {
+                    return Ok(id);
+                }
+                if started.elapsed() > std::time::Duration::from_secs(5) {
+                    let id = uuid::Uuid::new_v4().simple().to_string();
+                    kaas_actors::fs::write_atomic(fs.as_ref(), &path, id.as_bytes())?;
+                    continue; // read back whichever replacement won
+                }
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let id = uuid::Uuid::new_v4().simple().to_string();
+                match fs.create_exclusive(&path) {
+                    Ok(f) => {
+                        f.write_all_at(id.as_bytes(), 0)?;
+                        f.sync_data()?;
+                        fs.sync_dir(cluster_dir)?;
+                        return Ok(id);
+                    }
+                    // Someone else won (or our reply was lost): read it.
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            Err(e) => return Err(e.into()),
         }
     }
-    let id = uuid::Uuid::new_v4().simple().to_string();
-    kaas_actors::fs::write_atomic(fs.as_ref(), &path, id.as_bytes())?;
-    Ok(id)
 }
 
 async fn serve_metrics(l: TcpListener) {

@@ -31,11 +31,18 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-const TOPIC_REFRESH: Duration = Duration::from_secs(5);
+/// Stamps are re-read this often (a delete + re-create under the same name
+/// changes the id behind an unchanged listing).
+const TOPIC_REFRESH: Duration = Duration::from_secs(1);
 
 struct Observed {
     record: BrokerRecord,
+    /// When a read first returned this (seq, incarnation): after the read,
+    /// so no earlier than the heartbeat's start.
     last_change: Duration,
+    /// How long the record has provably stood still: from `last_change` to
+    /// the *start* of the latest read that still showed it.
+    still: Duration,
 }
 
 struct Leading {
@@ -123,15 +130,16 @@ impl ControllerActor {
         }
     }
 
-    /// Whether the holder of `claim` has been seen standing still long enough.
-    fn still_for(&mut self, claim: &EpochClaim, seq: Option<u64>) -> bool {
-        let now = boot_now();
+    /// Whether the holder of `claim` has been seen standing still long
+    /// enough: from the first read that showed `seq` (timed after it) to the
+    /// start of the read that still shows it (`read_start`).
+    fn still_for(&mut self, claim: &EpochClaim, seq: Option<u64>, read_start: Duration) -> bool {
         match self.watching {
             Some((e, s, since)) if e == claim.epoch && s == seq => {
-                now.saturating_sub(since) >= self.shared.timing.dead_after()
+                read_start.saturating_sub(since) >= self.shared.timing.dead_after()
             }
             _ => {
-                self.watching = Some((claim.epoch, seq, now));
+                self.watching = Some((claim.epoch, seq, boot_now()));
                 false
             }
         }
@@ -139,6 +147,7 @@ impl ControllerActor {
 
     fn campaign(&mut self, inc: u64) -> std::io::Result<()> {
         let me = self.shared.broker_id;
+        let read_start = boot_now();
         let claim = highest_claim(&self.fs, self.cluster_dir())?;
         let (next, gone) = match &claim {
             None => (1, true),
@@ -146,14 +155,14 @@ impl ControllerActor {
                 // Ours already (a lost reply to our own create).
                 return self.elected(c.epoch, inc);
             }
-            Some(c) if c.broker_id < 0 => (c.epoch + 1, self.still_for(c, None)),
+            Some(c) if c.broker_id < 0 => (c.epoch + 1, self.still_for(c, None, read_start)),
             Some(c) => {
                 let path = super::records::broker_record_path(self.cluster_dir(), c.broker_id);
                 let gone = match read_json::<BrokerRecord>(self.fs.as_ref(), &path)? {
                     Some(r) if r.incarnation != c.incarnation => true,
                     Some(r) if r.clean_exit || r.controller_released == Some(c.epoch) => true,
-                    Some(r) => self.still_for(c, Some(r.seq)),
-                    None => self.still_for(c, None),
+                    Some(r) => self.still_for(c, Some(r.seq), read_start),
+                    None => self.still_for(c, None, read_start),
                 };
                 (c.epoch + 1, gone)
             }
@@ -193,23 +202,46 @@ impl ControllerActor {
             .filter_map(|n| n.strip_suffix(".json")?.parse().ok())
             .collect();
         let l = self.leading.as_mut().expect("leading");
+        // Also every broker the assignment names, by exact name: a stale
+        // listing must not hide a broker that holds grants.
         ids.extend(l.observed.keys().copied());
+        ids.extend(l.prev.brokers.iter().map(|b| b.id));
+        for t in l.prev.topics.values() {
+            for e in &t.partitions {
+                ids.push(e.leader);
+                if let Some((b, _, _)) = e.releasing {
+                    ids.push(b);
+                }
+            }
+        }
+        ids.retain(|id| *id >= 0);
         ids.sort_unstable();
         ids.dedup();
         for id in ids {
             let path = super::records::broker_record_path(&self.shared.cluster_dir, id);
-            let Some(r) = read_json::<BrokerRecord>(self.fs.as_ref(), &path)? else {
-                continue;
+            let read_start = boot_now();
+            let r = match read_json::<BrokerRecord>(self.fs.as_ref(), &path) {
+                Ok(Some(r)) => r,
+                Ok(None) => continue,
+                Err(e) => {
+                    // One bad record must not stall the controller; its
+                    // broker simply is not seen to move (nor declared dead
+                    // on this evidence: `still` does not advance).
+                    tracing::warn!(broker = id, error = %e, "broker record unreadable");
+                    continue;
+                }
             };
             // Timed after the read returned: no earlier than the write.
             let now = boot_now();
             match l.observed.get_mut(&id) {
                 Some(o) if o.record.seq == r.seq && o.record.incarnation == r.incarnation => {
                     o.record = r;
+                    o.still = read_start.saturating_sub(o.last_change);
                 }
                 Some(o) => {
                     o.record = r;
                     o.last_change = now;
+                    o.still = Duration::ZERO;
                 }
                 None => {
                     l.observed.insert(
@@ -217,24 +249,23 @@ impl ControllerActor {
                         Observed {
                             record: r,
                             last_change: now,
+                            still: Duration::ZERO,
                         },
                     );
                 }
             }
         }
-        let now = boot_now();
         let dead_after = self.shared.timing.dead_after();
         let lease = self.shared.timing.lease;
         Ok(l.observed
             .iter()
             .map(|(id, o)| {
-                let still = now.saturating_sub(o.last_change);
                 (
                     *id,
                     BrokerView {
                         record: o.record.clone(),
-                        alive: still <= dead_after,
-                        suspect: still > lease,
+                        alive: o.still <= dead_after,
+                        suspect: o.still > lease,
                     },
                 )
             })
@@ -263,6 +294,10 @@ impl ControllerActor {
                 Some(t) => Some(t),
                 None => {
                     match read_json::<TopicStamp>(fs.as_ref(), &data_dir.join(&name).join(STAMP)) {
+                        Ok(Some(s)) if !(1..=100_000).contains(&s.partitions) => {
+                            tracing::warn!(topic = %name, partitions = s.partitions, "topic stamp has an impossible partition count; ignored");
+                            None
+                        }
                         Ok(Some(s)) => {
                             let t = TopicInfo {
                                 topic_id: s.topic_id,
@@ -277,7 +312,12 @@ impl ControllerActor {
                             None
                         }
                         Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => None,
-                        Err(e) => return Err(e),
+                        Err(e) => {
+                            // Keep what we knew; one bad stamp must not
+                            // stall the controller.
+                            tracing::warn!(topic = %name, error = %e, "topic stamp unreadable");
+                            l.topics.get(&name).map(|(t, _)| t.clone())
+                        }
                     }
                 }
             };
@@ -297,19 +337,47 @@ impl ControllerActor {
         let data_dir = self.data_dir.clone();
         let fs = self.fs.clone();
         let l = self.leading.as_mut().expect("leading");
-        // Someone else's write (a deposed controller's late rename): our
-        // version must still rise past it, and ours must be put back.
-        let foreign = on_disk != l.prev;
+        let mut foreign = on_disk != l.prev;
         if foreign && on_disk.controller_epoch > l.epoch {
             self.resign("assignment written by a newer controller");
             return Ok(());
         }
+        if foreign && on_disk.controller_epoch == l.epoch && on_disk.version > l.prev.version {
+            // Our own write, which landed although it reported an error:
+            // it is what brokers may have applied, so it is our base.
+            l.prev = on_disk.clone();
+            foreign = false;
+        }
+        // Someone else's write (a deposed controller's late rename): our
+        // version must rise past it, ours must be put back, and no epoch it
+        // granted may be granted again.
         let mut base = l.prev.clone();
         base.version = base.version.max(on_disk.version);
+        if foreign {
+            for (name, t) in base.topics.iter_mut() {
+                if let Some(o) = on_disk
+                    .topics
+                    .get(name)
+                    .filter(|o| o.topic_id == t.topic_id)
+                {
+                    for (e, oe) in t.partitions.iter_mut().zip(&o.partitions) {
+                        e.epoch = e.epoch.max(oe.epoch);
+                    }
+                }
+            }
+        }
+        let list_failed = std::cell::Cell::new(false);
         let disk_epoch = |t: &str, p: i32| -> i32 {
             let dir = data_dir.join(t).join(p.to_string());
-            fs.list(&dir)
-                .unwrap_or_default()
+            let names = match fs.list(&dir) {
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+                Err(_) => {
+                    list_failed.set(true);
+                    Vec::new()
+                }
+            };
+            names
                 .iter()
                 .filter_map(|n| {
                     parse_manifest_name(n).or_else(|| parse_segment_name(n).map(|(_, e, _)| e))
@@ -317,7 +385,13 @@ impl ControllerActor {
                 .max()
                 .unwrap_or(0)
         };
-        let next = match plan(&base, l.epoch, me, &brokers, &topics, disk_epoch) {
+        let planned = plan(&base, l.epoch, me, &brokers, &topics, disk_epoch);
+        if list_failed.get() {
+            // A new partition's starting epoch must be above what is on disk;
+            // without a listing we cannot know it. Try again next poll.
+            return Err(std::io::Error::other("partition directory unreadable"));
+        }
+        let next = match planned {
             Some(n) => n,
             None if foreign => Assignment {
                 version: base.version + 1,
@@ -393,12 +467,8 @@ impl Handler<HandoffPending> for ControllerActor {
         let Some(l) = &self.leading else { return false };
         let me = self.shared.broker_id;
         let dead_after = self.shared.timing.dead_after();
-        let now = boot_now();
         let someone_eligible = l.observed.iter().any(|(id, o)| {
-            *id != me
-                && now.saturating_sub(o.last_change) <= dead_after
-                && !o.record.shutting_down
-                && !o.record.clean_exit
+            *id != me && o.still <= dead_after && !o.record.shutting_down && !o.record.clean_exit
         });
         let vacant = l
             .prev

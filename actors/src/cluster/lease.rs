@@ -61,7 +61,9 @@ impl Lease {
             return false;
         }
         let d = self.deadline.load(Ordering::Acquire);
-        if d == 0 {
+        if d == 0 || self.incarnation() != incarnation {
+            // (re-checked: a reincarnation between the loads would otherwise
+            // lend the new incarnation's deadline to the old one)
             return false;
         }
         if (boot_now().as_nanos() as u64) < d {
@@ -100,6 +102,12 @@ impl Lease {
             self.deadline.store(new, Ordering::Release);
         }
         self.valid_for(incarnation)
+    }
+
+    /// End the lease now (controlled shutdown, before `clean_exit` is
+    /// published): nothing acknowledges after this.
+    pub fn revoke(&self) {
+        self.lapsed.store(true, Ordering::Release);
     }
 
     /// Start a new incarnation (after every holder of the old one stopped).

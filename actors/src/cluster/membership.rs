@@ -82,6 +82,9 @@ pub struct Membership {
     shared: Arc<Shared>,
     seq: u64,
     failures: u64,
+    /// Every incarnation this process has used: a record showing any other
+    /// means a second process runs with our broker id.
+    mine: Vec<u64>,
 }
 
 fn incarnation() -> u64 {
@@ -198,18 +201,37 @@ impl Membership {
         seq: u64,
         arbiter: &ArbiterHandle,
     ) -> Addr<Membership> {
+        let mine = vec![shared.lease.incarnation()];
         Membership::start_in_arbiter(arbiter, move |_| Membership {
             fs,
             shared,
             seq,
             failures: 0,
+            mine,
         })
     }
 
     fn beat(&mut self) {
         let lease = &self.shared.lease;
+        let path = broker_record_path(&self.shared.cluster_dir, self.shared.broker_id);
+        // Only we write our record. If it shows an incarnation we never
+        // used, another process has our broker id (a replacement started
+        // while we were paused or cut off): stop at once — never heartbeat
+        // over it, never lead again.
+        if let Ok(Some(r)) = read_json::<BrokerRecord>(self.fs.as_ref(), &path) {
+            if !self.mine.contains(&r.incarnation) {
+                lease.revoke();
+                tracing::error!(
+                    broker_id = self.shared.broker_id,
+                    theirs = r.incarnation,
+                    "another process heartbeats as this broker id; exiting"
+                );
+                std::process::exit(3);
+            }
+        }
         let mut inc = lease.incarnation();
-        if lease.lapsed() {
+        let leaving = self.shared.state.lock().unwrap().clean_exit;
+        if lease.lapsed() && !leaving {
             // Spent: wait until the watcher stopped every leader of it.
             if self.shared.fenced_incarnation.load(Ordering::Acquire) != inc {
                 return;
@@ -223,12 +245,12 @@ impl Membership {
             );
             // The controller re-grants by incarnation; start from scratch.
             self.shared.state.lock().unwrap().applied_version = 0;
+            self.mine.push(new);
             lease.reincarnate(new);
             inc = new;
         }
         self.seq += 1;
         let started = boot_now();
-        let path = broker_record_path(&self.shared.cluster_dir, self.shared.broker_id);
         match write_json(
             self.fs.as_ref(),
             &path,

@@ -40,7 +40,7 @@ impl BrokerView {
         self.alive && !self.record.clean_exit
     }
     fn eligible(&self) -> bool {
-        self.live() && !self.record.shutting_down
+        self.live() && !self.suspect && !self.record.shutting_down
     }
 }
 
@@ -56,16 +56,18 @@ pub struct TopicInfo {
 }
 
 /// Whether the grant (leader, incarnation) is still held by a live owner.
+/// A broker the controller has not observed (yet) holds its grants: absence
+/// from a listing is never evidence of death.
 fn holds(brokers: &BTreeMap<i32, BrokerView>, leader: i32, inc: u64) -> bool {
     brokers
         .get(&leader)
-        .is_some_and(|b| b.live() && b.record.incarnation == inc)
+        .is_none_or(|b| b.live() && b.record.incarnation == inc)
 }
 
 /// Whether a release from (broker, incarnation) at `version` is complete.
 fn released(brokers: &BTreeMap<i32, BrokerView>, b: i32, inc: u64, version: u64) -> bool {
     match brokers.get(&b) {
-        None => true,
+        None => false,
         Some(v) => !v.live() || v.record.incarnation != inc || v.record.applied_version >= version,
     }
 }
@@ -106,13 +108,18 @@ pub fn plan(
             if e.leader >= 0 {
                 if !holds(brokers, e.leader, e.incarnation) {
                     e = PartitionAssignment::vacant(e.epoch);
-                } else if brokers[&e.leader].record.shutting_down {
+                } else if brokers
+                    .get(&e.leader)
+                    .is_some_and(|b| b.record.shutting_down)
+                {
                     e.releasing = Some((e.leader, e.incarnation, version));
                     e.leader = -1;
                     e.incarnation = 0;
-                } else {
-                    load.entry(e.leader).or_default().push((name.clone(), i));
+                } else if let Some(held) = load.get_mut(&e.leader) {
+                    held.push((name.clone(), i));
                 }
+                // (else: held by a broker not observed yet, or suspect —
+                // it keeps the grant and takes no new ones)
             } else if let Some((b, inc, v)) = e.releasing {
                 if released(brokers, b, inc, v) {
                     e.releasing = None;
@@ -283,6 +290,24 @@ mod tests {
             }
         }
         assert!(!n.brokers.iter().any(|e| e.id == 1));
+    }
+
+    #[test]
+    fn an_unobserved_broker_keeps_its_grants() {
+        let b = live(&[0, 1]);
+        let a = plan(&Assignment::default(), 1, 0, &b, &topic(4), |_, _| 0).unwrap();
+        // A new controller whose (stale) view lacks broker 1.
+        let only0 = live(&[0]);
+        let n = plan(&a, 2, 0, &only0, &topic(4), |_, _| 0).unwrap();
+        assert_eq!(n.topics, a.topics, "absence is not death");
+    }
+
+    #[test]
+    fn a_suspect_broker_gets_no_new_grants() {
+        let mut b = live(&[0, 1]);
+        b.get_mut(&1).unwrap().suspect = true;
+        let a = plan(&Assignment::default(), 1, 0, &b, &topic(2), |_, _| 0).unwrap();
+        assert_eq!(leaders(&a), vec![0, 0]);
     }
 
     #[test]

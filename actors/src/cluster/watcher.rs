@@ -44,6 +44,7 @@ pub struct AssignmentWatcher {
     applied: Option<(i32, u64, u64)>,
     busy: bool,
     failures: u64,
+    ticks: u64,
 }
 
 impl AssignmentWatcher {
@@ -63,6 +64,7 @@ impl AssignmentWatcher {
             applied: None,
             busy: false,
             failures: 0,
+            ticks: 0,
         })
     }
 
@@ -96,7 +98,10 @@ impl AssignmentWatcher {
             None => true,
             Some((e, v, i)) => a.newer_than(e, v) || i != inc,
         };
-        if newer {
+        // Re-apply the same version now and then: applying is idempotent,
+        // and it restarts a leader that a failed topic deletion stopped.
+        self.ticks += 1;
+        if newer || self.ticks.is_multiple_of(20) {
             self.run(ctx, Arc::new(a), inc, true, Some(()));
         }
     }

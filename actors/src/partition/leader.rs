@@ -178,7 +178,13 @@ impl PartitionLeader {
         ctx.stop();
     }
 
+    /// Acknowledge what is durable. Every acknowledgement passes here, and
+    /// none is sent unless the lease is valid *now* — after the fsync that
+    /// made it durable, whichever path ran it (group commit, roll, stop).
     fn release(&mut self) {
+        if !self.lease_valid() {
+            return;
+        }
         let Some(log) = &self.log else { return };
         let hw = log.high_watermark();
         while let Some((last, _)) = self.waiters.front() {
@@ -221,6 +227,9 @@ impl PartitionLeader {
     }
 
     fn after_durable(&mut self, ctx: &mut Context<Self>) {
+        if !self.lease_valid() {
+            return self.fenced(ctx);
+        }
         self.release();
         let now = now_ms();
         if let Some(log) = self.log.as_mut() {
@@ -234,6 +243,10 @@ impl PartitionLeader {
             if let Err(e) = res {
                 return self.fail(storage(e), ctx);
             }
+        }
+        // A roll fsyncs inline: re-check the lease before acknowledging.
+        if !self.lease_valid() {
+            return self.fenced(ctx);
         }
         self.release();
         self.kick_sync(ctx);
@@ -269,6 +282,13 @@ impl Actor for PartitionLeader {
         ctx.set_mailbox_capacity(256);
         self.kind.live.fetch_add(1, Ordering::Relaxed);
         if self.stopping {
+            return;
+        }
+        if !self.lease_valid() {
+            // Never open (and sweep) under a lapsed lease: a newer leader
+            // may own the files by now.
+            self.stopping = true;
+            self.last_error = Some(PartitionError::NotLeader("broker lease lapsed".into()));
             return;
         }
         self.publish_info();

@@ -319,16 +319,18 @@ impl PartitionLog {
         // A listing may be stale on NFS; an open by exact name is not
         // (close-to-open). Probe the epochs a stale listing could hide: the
         // next leader's, ours, and the ones just below ours (the previous
-        // leader's is normally epoch - 1).
-        if fs
-            .open_read(&dir.join(manifest_name(epoch.saturating_add(1))))
-            .is_ok()
-        {
+        // leader's is normally epoch - 1). Only NotFound means absent: any
+        // other error fails the open (the supervisor retries), since
+        // guessing "absent" could make us sweep a newer leader's files.
+        if exists(
+            fs.as_ref(),
+            &dir.join(manifest_name(epoch.saturating_add(1))),
+        )? {
             found = Some(epoch.saturating_add(1));
         } else {
             let floor = found.unwrap_or(0);
             for k in (floor.saturating_add(1)..=epoch).rev().take(64) {
-                if fs.open_read(&dir.join(manifest_name(k))).is_ok() {
+                if exists(fs.as_ref(), &dir.join(manifest_name(k)))? {
                     found = Some(k);
                     break;
                 }
@@ -529,6 +531,17 @@ impl PartitionLog {
             &dir.join(manifest_name(epoch)),
             &serde_json::to_vec(&manifest).expect("manifest serializes"),
         )?;
+        // Last check before deleting anything: a leader of a later epoch
+        // may have opened meanwhile (we may be a paused zombie).
+        if exists(
+            fs.as_ref(),
+            &dir.join(manifest_name(epoch.saturating_add(1))),
+        )? {
+            return Err(LogError::Fenced {
+                ours: epoch,
+                found: epoch.saturating_add(1),
+            });
+        }
         Self::sweep(fs.as_ref(), dir, &manifest, epoch)?;
 
         let segs: Vec<Arc<SegView>> = manifest
@@ -565,13 +578,16 @@ impl PartitionLog {
         })
     }
 
-    /// Remove older manifests and any segment file the manifest does not list.
+    /// Remove older manifests and any segment file of our epoch or older
+    /// that the manifest does not list.
     fn sweep(fs: &dyn crate::fs::Fs, dir: &Path, m: &Manifest, epoch: i32) -> io::Result<()> {
         for name in fs.list(dir)? {
             let stale = if let Some(e) = parse_manifest_name(&name) {
                 e < epoch
             } else if let Some((base, e, ext)) = parse_segment_name(&name) {
-                matches!(ext, "log" | "index" | "timeindex")
+                // Never a later epoch's file: that belongs to a newer leader.
+                e <= epoch
+                    && matches!(ext, "log" | "index" | "timeindex")
                     && !m.segments.iter().any(|s| s.base == base && s.epoch == e)
             } else {
                 false
@@ -889,5 +905,13 @@ impl PartitionLog {
         pos: u64,
     ) -> io::Result<Option<kaas_protocol::batch::BatchHeader>> {
         header_at(self.active.as_ref(), pos, self.write_pos)
+    }
+}
+/// Whether `path` exists, by an exact-name open. Only NotFound is "no".
+fn exists(fs: &dyn crate::fs::Fs, path: &Path) -> io::Result<bool> {
+    match fs.open_read(path) {
+        Ok(_) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
     }
 }
