@@ -154,3 +154,34 @@ def test_rolling_restart_with_sigterm_hands_off(broker_factory, topic_name):
     # A handoff is a poll or two plus a client metadata refresh, not a
     # lease; the bound leaves room for a noisy 2-core CI machine.
     assert stall < (LEASE_MS + GRACE_MS) / 1000 + 2.0, stall
+
+
+def test_a_paused_broker_replaced_under_its_id_exits_on_waking(broker_factory, topic_name, substrate):
+    """SIGSTOP a broker past its lease, start a replacement process with the
+    same broker id (a StatefulSet pod recreated while the old one is frozen),
+    then SIGCONT the old one: it must notice the foreign incarnation in its
+    record and exit (code 3) instead of heartbeating over the replacement."""
+    bs = broker_factory.cluster(2, FAST)
+    create_everywhere(bs, topic_name, 2)
+    ctl = controller_id(bs)
+    old = next(b for b in bs if b.broker_id != ctl)
+    other = next(b for b in bs if b is not old)
+    old.proc.send_signal(signal.SIGSTOP)
+    try:
+        if substrate == "weakfs":
+            new = broker_factory(FAST, start=False, backing=old.weakfs.backing,
+                                 broker_id=old.broker_id, name="replacement")
+        else:
+            new = broker_factory(FAST, start=False, broker_id=old.broker_id,
+                                 name="replacement", data_dir=old.data_dir)
+        new.start(timeout=30)  # waits out the old incarnation's lease
+        wait_leaders([other, new], topic_name, 2, {0, 1})
+    finally:
+        old.proc.send_signal(signal.SIGCONT)
+    rc = old.proc.wait(timeout=15)
+    assert rc == 3, f"paused broker exited {rc}"
+    assert "another process heartbeats as this broker id" in old.log_text()
+    # The cluster is whole with the replacement.
+    res = kw.produce_raw(new.addr if leaders([other, new], topic_name)[0] == new.broker_id else other.addr,
+                         topic_name, 0, kw.record_batch_v2([kw.Rec(b"x", key=b"k")]))
+    assert res.error_code == 0, res

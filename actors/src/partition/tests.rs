@@ -530,3 +530,23 @@ fn zombie_writes_after_takeover_are_never_served() {
 fn zombie_roll_after_takeover_is_never_served() {
     zombie_after_takeover(true);
 }
+
+/// Catches: a late (zombie) open at an older epoch sweeping files of a newer
+/// leader whose manifest it cannot see yet — the sweep deleted every segment
+/// its own manifest did not list, whatever the epoch.
+#[test]
+fn an_older_epoch_open_never_deletes_a_newer_epochs_files() {
+    let d = tempfile::tempdir().unwrap();
+    let fs: SharedFs = Arc::new(RealFs);
+    let mut log = open(fs.clone(), d.path(), 1);
+    append(&mut log, &["a"], 100);
+    log.sync_now().unwrap();
+    log.close().unwrap();
+    // A newer leader (epoch 3) has created its segment; its manifest is not
+    // visible to us (not written yet, or hidden from this host).
+    let newer = d.path().join("00000000000000000001-e3.log");
+    std::fs::write(&newer, b"").unwrap();
+    let log2 = open(fs.clone(), d.path(), 2);
+    drop(log2);
+    assert!(newer.exists(), "epoch 2 swept epoch 3's segment");
+}
