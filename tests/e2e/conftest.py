@@ -19,7 +19,9 @@ Substrates: by default a broker's data dir is a plain local directory. With
 substrate "weakfs" it is a weakfs FUSE mount (tests/weakfs, one mount per
 broker = one NFS "host") over a backing directory, with NFS client behaviours
 switched on (`--nfs`: actimeo-like attribute/lookup/listing caching, negative
-lookup caching, silly rename; see the weakfs crate docs). Choose it:
+lookup caching, silly rename, write-back — data invisible to other hosts until
+fsync/close — and ESTALE on handles to files another host replaced; see the
+weakfs crate docs). Choose it:
   * for a whole module:  pytestmark = pytest.mark.substrates("local", "weakfs")
     (test ids get [local] / [weakfs]); or per test with the same marker;
   * for every test without the marker:  KAAS_E2E_SUBSTRATE=weakfs

@@ -7,6 +7,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{ErrorKind, Read, Write};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use weakfs::Behaviours;
@@ -18,6 +19,7 @@ const TTL: Duration = Duration::from_secs(3);
 /// Linux errno values.
 const EIO: i32 = 5;
 const ENOTEMPTY: i32 = 39;
+const ESTALE: i32 = 116;
 
 struct Host {
     mounted: Option<weakfs::Mounted>,
@@ -254,4 +256,152 @@ fn negative_lookup_cache_create_dir_all_of_a_dir_another_host_made() {
         .create_dir_all(&b.path().join("d").join("e"))
         .expect("create_dir_all below it on B");
     assert!(a.path().join("d").join("e").is_dir());
+}
+
+fn read(p: &Path) -> Vec<u8> {
+    fs::read(p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()))
+}
+
+/// Write-back: a host's writes reach the shared volume only at fsync, close
+/// or truncate, as the NFS client's dirty pages do; the host itself sees
+/// them at once. If the host is cut off when it writes back, the data is
+/// lost (the write-back fails and the buffer is dropped, as a soft mount's
+/// timed-out WRITEs are), even after the host heals.
+#[test]
+fn writes_are_invisible_to_another_host_until_fsync_or_close() {
+    let backing = tempfile::tempdir_in(env_tmp()).expect("backing");
+    let control = tempfile::tempdir_in(env_tmp()).expect("control dir");
+    let cut = control.path().join("cut");
+    let on_a = Behaviours {
+        cutoff_file: Some(cut.clone()),
+        ..nfs()
+    };
+    let (Some(a), Some(b)) = (host(backing.path(), on_a), host(backing.path(), nfs())) else {
+        return;
+    };
+    let (fa, fb) = (a.path().join("f"), b.path().join("f"));
+
+    let mut w = File::create(&fa).expect("create on A");
+    w.write_all(b"abc").expect("write");
+    assert_eq!(read(&fb), b"", "B must not see A's write before fsync");
+    assert_eq!(read(&fa), b"abc", "A sees its own write");
+    assert_eq!(fs::metadata(&fa).expect("stat on A").len(), 3);
+    assert_eq!(fs::metadata(&fb).expect("stat on B").len(), 0);
+    w.sync_all().expect("fsync");
+    assert_eq!(read(&fb), b"abc", "B sees what A fsynced (re-open)");
+
+    // Close writes back too.
+    w.write_all(b"def").expect("write more");
+    assert_eq!(read(&fb), b"abc", "B must not see A's write before close");
+    drop(w);
+    assert_eq!(read(&fb), b"abcdef", "B sees what A closed");
+
+    // Positional writes, past the end too (a hole), then truncate: the
+    // buffer is written back before the truncate.
+    let w = OpenOptions::new().write(true).open(&fa).expect("open on A");
+    w.write_all_at(b"XY", 1).expect("pwrite");
+    w.write_all_at(b"Z", 8).expect("pwrite past the end");
+    assert_eq!(read(&fa), b"aXYdef\0\0Z");
+    assert_eq!(read(&fb), b"abcdef");
+    w.set_len(4).expect("truncate");
+    assert_eq!(read(&fb), b"aXYd", "truncate writes back, then truncates");
+    assert_eq!(read(&fa), b"aXYd");
+
+    // Cut off before fsync: the fsync fails and the data is lost.
+    w.write_all_at(b"lost", 4).expect("write");
+    File::create(&cut).expect("cut off");
+    let err = w.sync_all().expect_err("fsync while cut off");
+    assert_eq!(err.raw_os_error(), Some(EIO), "{err}");
+    fs::remove_file(&cut).expect("heal");
+    w.sync_all().expect("fsync after heal (nothing buffered)");
+    drop(w);
+    assert_eq!(read(&fb), b"aXYd", "data A failed to write back reached B");
+    assert_eq!(
+        read(&fa),
+        b"aXYd",
+        "A dropped the buffer it failed to write"
+    );
+
+    // Cut off before close: the same.
+    let mut w = OpenOptions::new()
+        .append(true)
+        .open(&fa)
+        .expect("open on A");
+    w.write_all(b"gone").expect("append");
+    assert_eq!(read(&fa), b"aXYdgone");
+    File::create(&cut).expect("cut off");
+    drop(w); // close fails with EIO (not visible through drop)
+    fs::remove_file(&cut).expect("heal");
+    assert_eq!(read(&fb), b"aXYd", "data A failed to write back reached B");
+    assert_eq!(read(&fa), b"aXYd");
+
+    // Past the buffer bound, data is written back without fsync or close
+    // (background writeback of dirty pages).
+    let w = OpenOptions::new().write(true).open(&fa).expect("open on A");
+    let big = vec![7u8; weakfs::WRITE_BACK_LIMIT + 1];
+    w.write_all_at(&big, 0).expect("big write");
+    assert_eq!(
+        fs::metadata(&fb).expect("stat on B").len(),
+        big.len() as u64,
+        "more than the bound stayed buffered"
+    );
+}
+
+/// ESTALE: a handle to a file that another host removed (here: replaced
+/// by renaming a new file over its name) answers ESTALE, as the NFS server
+/// has freed the file; opening the name again finds the new file. The
+/// host's own removals keep its handles valid: by silly rename, or (with
+/// silly rename off) as on a local filesystem.
+#[test]
+fn a_handle_to_a_file_replaced_by_another_host_gets_estale() {
+    let backing = tempfile::tempdir_in(env_tmp()).expect("backing");
+    let no_silly = Behaviours {
+        silly_rename: false,
+        ..nfs()
+    };
+    let (Some(a), Some(b), Some(c)) = (
+        host(backing.path(), nfs()),
+        host(backing.path(), nfs()),
+        host(backing.path(), no_silly),
+    ) else {
+        return;
+    };
+    fs::write(a.path().join("f"), b"old").expect("write f");
+    let mut held = File::open(a.path().join("f")).expect("open f on A");
+    fs::write(b.path().join(".f.tmp"), b"new").expect("write temp on B");
+    fs::rename(b.path().join(".f.tmp"), b.path().join("f")).expect("rename on B");
+    let mut buf = [0u8; 16];
+    let err = held
+        .read(&mut buf)
+        .expect_err("read through a handle to a file B replaced");
+    assert_eq!(err.raw_os_error(), Some(ESTALE), "{err}");
+    let err = held.sync_all().expect_err("fsync of a stale handle");
+    assert_eq!(err.raw_os_error(), Some(ESTALE), "{err}");
+    let err = held.metadata().expect_err("fstat of a stale handle");
+    assert_eq!(err.raw_os_error(), Some(ESTALE), "{err}");
+    drop(held);
+    assert_eq!(read(&a.path().join("f")), b"new", "re-open finds B's file");
+
+    // A removal through the same mount keeps the handle: silly rename...
+    let mut held = File::open(a.path().join("f")).expect("open f on A");
+    fs::write(a.path().join(".f.tmp"), b"newer").expect("write temp on A");
+    fs::rename(a.path().join(".f.tmp"), a.path().join("f")).expect("rename on A");
+    let mut got = String::new();
+    held.read_to_string(&mut got)
+        .expect("read after A's own replace");
+    assert_eq!(got, "new");
+    drop(held);
+
+    // ...or, without silly rename, this mount remembering what it removed.
+    let mut held = File::open(c.path().join("f")).expect("open f on C");
+    fs::remove_file(c.path().join("f")).expect("unlink on C");
+    let mut got = String::new();
+    held.read_to_string(&mut got)
+        .expect("read after C's own unlink");
+    assert_eq!(got, "newer");
+    held.sync_all().expect("fsync after C's own unlink");
+    assert_eq!(
+        held.metadata().expect("fstat after C's own unlink").len(),
+        5
+    );
 }

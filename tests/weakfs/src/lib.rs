@@ -55,8 +55,57 @@
 //!   running. Delete the file to heal. Cached attributes and page-cache data
 //!   may still be served by the kernel, as with NFS.
 //!
+//! * [`Behaviours::write_back`]: data written through this mount is held
+//!   in this process and reaches the backing file only when it is written
+//!   back: at fsync/fdatasync (of any handle of the file), at close of a
+//!   handle open for writing (FUSE `flush`/`release`), before any setattr of
+//!   the file (truncate, chmod, utimes), or when more than
+//!   [`WRITE_BACK_LIMIT`] is buffered for it (background writeback of dirty
+//!   pages). This is the Linux NFS client's page cache: writes dirty pages
+//!   of the inode and are sent to the server later (nfs(5), "Data and
+//!   metadata coherence": "When the application closes the file, the NFS
+//!   client writes back any pending changes to the file so that the next
+//!   opener can view the changes"; fs/nfs/file.c `nfs_file_flush` writes
+//!   back the whole inode, and only for files open for writing;
+//!   `nfs_file_fsync`; fs/nfs/inode.c `nfs_setattr` writes back all dirty
+//!   data before the SETATTR; RFC 7530 and RFC 8881 section 10.3, "Data
+//!   Caching", on flushing at CLOSE). The buffer is per file (node), as
+//!   the page cache is per inode: every handle of this mount reads its own
+//!   buffered data (laid over the backing file's), and sizes reported by
+//!   getattr and lookup include it. Other mounts see only what was written
+//!   back, from their next open or getattr. A write-back while the host is
+//!   cut off fails with EIO, and the buffered data is dropped: it never
+//!   reaches the backing file, not even after healing. That is what a soft
+//!   mount does when its WRITEs time out (nfs(5) `soft`: "silent data
+//!   corruption"; fs/nfs/write.c records the error on the mapping and
+//!   drops the request, and fsync/close report it). An O_APPEND write goes
+//!   at the end this host sees (backing size, or its buffered data's end),
+//!   as the NFS client revalidates the size and simulates the append
+//!   (fs/nfs/file.c `nfs_file_write`; open(2), O_APPEND: "the client kernel
+//!   has to simulate it"), so appends of two hosts can overwrite each other.
+//!   Unlike the kernel, nothing is written back on a timer
+//!   (`dirty_expire_centisecs`): data a paused process wrote stays buffered
+//!   until it syncs or closes — a timing a real client can also produce.
+//! * [`Behaviours::estale`]: a handle whose backing file another host has
+//!   removed — unlinked it, or renamed another file over its name — answers
+//!   ESTALE to read, write, fsync, setattr and getattr through the handle,
+//!   to fstat (which the kernel sends as a getattr of the node: answered
+//!   from a handle open here once the name no longer leads to the file), and
+//!   to the write-back of its buffered data. Once the server frees a
+//!   file its filehandle is stale: NFSv4 answers NFS4ERR_STALE (RFC 7530
+//!   section 13.1.2.7, RFC 8881 section 15.1.2.7: "The file system object
+//!   referred to by that filehandle no longer exists"), NFSv3 NFS3ERR_STALE,
+//!   and the Linux client returns ESTALE to the caller (fs/nfs/nfs4xdr.c
+//!   `nfs4_stat_to_errno`). Silly rename (above) exists because of this, and
+//!   it only protects files the removing host has open. A removal made
+//!   through this mount keeps this mount's handles valid: with silly rename
+//!   the file was only renamed; without, this mount remembers which open
+//!   files it removed, as on a local filesystem. (Detected from the backing
+//!   file's link count, so a file removed from one of several hard links is
+//!   not stale.)
+//!
 //! [`Behaviours::nfs`] switches on the NFS set: caching (3 s), negative
-//! lookup caching, silly rename and lost replies.
+//! lookup caching, silly rename, lost replies, write-back and ESTALE.
 //!
 //! Each mount is one "host": run one weakfs process per broker over the same
 //! backing directory to model several NFS clients of one export.
@@ -73,14 +122,14 @@ use fuser::{
     ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow,
     WriteFlags,
 };
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// What the kernel may cache. Always zero: the kernel's own dentry cache
@@ -111,11 +160,16 @@ pub struct Behaviours {
     pub seed: u64,
     /// While this file exists every operation fails with EIO.
     pub cutoff_file: Option<PathBuf>,
+    /// Hold written data in this process until fsync, close or setattr
+    /// (the NFS client's dirty pages); see the crate docs.
+    pub write_back: bool,
+    /// A handle to a file another host removed or replaced answers ESTALE.
+    pub estale: bool,
 }
 
 impl Behaviours {
     /// The NFS preset: `actimeo` 3 s with negative lookup caching, silly
-    /// rename, and 1% lost replies from `seed`.
+    /// rename, 1% lost replies from `seed`, write-back and ESTALE.
     pub fn nfs(seed: u64) -> Self {
         Self {
             attr_ttl: Duration::from_secs(3),
@@ -123,6 +177,8 @@ impl Behaviours {
             silly_rename: true,
             lost_reply_prob: 0.01,
             seed,
+            write_back: true,
+            estale: true,
             ..Self::default()
         }
     }
@@ -154,6 +210,76 @@ pub enum WeakFsError {
 /// racing reader has many chances to see the target half-written.
 const COPY_CHUNK: usize = 64 * 1024;
 
+/// With [`Behaviours::write_back`], the most data buffered for one file
+/// before it is written back without waiting for fsync or close, like the
+/// kernel's background writeback of dirty pages.
+pub const WRITE_BACK_LIMIT: usize = 4 << 20;
+
+/// One open file of this mount.
+struct Handle {
+    file: File,
+    /// The node (backing file) it is open on.
+    node: u64,
+    /// Opened for writing: its close writes back the node's buffered data.
+    writable: bool,
+    /// Opened with O_APPEND (write-back only; otherwise the backing file
+    /// is opened with O_APPEND).
+    append: bool,
+}
+
+/// Data written through this mount and not yet written back, for one node
+/// ([`Behaviours::write_back`]).
+#[derive(Default)]
+struct Dirty {
+    /// A handle open for writing on the node, to write back through.
+    via: Option<Arc<Handle>>,
+    /// (offset, bytes) in write order; a later extent wins where two
+    /// overlap. Sequential writes extend the last extent.
+    extents: Vec<(u64, Vec<u8>)>,
+    /// Total length of `extents`.
+    bytes: usize,
+}
+
+impl Dirty {
+    /// One past the last buffered byte (0 if nothing is buffered).
+    fn end(&self) -> u64 {
+        self.extents
+            .iter()
+            .map(|(o, b)| o + b.len() as u64)
+            .max()
+            .unwrap_or(0)
+    }
+
+    fn push(&mut self, offset: u64, data: &[u8]) {
+        self.bytes += data.len();
+        if let Some((o, b)) = self.extents.last_mut() {
+            if *o + b.len() as u64 == offset {
+                b.extend_from_slice(data);
+                return;
+            }
+        }
+        self.extents.push((offset, data.to_vec()));
+    }
+
+    /// Lay the buffered data over `buf`, which holds the file from `offset`.
+    fn overlay(&self, offset: u64, buf: &mut [u8]) {
+        let end = offset + buf.len() as u64;
+        for (o, b) in &self.extents {
+            let (from, to) = ((*o).max(offset), (o + b.len() as u64).min(end));
+            if from < to {
+                buf[(from - offset) as usize..(to - offset) as usize]
+                    .copy_from_slice(&b[(from - o) as usize..(to - o) as usize]);
+            }
+        }
+    }
+
+    fn clear(&mut self) {
+        self.extents.clear();
+        self.bytes = 0;
+        self.via = None;
+    }
+}
+
 /// The filesystem. Construct with [`WeakFs::new`], then mount with
 /// [`mount_background`] or [`mount_foreground`].
 pub struct WeakFs {
@@ -161,7 +287,12 @@ pub struct WeakFs {
     behaviours: Behaviours,
     /// node id -> path relative to the backing root ("" is the root).
     paths: Mutex<HashMap<u64, PathBuf>>,
-    handles: Mutex<HashMap<u64, (File, u64)>>,
+    handles: Mutex<HashMap<u64, Arc<Handle>>>,
+    /// node id -> data written through this mount, not yet written back.
+    dirty: Mutex<HashMap<u64, Arc<Mutex<Dirty>>>>,
+    /// Nodes open on this mount whose backing file this mount removed
+    /// (unlink, rename over): their handles stay valid.
+    removed_here: Mutex<HashSet<u64>>,
     next_fh: AtomicU64,
     root_ino: u64,
     /// node id -> number of open handles on this mount.
@@ -189,7 +320,11 @@ pub struct WeakFs {
 impl WeakFs {
     /// A filesystem serving `backing` with the given behaviours.
     pub fn new(backing: &Path, behaviours: Behaviours) -> Result<Self, WeakFsError> {
-        if behaviours.lost_reply_prob > 0.0 || behaviours.silly_rename {
+        if behaviours.lost_reply_prob > 0.0
+            || behaviours.silly_rename
+            || behaviours.write_back
+            || behaviours.estale
+        {
             tracing::info!(?behaviours, "weakfs NFS behaviours on");
         }
         let backing = backing
@@ -214,6 +349,8 @@ impl WeakFs {
             backing,
             paths: Mutex::new(paths),
             handles: Mutex::new(HashMap::new()),
+            dirty: Mutex::new(HashMap::new()),
+            removed_here: Mutex::new(HashSet::new()),
             next_fh: AtomicU64::new(1),
             root_ino: meta.ino(),
             open_count: Mutex::new(HashMap::new()),
@@ -284,20 +421,111 @@ impl WeakFs {
         }
     }
 
+    /// How many handles of this mount are open on `node`.
+    fn open_handles(&self, node: u64) -> Result<u32, Errno> {
+        Ok(self
+            .open_count
+            .lock()
+            .map_err(|_| Errno::EIO)?
+            .get(&node)
+            .copied()
+            .unwrap_or(0))
+    }
+
+    /// This mount is about to remove the backing file of `node` (unlink,
+    /// rename over it): handles open on it here stay valid ([`Behaviours::estale`]).
+    fn removing(&self, node: u64) -> Result<(), Errno> {
+        if self.behaviours.estale && self.open_handles(node)? > 0 {
+            self.removed_here
+                .lock()
+                .map_err(|_| Errno::EIO)?
+                .insert(node);
+        }
+        Ok(())
+    }
+
+    /// ESTALE if `h`'s backing file was removed by another host
+    /// ([`Behaviours::estale`]).
+    fn check_stale(&self, h: &Handle) -> Result<(), Errno> {
+        if !self.behaviours.estale {
+            return Ok(());
+        }
+        if h.file.metadata().map_err(errno)?.nlink() == 0
+            && !self
+                .removed_here
+                .lock()
+                .map_err(|_| Errno::EIO)?
+                .contains(&h.node)
+        {
+            tracing::debug!(
+                node = h.node,
+                "weakfs: stale handle (file removed by another host)"
+            );
+            return Err(Errno::ESTALE);
+        }
+        Ok(())
+    }
+
+    /// `node`'s buffered data, if any ([`Behaviours::write_back`]).
+    fn dirty(&self, node: u64) -> Option<Arc<Mutex<Dirty>>> {
+        if !self.behaviours.write_back {
+            return None;
+        }
+        self.dirty.lock().ok()?.get(&node).cloned()
+    }
+
+    /// Report the size of `attr`'s node including data buffered here.
+    fn with_buffered_size(&self, mut attr: FileAttr) -> FileAttr {
+        if let Some(d) = self.dirty(attr.ino.0) {
+            if let Ok(d) = d.lock() {
+                attr.size = attr.size.max(d.end());
+            }
+        }
+        attr
+    }
+
+    /// Write back `node`'s buffered data (without syncing it).
+    fn write_back(&self, node: u64) -> Result<(), Errno> {
+        let Some(d) = self.dirty(node) else {
+            return Ok(());
+        };
+        let mut d = d.lock().map_err(|_| Errno::EIO)?;
+        self.write_back_locked(node, &mut d)
+    }
+
+    /// Write back the buffer `d` of `node`. If the host is cut off (EIO),
+    /// the file is stale (ESTALE) or the backing write fails, the data is
+    /// dropped and the error returned: a failed NFS write-back loses it.
+    fn write_back_locked(&self, node: u64, d: &mut Dirty) -> Result<(), Errno> {
+        if d.extents.is_empty() {
+            return Ok(());
+        }
+        let res = (|| {
+            if self.cut_off() {
+                return Err(Errno::EIO);
+            }
+            let via = d.via.clone().ok_or(Errno::EIO)?;
+            self.check_stale(&via)?;
+            for (offset, bytes) in &d.extents {
+                via.file.write_all_at(bytes, *offset).map_err(errno)?;
+            }
+            Ok(())
+        })();
+        if let Err(e) = res {
+            tracing::warn!(node, bytes = d.bytes, error = ?e, "weakfs: write-back failed, buffered data dropped");
+        }
+        d.clear();
+        res
+    }
+
     /// Unlink `rel`, or silly-rename it if it is open on this mount.
     fn remove_or_silly_rename(&self, rel: &Path) -> Result<(), Errno> {
         let path = self.full(rel);
-        if self.behaviours.silly_rename {
+        if self.behaviours.silly_rename || self.behaviours.estale {
             let meta = std::fs::symlink_metadata(&path).map_err(errno)?;
             let node = self.node_of(&meta);
-            let open = self
-                .open_count
-                .lock()
-                .map_err(|_| Errno::EIO)?
-                .get(&node)
-                .copied()
-                .unwrap_or(0);
-            if open > 0 && meta.is_file() {
+            let open = self.open_handles(node)?;
+            if self.behaviours.silly_rename && open > 0 && meta.is_file() {
                 let seq = self.silly_seq.fetch_add(1, Ordering::Relaxed);
                 let name = format!(".nfs{:016x}{:08x}", meta.ino(), seq as u32);
                 let silly_rel = rel.with_file_name(name);
@@ -314,6 +542,7 @@ impl WeakFs {
                     .insert(node, silly_rel);
                 return Ok(());
             }
+            self.removing(node)?;
         }
         std::fs::remove_file(&path).map_err(errno)
     }
@@ -367,20 +596,44 @@ impl WeakFs {
 
     fn attr_of_node(&self, ino: INodeNo) -> Result<FileAttr, Errno> {
         let rel = self.rel_path(ino)?;
-        let meta = std::fs::symlink_metadata(self.full(&rel)).map_err(errno)?;
-        if self.node_of(&meta) != ino.0 {
-            // The name now holds a different file: this node is gone.
-            return Err(Errno::ESTALE);
+        let found = std::fs::symlink_metadata(self.full(&rel));
+        let gone = match found {
+            Ok(meta) if self.node_of(&meta) == ino.0 => return Ok(attr_of(ino.0, &meta)),
+            // The name now holds a different file.
+            Ok(_) => Errno::ESTALE,
+            Err(e) => errno(e),
+        };
+        if self.behaviours.estale {
+            // The kernel sends fstat(2) as a getattr without a handle. NFS
+            // answers it by filehandle: a file renamed or removed by this
+            // host, or renamed by another, is still there; one another
+            // host removed is stale.
+            let open = self
+                .handles
+                .lock()
+                .map_err(|_| Errno::EIO)?
+                .values()
+                .find(|h| h.node == ino.0)
+                .cloned();
+            if let Some(h) = open {
+                self.check_stale(&h)?;
+                return h.file.metadata().map(|m| attr_of(ino.0, &m)).map_err(errno);
+            }
         }
-        Ok(attr_of(ino.0, &meta))
+        Err(gone)
     }
 
-    fn add_handle(&self, f: File, node: u64) -> Result<u64, Errno> {
+    fn add_handle(&self, file: File, node: u64, flags: i32) -> Result<u64, Errno> {
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        self.handles
-            .lock()
-            .map_err(|_| Errno::EIO)?
-            .insert(fh, (f, node));
+        self.handles.lock().map_err(|_| Errno::EIO)?.insert(
+            fh,
+            Arc::new(Handle {
+                file,
+                node,
+                writable: flags & nix::libc::O_ACCMODE != nix::libc::O_RDONLY,
+                append: flags & nix::libc::O_APPEND != 0,
+            }),
+        );
         *self
             .open_count
             .lock()
@@ -393,10 +646,11 @@ impl WeakFs {
     /// Forget handle `fh`; at the last close of a silly-renamed file,
     /// remove it.
     fn drop_handle(&self, fh: u64) {
-        let Some((file, node)) = self.handles.lock().ok().and_then(|mut h| h.remove(&fh)) else {
+        let Some(handle) = self.handles.lock().ok().and_then(|mut h| h.remove(&fh)) else {
             return;
         };
-        drop(file);
+        let node = handle.node;
+        drop(handle);
         let last = match self.open_count.lock() {
             Ok(mut c) => match c.get_mut(&node) {
                 Some(n) if *n > 1 => {
@@ -411,6 +665,21 @@ impl WeakFs {
             Err(_) => false,
         };
         if last {
+            if let Some(d) = self.dirty.lock().ok().and_then(|mut d| d.remove(&node)) {
+                // Written back by the flush/release of each writable handle.
+                if let Ok(d) = d.lock() {
+                    if !d.extents.is_empty() {
+                        tracing::warn!(
+                            node,
+                            bytes = d.bytes,
+                            "weakfs: buffered data left at last close, dropped"
+                        );
+                    }
+                }
+            }
+            if let Ok(mut r) = self.removed_here.lock() {
+                r.remove(&node);
+            }
             let silly = self.silly.lock().ok().and_then(|mut s| s.remove(&node));
             if let Some(rel) = silly {
                 if let Err(e) = std::fs::remove_file(self.full(&rel)) {
@@ -431,14 +700,13 @@ impl WeakFs {
         }
     }
 
-    fn with_handle<T>(
-        &self,
-        fh: FileHandle,
-        f: impl FnOnce(&File) -> io::Result<T>,
-    ) -> Result<T, Errno> {
-        let handles = self.handles.lock().map_err(|_| Errno::EIO)?;
-        let (file, _) = handles.get(&fh.0).ok_or(Errno::EBADF)?;
-        f(file).map_err(errno)
+    fn handle(&self, fh: FileHandle) -> Result<Arc<Handle>, Errno> {
+        self.handles
+            .lock()
+            .map_err(|_| Errno::EIO)?
+            .get(&fh.0)
+            .cloned()
+            .ok_or(Errno::EBADF)
     }
 
     fn rename_copy_delete(&self, from: &Path, to: &Path) -> io::Result<()> {
@@ -481,14 +749,16 @@ impl WeakFs {
         }
     }
 
-    fn open_options(flags: i32) -> OpenOptions {
+    fn open_options(&self, flags: i32) -> OpenOptions {
         let mut o = OpenOptions::new();
         match flags & nix::libc::O_ACCMODE {
             nix::libc::O_WRONLY => o.write(true),
             nix::libc::O_RDWR => o.read(true).write(true),
             _ => o.read(true),
         };
-        if flags & nix::libc::O_APPEND != 0 {
+        // With write-back, appends are placed by `write` (the buffer is
+        // written back with positional writes).
+        if flags & nix::libc::O_APPEND != 0 && !self.behaviours.write_back {
             o.append(true);
         }
         if flags & nix::libc::O_TRUNC != 0 {
@@ -578,7 +848,7 @@ impl Filesystem for WeakFs {
             }
             res
         });
-        match res {
+        match res.map(|a| self.with_buffered_size(a)) {
             Ok(attr) => reply.entry(&KERNEL_TTL, &attr, Generation(0)),
             Err(e) => reply.error(e),
         }
@@ -589,12 +859,13 @@ impl Filesystem for WeakFs {
         let ttl = KERNEL_TTL;
         let res = match fh {
             // An open handle keeps its file alive even after unlink/replace.
-            Some(fh) => self
-                .with_handle(fh, |f| f.metadata())
-                .map(|m| attr_of(ino.0, &m)),
+            Some(fh) => self.handle(fh).and_then(|h| {
+                self.check_stale(&h)?;
+                h.file.metadata().map(|m| attr_of(ino.0, &m)).map_err(errno)
+            }),
             None => self.attr_of_node(ino),
         };
-        match res {
+        match res.map(|a| self.with_buffered_size(a)) {
             Ok(attr) => reply.attr(&ttl, &attr),
             Err(e) => reply.error(e),
         }
@@ -621,6 +892,13 @@ impl Filesystem for WeakFs {
         check_cut!(self, reply);
         let ttl = KERNEL_TTL;
         let res = (|| -> Result<FileAttr, Errno> {
+            let handle = fh.map(|fh| self.handle(fh)).transpose()?;
+            if let Some(h) = &handle {
+                self.check_stale(h)?;
+            }
+            // The NFS client writes back dirty data before any SETATTR
+            // (nfs_setattr), so a truncate applies to the written data.
+            self.write_back(ino.0)?;
             let rel = self.rel_path(ino)?;
             let path = self.full(&rel);
             if let Some(mode) = mode {
@@ -628,8 +906,8 @@ impl Filesystem for WeakFs {
                     .map_err(errno)?;
             }
             if let Some(size) = size {
-                match fh {
-                    Some(fh) => self.with_handle(fh, |f| f.set_len(size))?,
+                match &handle {
+                    Some(h) => h.file.set_len(size).map_err(errno)?,
                     None => OpenOptions::new()
                         .write(true)
                         .open(&path)
@@ -652,7 +930,7 @@ impl Filesystem for WeakFs {
             }
             self.attr_of_node(ino)
         })();
-        match res {
+        match res.map(|a| self.with_buffered_size(a)) {
             Ok(attr) => reply.attr(&ttl, &attr),
             Err(e) => reply.error(e),
         }
@@ -766,6 +1044,19 @@ impl Filesystem for WeakFs {
                     self.remove_or_silly_rename(&to_rel)?;
                 }
             }
+            if self.behaviours.estale {
+                // Handles here on a file this rename removes stay valid.
+                if let Ok(m) = std::fs::symlink_metadata(&to) {
+                    if m.is_file() {
+                        self.removing(self.node_of(&m))?;
+                    }
+                }
+                if self.behaviours.rename_copy_delete && is_file {
+                    // The source file is copied, then unlinked.
+                    let m = std::fs::symlink_metadata(&from).map_err(errno)?;
+                    self.removing(self.node_of(&m))?;
+                }
+            }
             if self.behaviours.rename_copy_delete && is_file {
                 self.rename_copy_delete(&from, &to).map_err(errno)?;
                 tracing::debug!(from = %from.display(), to = %to.display(), "rename as copy+delete");
@@ -791,7 +1082,8 @@ impl Filesystem for WeakFs {
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         check_cut!(self, reply);
         let res = self.rel_path(ino).and_then(|rel| {
-            let f = Self::open_options(flags.0)
+            let f = self
+                .open_options(flags.0)
                 .open(self.full(&rel))
                 .map_err(|e| match errno(e) {
                     // The file this node stood for is gone (removed, or a
@@ -811,7 +1103,7 @@ impl Filesystem for WeakFs {
                 self.name_changed(&rel);
                 return Err(Errno::ESTALE);
             }
-            self.add_handle(f, ino.0)
+            self.add_handle(f, ino.0, flags.0)
         });
         match res {
             Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
@@ -831,16 +1123,37 @@ impl Filesystem for WeakFs {
         reply: ReplyData,
     ) {
         check_cut!(self, reply);
-        let res = self.with_handle(fh, |f| {
-            let mut buf = vec![0u8; size as usize];
+        let res = self.handle(fh).and_then(|h| {
+            self.check_stale(&h)?;
+            // Hold the buffer (if any) so a write-back cannot run between
+            // reading the backing file and laying the buffer over it.
+            let dirty = self.dirty(h.node);
+            let dirty = match &dirty {
+                Some(d) => Some(d.lock().map_err(|_| Errno::EIO)?),
+                None => None,
+            };
+            let dirty = dirty.as_deref().filter(|d| !d.extents.is_empty());
+            let want = match dirty {
+                Some(d) => {
+                    let len = h.file.metadata().map_err(errno)?.len().max(d.end());
+                    len.saturating_sub(offset).min(u64::from(size)) as usize
+                }
+                None => size as usize,
+            };
+            let mut buf = vec![0u8; want];
             let mut got = 0;
             while got < buf.len() {
-                match f.read_at(&mut buf[got..], offset + got as u64)? {
-                    0 => break,
-                    n => got += n,
+                match h.file.read_at(&mut buf[got..], offset + got as u64) {
+                    Ok(0) => break,
+                    Ok(n) => got += n,
+                    Err(e) => return Err(errno(e)),
                 }
             }
-            buf.truncate(got);
+            match dirty {
+                // Past the backing file's end: zeros (a hole) or buffered data.
+                Some(d) => d.overlay(offset, &mut buf),
+                None => buf.truncate(got),
+            }
             Ok(buf)
         });
         match res {
@@ -862,7 +1175,40 @@ impl Filesystem for WeakFs {
         reply: ReplyWrite,
     ) {
         check_cut!(self, reply);
-        match self.with_handle(fh, |f| f.write_all_at(data, offset)) {
+        let res = self.handle(fh).and_then(|h| {
+            self.check_stale(&h)?;
+            if !self.behaviours.write_back {
+                return h.file.write_all_at(data, offset).map_err(errno);
+            }
+            let d = self
+                .dirty
+                .lock()
+                .map_err(|_| Errno::EIO)?
+                .entry(h.node)
+                .or_default()
+                .clone();
+            let mut d = d.lock().map_err(|_| Errno::EIO)?;
+            // O_APPEND: the kernel's offset comes from its cached size,
+            // which a cached lookup may have made stale. The NFS client
+            // revalidates the size before an append (nfs_file_write ->
+            // nfs_revalidate_file_size) and writes at the end it finds,
+            // this host's buffered data included; not atomically.
+            let offset = if h.append {
+                h.file.metadata().map_err(errno)?.len().max(d.end())
+            } else {
+                offset
+            };
+            if d.via.is_none() {
+                d.via = Some(h.clone());
+            }
+            d.push(offset, data);
+            if d.bytes > WRITE_BACK_LIMIT {
+                // Background writeback of dirty pages.
+                self.write_back_locked(h.node, &mut d)?;
+            }
+            Ok(())
+        });
+        match res {
             Ok(()) => reply.written(data.len() as u32),
             Err(e) => reply.error(e),
         }
@@ -872,12 +1218,25 @@ impl Filesystem for WeakFs {
         &self,
         _req: &Request,
         _ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        check_cut!(self, reply);
-        reply.ok();
+        // close(2): a handle open for writing writes back the file's
+        // buffered data (nfs_file_flush), and reports a failure.
+        let res = self.handle(fh).and_then(|h| {
+            if h.writable {
+                self.write_back(h.node)?;
+            }
+            if self.cut_off() {
+                return Err(Errno::EIO);
+            }
+            Ok(())
+        });
+        match res {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
     }
 
     fn release(
@@ -890,6 +1249,14 @@ impl Filesystem for WeakFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        // Normally written back by the flush of the last close already.
+        if let Ok(h) = self.handle(fh) {
+            if h.writable {
+                if let Err(e) = self.write_back(h.node) {
+                    tracing::debug!(node = h.node, error = ?e, "weakfs: write-back at release failed");
+                }
+            }
+        }
         self.drop_handle(fh.0);
         reply.ok();
     }
@@ -902,16 +1269,21 @@ impl Filesystem for WeakFs {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        check_cut!(self, reply);
-        if self.behaviours.fsync_noop {
-            reply.ok();
-            return;
-        }
-        let res = self.with_handle(fh, |f| {
+        let res = self.handle(fh).and_then(|h| {
+            // Before the cut-off check: a write-back while cut off drops
+            // the buffered data.
+            self.write_back(h.node)?;
+            if self.cut_off() {
+                return Err(Errno::EIO);
+            }
+            self.check_stale(&h)?;
+            if self.behaviours.fsync_noop {
+                return Ok(());
+            }
             if datasync {
-                f.sync_data()
+                h.file.sync_data().map_err(errno)
             } else {
-                f.sync_all()
+                h.file.sync_all().map_err(errno)
             }
         });
         match res {
@@ -1035,7 +1407,7 @@ impl Filesystem for WeakFs {
         let ttl = KERNEL_TTL;
         let res = (|| -> Result<(FileAttr, u64), Errno> {
             let rel = self.child(parent, name)?;
-            let mut o = Self::open_options(flags);
+            let mut o = self.open_options(flags);
             if flags & nix::libc::O_ACCMODE == nix::libc::O_RDONLY {
                 // Creating needs write access on the backing side.
                 o.write(true);
@@ -1055,7 +1427,7 @@ impl Filesystem for WeakFs {
                 return Err(Errno::EEXIST);
             }
             let attr = self.entry_attr(&rel)?;
-            let fh = self.add_handle(f, attr.ino.0)?;
+            let fh = self.add_handle(f, attr.ino.0, flags)?;
             Ok((attr, fh))
         })();
         match res {

@@ -25,7 +25,8 @@ struct Args {
     #[arg(long)]
     fsync_noop: bool,
     /// NFS preset: --actimeo-ms 3000 (unless given), --negative-lookup-cache,
-    /// --silly-rename, --lost-reply-prob 0.01 (unless given).
+    /// --silly-rename, --lost-reply-prob 0.01 (unless given), --write-back,
+    /// --estale.
     #[arg(long)]
     nfs: bool,
     /// Attribute/lookup/listing cache lifetime in ms (NFS actimeo). Default
@@ -47,6 +48,15 @@ struct Args {
     /// Seed of the lost-reply generator.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Buffer written data in this process until fsync, close or truncate
+    /// (NFS client dirty pages): other mounts do not see it before. A
+    /// write-back while cut off fails and the data is lost.
+    #[arg(long)]
+    write_back: bool,
+    /// Reads/writes/fsyncs through a handle whose file another mount removed
+    /// or renamed over fail with ESTALE (NFS stale filehandle).
+    #[arg(long)]
+    estale: bool,
     /// While this file exists, every call fails with EIO (host cut off from
     /// the volume); remove it to heal. Put it outside the mount.
     #[arg(long)]
@@ -77,6 +87,8 @@ fn main() -> anyhow::Result<()> {
     }
     behaviours.negative_lookup_cache |= args.negative_lookup_cache;
     behaviours.silly_rename |= args.silly_rename;
+    behaviours.write_back |= args.write_back;
+    behaviours.estale |= args.estale;
     if let Some(p) = args.lost_reply_prob {
         anyhow::ensure!(
             (0.0..=1.0).contains(&p),
