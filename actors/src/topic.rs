@@ -140,6 +140,9 @@ pub struct TopicCatalog {
     fs: SharedFs,
     data_dir: PathBuf,
     view: TopicsView,
+    /// `.creating-` directories seen by the previous janitor pass: only
+    /// those are abandoned (another broker may be building one right now).
+    creating_seen: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 impl TopicCatalog {
@@ -151,6 +154,7 @@ impl TopicCatalog {
             fs,
             data_dir: data_dir.to_path_buf(),
             view: Arc::default(),
+            creating_seen: Default::default(),
         };
         cat.reload()?;
         cat.janitor();
@@ -208,9 +212,22 @@ impl TopicCatalog {
         let Ok(names) = self.fs.list(&self.data_dir) else {
             return;
         };
+        // A `.creating-` directory may be another broker's create in
+        // progress: remove it only once it has survived a whole janitor
+        // interval (timed by us; no clocks compared).
+        let mut seen = self.creating_seen.lock().unwrap();
+        let now: std::collections::HashSet<String> = names
+            .iter()
+            .filter(|n| n.starts_with(CREATING_PREFIX))
+            .cloned()
+            .collect();
+        let abandoned: Vec<String> = now.intersection(&seen).cloned().collect();
+        *seen = now;
+        drop(seen);
         for name in names
             .iter()
-            .filter(|n| n.starts_with(DELETED_PREFIX) || n.starts_with(CREATING_PREFIX))
+            .filter(|n| n.starts_with(DELETED_PREFIX))
+            .chain(abandoned.iter())
         {
             if let Err(e) = remove_tree(self.fs.as_ref(), &self.data_dir.join(name)) {
                 tracing::warn!(dir = %name, error = %e, "deleted topic not yet removed; will retry");
@@ -268,8 +285,20 @@ impl TopicCatalog {
         self.fs.create_dir_all(&building)?;
         self.write_stamp(&building, &stamp)?;
         let renamed = match self.fs.rename(&building, &dir) {
-            // A lost reply to a rename that happened (DESIGN section 11).
-            Err(e) if e.kind() == io::ErrorKind::NotFound && !self.fs.is_dir(&building) => Ok(()),
+            // A lost reply to a rename that happened (DESIGN section 11) —
+            // confirmed by our own topic id at the destination, not by the
+            // temp name being gone (a janitor may have removed it).
+            Err(e)
+                if e.kind() == io::ErrorKind::NotFound
+                    && self
+                        .fs
+                        .read(&dir.join(STAMP))
+                        .ok()
+                        .and_then(|b| serde_json::from_slice::<TopicStamp>(&b).ok())
+                        .is_some_and(|s| s.topic_id == stamp.topic_id) =>
+            {
+                Ok(())
+            }
             r => r,
         };
         if let Err(e) = renamed {
@@ -389,6 +418,22 @@ mod tests {
             cat.delete("nope").unwrap_err(),
             TopicError::Unknown("nope".into())
         );
+    }
+
+    /// Catches: a janitor (of any broker) removing a `.creating-` directory
+    /// that another broker is building right now — that broker's create then
+    /// failed, or worse, was reported done for a topic that never appeared.
+    #[test]
+    fn janitor_spares_a_fresh_creating_dir_and_removes_an_abandoned_one() {
+        let d = tempfile::tempdir().unwrap();
+        let fs: SharedFs = Arc::new(RealFs);
+        let cat = TopicCatalog::load(fs, d.path()).unwrap();
+        let building = d.path().join(".creating-x-00000000-0000-0000-0000-000000000001");
+        std::fs::create_dir_all(&building).unwrap();
+        cat.janitor();
+        assert!(building.exists(), "removed a create in progress");
+        cat.janitor();
+        assert!(!building.exists(), "abandoned create never removed");
     }
 
     #[test]
