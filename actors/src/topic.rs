@@ -428,7 +428,9 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let fs: SharedFs = Arc::new(RealFs);
         let cat = TopicCatalog::load(fs, d.path()).unwrap();
-        let building = d.path().join(".creating-x-00000000-0000-0000-0000-000000000001");
+        let building = d
+            .path()
+            .join(".creating-x-00000000-0000-0000-0000-000000000001");
         std::fs::create_dir_all(&building).unwrap();
         cat.janitor();
         assert!(building.exists(), "removed a create in progress");

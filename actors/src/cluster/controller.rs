@@ -99,6 +99,10 @@ impl ControllerActor {
     }
 
     fn tick(&mut self) {
+        self.shared.controller_tick.store(
+            boot_now().as_nanos() as u64,
+            std::sync::atomic::Ordering::Release,
+        );
         if self.resigned {
             return;
         }

@@ -68,6 +68,13 @@ pub struct Shared {
     pub state: Mutex<SelfState>,
     /// Incarnation whose leaders the watcher has all stopped.
     pub fenced_incarnation: AtomicU64,
+    /// Boot-clock nanoseconds of the watcher's and the controller's latest
+    /// poll. Membership heartbeats only while both are alive: a broker whose
+    /// watcher (or controller actor) died must not keep its grants, or the
+    /// controller role, alive by heartbeating alone.
+    pub watcher_tick: AtomicU64,
+    /// See `watcher_tick`.
+    pub controller_tick: AtomicU64,
     /// Cluster directory.
     pub cluster_dir: PathBuf,
     /// Advertised host and port.
@@ -149,6 +156,8 @@ pub fn join(fs: &SharedFs, shared_cfg: JoinConfig) -> io::Result<(Arc<Shared>, u
         lease: Arc::new(Lease::new(timing.lease, inc)),
         state: Mutex::new(SelfState::default()),
         fenced_incarnation: AtomicU64::new(0),
+        watcher_tick: AtomicU64::new(0),
+        controller_tick: AtomicU64::new(0),
         cluster_dir,
         advertised,
         timing,
@@ -228,6 +237,15 @@ impl Membership {
                 );
                 std::process::exit(3);
             }
+        }
+        let now = boot_now().as_nanos() as u64;
+        let stale = |t: &AtomicU64| {
+            let t = t.load(Ordering::Acquire);
+            t != 0 && now.saturating_sub(t) > (self.shared.timing.lease * 2).as_nanos() as u64
+        };
+        if stale(&self.shared.watcher_tick) || stale(&self.shared.controller_tick) {
+            tracing::error!(broker_id = self.shared.broker_id, "assignment watcher or controller actor stopped polling; withholding heartbeats so the lease lapses");
+            return;
         }
         let mut inc = lease.incarnation();
         let leaving = self.shared.state.lock().unwrap().clean_exit;

@@ -69,6 +69,10 @@ impl AssignmentWatcher {
     }
 
     fn tick(&mut self, ctx: &mut Context<Self>) {
+        self.shared.watcher_tick.store(
+            super::lease::boot_now().as_nanos() as u64,
+            Ordering::Release,
+        );
         if self.busy {
             return;
         }
