@@ -5,6 +5,8 @@ from confluent_kafka import Producer
 
 from conftest import consume_all, create_topic, producer_conf
 
+pytestmark = pytest.mark.substrates("local", "weakfs")
+
 N = 2000
 
 

@@ -13,6 +13,8 @@ from confluent_kafka.admin import ConfigResource, NewTopic
 
 from conftest import admin, consume_all, create_topic, wait_until
 
+pytestmark = pytest.mark.substrates("local", "weakfs")
+
 KCAT = shutil.which("kcat") or shutil.which("kafkacat")
 
 

@@ -3,10 +3,13 @@ earliest (-2), latest (-1) and max timestamp (-3, ListOffsets v7, raw)."""
 
 import time
 
+import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 import kafka_wire as kw
 from conftest import client_conf, create_topic, producer_conf
+
+pytestmark = pytest.mark.substrates("local", "weakfs")
 
 N_BATCHED = 10   # first 10 records produced together (one or few batches)
 N_SINGLE = 10    # next 10 each in its own batch
