@@ -36,52 +36,6 @@ fn parse_epoch(name: &str) -> Option<i32> {
         .ok()
 }
 
-/// Claim the next controller epoch for `broker_id`. The listing only
-/// suggests where to start; exclusivity comes from O_EXCL, so a stale
-/// listing costs a retry, never a duplicate epoch.
-pub fn claim_epoch(fs: &SharedFs, cluster_dir: &Path, broker_id: i32) -> io::Result<i32> {
-    let dir = cluster_dir.join("controller");
-    fs.create_dir_all(&dir)?;
-    let mut next = fs
-        .list(&dir)?
-        .iter()
-        .filter_map(|n| parse_epoch(n))
-        .max()
-        .unwrap_or(0)
-        + 1;
-    for _ in 0..1000 {
-        let claim = EpochClaim {
-            epoch: next,
-            broker_id,
-            nonce: rand::random(),
-            incarnation: 0,
-        };
-        let path = dir.join(epoch_name(next));
-        let body = serde_json::to_vec(&claim).expect("claim serializes");
-        match fs.create_exclusive(&path) {
-            Ok(f) => {
-                f.write_all_at(&body, 0)?;
-                f.sync_data()?;
-                fs.sync_dir(&dir)?;
-                // Epoch files are never deleted: a deleted one could be
-                // claimed again through a stale listing, reissuing an epoch.
-                return Ok(next);
-            }
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                // Ours if a retried create already succeeded (lost reply).
-                if let Ok(b) = fs.read(&path) {
-                    if serde_json::from_slice::<EpochClaim>(&b).ok().as_ref() == Some(&claim) {
-                        return Ok(next);
-                    }
-                }
-                next += 1;
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    Err(io::Error::other("could not claim a controller epoch"))
-}
-
 /// The highest controller epoch claim. The listing suggests a start; exact
 /// opens of the following epochs (close-to-open) find claims a stale
 /// listing misses.
@@ -165,21 +119,27 @@ mod tests {
     use std::sync::Arc;
 
     #[test]
-    fn epochs_rise_and_racers_never_share_one() {
+    fn racers_for_one_epoch_have_exactly_one_winner() {
         let d = tempfile::tempdir().unwrap();
         let fs: SharedFs = Arc::new(RealFs);
-        assert_eq!(claim_epoch(&fs, d.path(), 0).unwrap(), 1);
-        assert_eq!(claim_epoch(&fs, d.path(), 0).unwrap(), 2);
-        let handles: Vec<_> = (0..8)
-            .map(|b| {
-                let fs = fs.clone();
-                let p = d.path().to_path_buf();
-                std::thread::spawn(move || claim_epoch(&fs, &p, b).unwrap())
-            })
-            .collect();
-        let mut got: Vec<i32> = handles.into_iter().map(|h| h.join().unwrap()).collect();
-        got.sort();
-        got.dedup();
-        assert_eq!(got.len(), 8, "every racer got a distinct epoch: {got:?}");
+        for epoch in 1..=3 {
+            let handles: Vec<_> = (0..8)
+                .map(|b| {
+                    let fs = fs.clone();
+                    let p = d.path().to_path_buf();
+                    std::thread::spawn(move || {
+                        try_claim(&fs, &p, epoch, b, 100 + b as u64).unwrap()
+                    })
+                })
+                .collect();
+            let winners: Vec<usize> = handles
+                .into_iter()
+                .enumerate()
+                .filter_map(|(i, h)| h.join().unwrap().then_some(i))
+                .collect();
+            assert_eq!(winners.len(), 1, "epoch {epoch}: winners {winners:?}");
+            let h = highest_claim(&fs, d.path()).unwrap().unwrap();
+            assert_eq!((h.epoch, h.broker_id), (epoch, winners[0] as i32));
+        }
     }
 }

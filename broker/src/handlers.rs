@@ -170,8 +170,39 @@ async fn auto_create(b: &Broker, name: &str) -> Option<TopicStamp> {
             await_topic_ready(b, name, t.topic_id, Duration::from_secs(5)).await;
             b.topic(name)
         }
-        _ => b.topic(name),
+        // Created meanwhile by another broker: wait for the assignment.
+        _ => known_soon(b, name).await,
     }
+}
+
+/// A topic this broker's assignment does not list yet may exist on the
+/// volume already (just created through another broker; assignments reach
+/// each broker by polling). If its directory exists, wait (bounded) for the
+/// assignment to catch up rather than answer "unknown topic" for a topic
+/// that exists. The directory check is file I/O: off this thread.
+async fn known_soon(b: &Broker, name: &str) -> Option<TopicStamp> {
+    if let Some(t) = b.topic(name) {
+        return Some(t);
+    }
+    if kaas_actors::topic::validate_name(name).is_err() {
+        return None;
+    }
+    let fs = b.fs.clone();
+    let dir = b.args.data_dir.join(name);
+    let exists = tokio::task::spawn_blocking(move || fs.is_dir(&dir))
+        .await
+        .unwrap_or(false);
+    if !exists {
+        return None;
+    }
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < deadline {
+        if let Some(t) = b.topic(name) {
+            return Some(t);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    None
 }
 
 async fn metadata(b: &Arc<Broker>, r: MetadataRequest, v: i16) -> MetadataResponse {
@@ -212,7 +243,7 @@ async fn metadata(b: &Arc<Broker>, r: MetadataRequest, v: i16) -> MetadataRespon
                 None if allow_create && kaas_actors::topic::validate_name(n).is_ok() => {
                     auto_create(b, n).await
                 }
-                None => None,
+                None => known_soon(b, n).await,
             },
             None => b.topic_by_id(&id),
         };
