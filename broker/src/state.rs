@@ -11,7 +11,7 @@ use kaas_actors::cluster::membership::Shared;
 use kaas_actors::cluster::records::{Assignment, PartitionAssignment};
 use kaas_actors::cluster::watcher::LeaderSink;
 use kaas_actors::fs::SharedFs;
-use kaas_actors::partition::leader::{LeaderSpec, PartitionHandle, PartitionLeader};
+use kaas_actors::partition::leader::{LeaderSpec, OnFenced, PartitionHandle, PartitionLeader};
 use kaas_actors::partition::log::LogConfig;
 use kaas_actors::partition::messages::StopLeader;
 use kaas_actors::producer_ids::ProducerIdAllocator;
@@ -195,6 +195,17 @@ impl Broker {
             cfg: self.log_config(&t),
             retention_check: Duration::from_millis(self.args.retention_check_interval_ms.max(10)),
             lease: Some((self.shared.lease.clone(), inc)),
+            on_fenced: Some({
+                let shared = self.shared.clone();
+                let topic = topic.to_owned();
+                OnFenced(Arc::new(move |found| {
+                    let mut st = shared.state.lock().unwrap();
+                    let e = (topic.clone(), partition, found);
+                    if !st.fenced.contains(&e) {
+                        st.fenced.push(e);
+                    }
+                }))
+            }),
         };
         let handle = PartitionLeader::start(spec, self.fs.clone(), &self.arbiters[i]);
         Some(Led {
@@ -281,6 +292,20 @@ impl LeaderSink for BrokerSink {
             };
             let stopped = stopping.len();
             stop_all(stopping).await;
+            // Fenced-at-open reports are answered once the grant is above
+            // the epoch found (or gone).
+            if lead {
+                b.shared
+                    .state
+                    .lock()
+                    .unwrap()
+                    .fenced
+                    .retain(|(t, p, found)| {
+                        a.entry(t, *p).is_some_and(|e| {
+                            e.leader == me && e.incarnation == inc && e.epoch <= *found
+                        })
+                    });
+            }
             let mut started = 0;
             {
                 let mut leaders = b.leaders.lock().unwrap();

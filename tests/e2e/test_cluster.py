@@ -185,3 +185,30 @@ def test_a_paused_broker_replaced_under_its_id_exits_on_waking(broker_factory, t
     res = kw.produce_raw(new.addr if leaders([other, new], topic_name)[0] == new.broker_id else other.addr,
                          topic_name, 0, kw.record_batch_v2([kw.Rec(b"x", key=b"k")]))
     assert res.error_code == 0, res
+
+
+def test_a_grant_below_an_epoch_on_disk_is_renewed_above_it(broker_factory, topic_name):
+    """A leader that finds a higher epoch on disk at open (here: a late
+    manifest of an earlier owner, planted by hand) reports it, and the
+    controller re-grants above it — instead of NOT_LEADER forever."""
+    (b,) = broker_factory.cluster(1, FAST)
+    create_everywhere([b], topic_name, 1)
+    first = kw.produce_raw(b.addr, topic_name, 0, kw.record_batch_v2([kw.Rec(b"one", key=b"k")]))
+    assert first.error_code == 0, first
+    pdir = b.partition_dir(topic_name, 0)
+    manifest = max(pdir.glob("manifest-e*.json"), key=lambda p: int(p.stem.split("-e")[1]))
+    (pdir / "manifest-e50.json").write_bytes(manifest.read_bytes())
+    assert b.sigterm() == 0
+    b.start()
+    deadline = time.monotonic() + 20
+    res = None
+    while time.monotonic() < deadline:
+        res = kw.produce_raw(b.addr, topic_name, 0, kw.record_batch_v2([kw.Rec(b"two", key=b"k")]))
+        if res.error_code == 0:
+            break
+        time.sleep(0.2)
+    assert res is not None and res.error_code == 0, f"partition never led again: {res}"
+    assert "fenced by a newer epoch" in b.log_text()
+    got = [m.value for m in consume_all(b.bootstrap, topic_name, [0])[0]]
+    assert got == [b"one", b"two"], got
+    assert leaders([b], topic_name)[0] == b.broker_id

@@ -55,6 +55,8 @@ pub struct SelfState {
     pub clean_exit: bool,
     /// Controller epoch given up.
     pub controller_released: Option<i32>,
+    /// Grants found fenced at open: (topic, partition, epoch on disk).
+    pub fenced: Vec<(String, i32, i32)>,
 }
 
 /// Shared between Membership, the watcher and the controller.
@@ -199,6 +201,7 @@ fn record(shared: &Shared, inc: u64, seq: u64) -> BrokerRecord {
         shutting_down: st.shutting_down,
         clean_exit: st.clean_exit,
         controller_released: st.controller_released,
+        fenced: st.fenced,
     }
 }
 

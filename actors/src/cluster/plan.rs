@@ -105,8 +105,20 @@ pub fn plan(
                 Some(e) => *e,
                 None => PartitionAssignment::vacant(disk_epoch(name, p)),
             };
+            // The holder found a higher epoch on disk at open (a late
+            // manifest of an earlier owner): re-grant above it.
+            let fenced_at = brokers.get(&e.leader).and_then(|b| {
+                b.record
+                    .fenced
+                    .iter()
+                    .filter(|(t, q, found)| t == name && *q == p && *found >= e.epoch)
+                    .map(|(_, _, found)| *found)
+                    .max()
+            });
             if e.leader >= 0 {
-                if !holds(brokers, e.leader, e.incarnation) {
+                if let Some(found) = fenced_at {
+                    e = PartitionAssignment::vacant(found);
+                } else if !holds(brokers, e.leader, e.incarnation) {
                     e = PartitionAssignment::vacant(e.epoch);
                 } else if brokers
                     .get(&e.leader)
@@ -209,6 +221,7 @@ mod tests {
             shutting_down: false,
             clean_exit: false,
             controller_released: None,
+            fenced: Vec::new(),
         }
     }
 
@@ -290,6 +303,20 @@ mod tests {
             }
         }
         assert!(!n.brokers.iter().any(|e| e.id == 1));
+    }
+
+    #[test]
+    fn a_grant_fenced_at_open_is_renewed_above_the_epoch_on_disk() {
+        let b = live(&[0]);
+        let a = plan(&Assignment::default(), 1, 0, &b, &topic(2), |_, _| 0).unwrap();
+        let mut b2 = b.clone();
+        b2.get_mut(&0).unwrap().record.fenced = vec![("t".into(), 1, 50)];
+        let n = plan(&a, 1, 0, &b2, &topic(2), |_, _| 0).unwrap();
+        assert_eq!(n.topics["t"].partitions[0], a.topics["t"].partitions[0]);
+        assert_eq!(n.topics["t"].partitions[1].epoch, 51);
+        assert_eq!(n.topics["t"].partitions[1].leader, 0);
+        // Once re-granted above it, the stale report changes nothing.
+        assert!(plan(&n, 1, 0, &b2, &topic(2), |_, _| 0).is_none());
     }
 
     #[test]

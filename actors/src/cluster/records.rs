@@ -60,6 +60,11 @@ pub struct BrokerRecord {
     /// assignment under it again), so a successor need not wait a lease.
     #[serde(default)]
     pub controller_released: Option<i32>,
+    /// Partitions granted to this broker whose leader found a higher epoch
+    /// already on disk at open: (topic, partition, epoch found). The
+    /// controller re-grants them above it.
+    #[serde(default)]
+    pub fenced: Vec<(String, i32, i32)>,
 }
 
 /// One partition's entry in the assignment.

@@ -58,6 +58,19 @@ pub struct LeaderSpec {
     /// nothing is acknowledged, and retention deletes nothing, unless it is
     /// valid. `None` only in unit tests.
     pub lease: Option<(Arc<Lease>, u64)>,
+    /// Called with the epoch found when the open finds a higher epoch on
+    /// disk than ours, so the broker can ask for a grant above it.
+    pub on_fenced: Option<OnFenced>,
+}
+
+/// See [`LeaderSpec::on_fenced`].
+#[derive(Clone)]
+pub struct OnFenced(pub Arc<dyn Fn(i32) + Send + Sync>);
+
+impl std::fmt::Debug for OnFenced {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OnFenced")
+    }
 }
 
 /// See module docs.
@@ -313,6 +326,9 @@ impl Actor for PartitionLeader {
             Err(LogError::Fenced { ours, found }) => {
                 // A newer leader owns the files: stay up, answer NOT_LEADER.
                 tracing::warn!(topic = %self.spec.topic, partition = self.spec.partition, ours, found, "fenced by a newer epoch");
+                if let Some(report) = &self.spec.on_fenced {
+                    (report.0)(found);
+                }
                 self.last_error = Some(PartitionError::NotLeader(format!(
                     "epoch {found} owns this partition"
                 )));
