@@ -49,7 +49,7 @@ pub fn highest_claim(fs: &SharedFs, cluster_dir: &Path) -> io::Result<Option<Epo
         .max()
         .unwrap_or(0);
     for _ in 0..1000 {
-        if fs.open_read(&dir.join(epoch_name(best + 1))).is_err() {
+        if !crate::fs::exists(fs.as_ref(), &dir.join(epoch_name(best + 1)))? {
             break;
         }
         best += 1;

@@ -147,22 +147,13 @@ impl Assignment {
     }
 }
 
-/// Read a JSON file by exact name; `Ok(None)` if it does not exist. ESTALE
-/// (another host replaced the file between our lookup and our read) is
-/// answered by opening the name again, as DESIGN §11 asks.
+/// Read a JSON file by exact name ([`Fs::read`]); `Ok(None)` if it does
+/// not exist.
 pub fn read_json<T: serde::de::DeserializeOwned>(
     fs: &dyn Fs,
     path: &Path,
 ) -> io::Result<Option<T>> {
-    const ESTALE: i32 = 116;
-    let mut read = fs.read(path);
-    for _ in 0..3 {
-        match &read {
-            Err(e) if e.raw_os_error() == Some(ESTALE) => read = fs.read(path),
-            _ => break,
-        }
-    }
-    match read {
+    match fs.read(path) {
         Ok(b) => serde_json::from_slice(&b).map(Some).map_err(|e| {
             io::Error::new(
                 io::ErrorKind::InvalidData,

@@ -78,12 +78,36 @@ pub trait Fs: Send + Sync + 'static {
     /// fsync a directory so that creates/renames/unlinks in it are durable.
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
     /// Read a whole (small) file by exact name: the close-to-open read.
+    /// ESTALE (another host replaced the file between our lookup and our
+    /// read) is answered by opening the name again (DESIGN §11).
     fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
-        let f = self.open_read(path)?;
-        let len = f.len()? as usize;
-        let mut buf = vec![0u8; len];
-        f.read_exact_at(&mut buf, 0)?;
-        Ok(buf)
+        const ESTALE: i32 = 116;
+        let once = || -> io::Result<Vec<u8>> {
+            let f = self.open_read(path)?;
+            let len = f.len()? as usize;
+            let mut buf = vec![0u8; len];
+            f.read_exact_at(&mut buf, 0)?;
+            Ok(buf)
+        };
+        let mut r = once();
+        for _ in 0..3 {
+            match &r {
+                Err(e) if e.raw_os_error() == Some(ESTALE) => r = once(),
+                _ => break,
+            }
+        }
+        r
+    }
+}
+
+/// Whether `path` exists, by an exact-name open (close-to-open fresh, unlike
+/// a listing). Only NotFound means "no"; any other error is returned, since
+/// guessing "absent" can make a caller act on a state that is not there.
+pub fn exists(fs: &dyn Fs, path: &Path) -> io::Result<bool> {
+    match fs.open_read(path) {
+        Ok(_) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
     }
 }
 

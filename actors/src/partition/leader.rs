@@ -194,11 +194,13 @@ impl PartitionLeader {
     /// Acknowledge what is durable. Every acknowledgement passes here, and
     /// none is sent unless the lease is valid *now* — after the fsync that
     /// made it durable, whichever path ran it (group commit, roll, stop).
-    fn release(&mut self) {
+    /// Returns false, releasing nothing, if the lease has lapsed.
+    #[must_use]
+    fn release(&mut self) -> bool {
         if !self.lease_valid() {
-            return;
+            return false;
         }
-        let Some(log) = &self.log else { return };
+        let Some(log) = &self.log else { return true };
         let hw = log.high_watermark();
         while let Some((last, _)) = self.waiters.front() {
             if *last >= hw {
@@ -208,6 +210,7 @@ impl PartitionLeader {
             let _ = tx.send(Ok(hw));
         }
         self.hw_tx.send_replace(hw);
+        true
     }
 
     fn kick_sync(&mut self, ctx: &mut Context<Self>) {
@@ -240,10 +243,9 @@ impl PartitionLeader {
     }
 
     fn after_durable(&mut self, ctx: &mut Context<Self>) {
-        if !self.lease_valid() {
+        if !self.release() {
             return self.fenced(ctx);
         }
-        self.release();
         let now = now_ms();
         if let Some(log) = self.log.as_mut() {
             let res = if log.roll_due(now) {
@@ -257,11 +259,10 @@ impl PartitionLeader {
                 return self.fail(storage(e), ctx);
             }
         }
-        // A roll fsyncs inline: re-check the lease before acknowledging.
-        if !self.lease_valid() {
+        // A roll fsyncs inline: release() re-checks the lease.
+        if !self.release() {
             return self.fenced(ctx);
         }
-        self.release();
         self.kick_sync(ctx);
     }
 
@@ -466,9 +467,10 @@ impl Handler<StopLeader> for PartitionLeader {
         self.stopping = true;
         if let Some(mut log) = self.log.take() {
             let res = log.sync_now().map(|_| ());
-            // Waiters covered by that sync are durable: release them.
+            // Waiters covered by that sync are durable: release them (not
+            // if the lease lapsed meanwhile: they are failed below).
             self.log = Some(log);
-            self.release();
+            let _ = self.release();
             let log = self.log.take().expect("just put back");
             if let Err(e) = res.and_then(|_| log.close()) {
                 tracing::error!(topic = %self.spec.topic, partition = self.spec.partition, error = %e, "close failed; next open recovers");

@@ -322,7 +322,7 @@ impl PartitionLog {
         // leader's is normally epoch - 1). Only NotFound means absent: any
         // other error fails the open (the supervisor retries), since
         // guessing "absent" could make us sweep a newer leader's files.
-        if exists(
+        if crate::fs::exists(
             fs.as_ref(),
             &dir.join(manifest_name(epoch.saturating_add(1))),
         )? {
@@ -330,7 +330,7 @@ impl PartitionLog {
         } else {
             let floor = found.unwrap_or(0);
             for k in (floor.saturating_add(1)..=epoch).rev().take(64) {
-                if exists(fs.as_ref(), &dir.join(manifest_name(k)))? {
+                if crate::fs::exists(fs.as_ref(), &dir.join(manifest_name(k)))? {
                     found = Some(k);
                     break;
                 }
@@ -533,7 +533,7 @@ impl PartitionLog {
         )?;
         // Last check before deleting anything: a leader of a later epoch
         // may have opened meanwhile (we may be a paused zombie).
-        if exists(
+        if crate::fs::exists(
             fs.as_ref(),
             &dir.join(manifest_name(epoch.saturating_add(1))),
         )? {
@@ -905,13 +905,5 @@ impl PartitionLog {
         pos: u64,
     ) -> io::Result<Option<kaas_protocol::batch::BatchHeader>> {
         header_at(self.active.as_ref(), pos, self.write_pos)
-    }
-}
-/// Whether `path` exists, by an exact-name open. Only NotFound is "no".
-fn exists(fs: &dyn crate::fs::Fs, path: &Path) -> io::Result<bool> {
-    match fs.open_read(path) {
-        Ok(_) => Ok(true),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
-        Err(e) => Err(e),
     }
 }
