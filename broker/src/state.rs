@@ -8,9 +8,10 @@ use crate::config::BrokerArgs;
 use futures::future::LocalBoxFuture;
 use kaas_actors::cluster::controller::ControllerActor;
 use kaas_actors::cluster::membership::Shared;
-use kaas_actors::cluster::records::{Assignment, PartitionAssignment};
+use kaas_actors::cluster::records::{Assignment, FencedAt, PartitionAssignment};
 use kaas_actors::cluster::watcher::LeaderSink;
 use kaas_actors::fs::SharedFs;
+use kaas_actors::partition::claim::ClaimOwner;
 use kaas_actors::partition::leader::{LeaderSpec, OnFenced, PartitionHandle, PartitionLeader};
 use kaas_actors::partition::log::LogConfig;
 use kaas_actors::partition::messages::StopLeader;
@@ -195,12 +196,21 @@ impl Broker {
             cfg: self.log_config(&t),
             retention_check: Duration::from_millis(self.args.retention_check_interval_ms.max(10)),
             lease: Some((self.shared.lease.clone(), inc)),
+            owner: Some(ClaimOwner {
+                broker_id: self.shared.broker_id,
+                incarnation: inc,
+            }),
             on_fenced: Some({
                 let shared = self.shared.clone();
                 let topic = topic.to_owned();
-                OnFenced(Arc::new(move |found| {
+                OnFenced(Arc::new(move |found, owner| {
                     let mut st = shared.state.lock().unwrap();
-                    let e = (topic.clone(), partition, found);
+                    let e = FencedAt {
+                        topic: topic.clone(),
+                        partition,
+                        found,
+                        owner,
+                    };
                     if !st.fenced.contains(&e) {
                         st.fenced.push(e);
                     }
@@ -295,16 +305,11 @@ impl LeaderSink for BrokerSink {
             // Fenced-at-open reports are answered once the grant is above
             // the epoch found (or gone).
             if lead {
-                b.shared
-                    .state
-                    .lock()
-                    .unwrap()
-                    .fenced
-                    .retain(|(t, p, found)| {
-                        a.entry(t, *p).is_some_and(|e| {
-                            e.leader == me && e.incarnation == inc && e.epoch <= *found
-                        })
-                    });
+                b.shared.state.lock().unwrap().fenced.retain(|f| {
+                    a.entry(&f.topic, f.partition).is_some_and(|e| {
+                        e.leader == me && e.incarnation == inc && e.epoch <= f.found
+                    })
+                });
             }
             let mut started = 0;
             {

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 import re
+import json
 import signal
 import time
 
@@ -185,6 +186,46 @@ def test_a_paused_broker_replaced_under_its_id_exits_on_waking(broker_factory, t
     res = kw.produce_raw(new.addr if leaders([other, new], topic_name)[0] == new.broker_id else other.addr,
                          topic_name, 0, kw.record_batch_v2([kw.Rec(b"x", key=b"k")]))
     assert res.error_code == 0, res
+
+
+def test_an_epoch_claimed_by_another_leader_is_never_written_and_regranted_above(
+        broker_factory, topic_name):
+    """The epoch a broker is granted is already claimed (leader-e<E>.claim,
+    planted here as a deposed controller's late grant to broker 9 would
+    leave it): the broker writes nothing under that epoch, reports the
+    owner, and once the owner is known to be gone (no record for lease +
+    grace) the controller re-grants above it."""
+    (b,) = broker_factory.cluster(1, FAST)
+    create_everywhere([b], topic_name, 1)
+    first = kw.produce_raw(b.addr, topic_name, 0, kw.record_batch_v2([kw.Rec(b"one", key=b"k")]))
+    assert first.error_code == 0, first
+    pdir = b.partition_dir(topic_name, 0)
+    epoch = max(int(p.stem.split("-e")[1]) for p in pdir.glob("manifest-e*.json"))
+    assert b.sigterm() == 0
+    # The restart (a new incarnation) is granted epoch + 1: claim it first.
+    taken = epoch + 1
+    (pdir / f"leader-e{taken}.claim").write_text(
+        json.dumps({"epoch": taken, "broker_id": 9, "incarnation": 99}))
+    b.start()
+    deadline = time.monotonic() + 30
+    res = None
+    while time.monotonic() < deadline:
+        res = kw.produce_raw(b.addr, topic_name, 0, kw.record_batch_v2([kw.Rec(b"two", key=b"k")]))
+        if res.error_code == 0:
+            break
+        # Retriable only: NOT_LEADER_OR_FOLLOWER (6), LEADER_NOT_AVAILABLE (5),
+        # UNKNOWN_TOPIC_OR_PARTITION (3) while the restarted broker loads.
+        assert res.error_code in (6, 5, 3), res
+        time.sleep(0.2)
+    assert res is not None and res.error_code == 0, f"partition never led again: {res}"
+    assert "our epoch is claimed by another leader" in b.log_text()
+    written = [p.name for p in pdir.glob(f"*-e{taken}.*") if p.suffix != ".claim"]
+    assert not written, f"written under the claimed epoch: {written}"
+    claim = json.loads((pdir / f"leader-e{taken}.claim").read_text())
+    assert claim["broker_id"] == 9, claim
+    assert max(int(p.stem.split("-e")[1]) for p in pdir.glob("manifest-e*.json")) > taken
+    got = [m.value for m in consume_all(b.bootstrap, topic_name, [0])[0]]
+    assert got == [b"one", b"two"], got
 
 
 def test_a_grant_below_an_epoch_on_disk_is_renewed_above_it(broker_factory, topic_name):

@@ -22,6 +22,7 @@ use super::records::{read_json, write_json, Assignment, BrokerRecord, ASSIGNMENT
 use super::watcher::{AssignmentWatcher, Nudge};
 use crate::controller::{claim_exists, highest_claim, try_claim, EpochClaim};
 use crate::fs::SharedFs;
+use crate::partition::claim::parse_claim_name;
 use crate::partition::manifest::{parse_manifest_name, parse_segment_name};
 use crate::telemetry::{self, ActorInfo};
 use crate::topic::{validate_name, TopicStamp, STAMP};
@@ -50,6 +51,10 @@ struct Leading {
     incarnation: u64,
     prev: Assignment,
     observed: BTreeMap<i32, Observed>,
+    /// Brokers named in the assignment whose record was not found, since
+    /// when (our clock). A live broker rewrites its record every heartbeat,
+    /// so one missing for lease + grace is treated as gone for good.
+    missing: HashMap<i32, Duration>,
     topics: HashMap<String, (TopicInfo, Duration)>,
 }
 
@@ -192,6 +197,7 @@ impl ControllerActor {
             incarnation,
             prev,
             observed: BTreeMap::new(),
+            missing: HashMap::new(),
             topics: HashMap::new(),
         });
         self.lead()
@@ -225,8 +231,41 @@ impl ControllerActor {
             let path = super::records::broker_record_path(&self.shared.cluster_dir, id);
             let read_start = boot_now();
             let r = match read_json::<BrokerRecord>(self.fs.as_ref(), &path) {
-                Ok(Some(r)) => r,
-                Ok(None) => continue,
+                Ok(Some(r)) => {
+                    l.missing.remove(&id);
+                    r
+                }
+                Ok(None) => {
+                    // Named (by a grant, a release or a claim) but without a
+                    // record: once that has lasted lease + grace, it is
+                    // gone — its releases are complete, its grants void.
+                    let since = *l.missing.entry(id).or_insert(read_start);
+                    if read_start.saturating_sub(since) > self.shared.timing.dead_after()
+                        && !l.observed.contains_key(&id)
+                    {
+                        l.observed.insert(
+                            id,
+                            Observed {
+                                record: BrokerRecord {
+                                    broker_id: id,
+                                    incarnation: 0,
+                                    seq: 0,
+                                    host: String::new(),
+                                    port: 0,
+                                    applied_controller_epoch: 0,
+                                    applied_version: 0,
+                                    shutting_down: false,
+                                    clean_exit: true,
+                                    controller_released: None,
+                                    fenced: Vec::new(),
+                                },
+                                last_change: since,
+                                still: Duration::MAX,
+                            },
+                        );
+                    }
+                    continue;
+                }
                 Err(e) => {
                     // One bad record must not stall the controller; its
                     // broker simply is not seen to move (nor declared dead
@@ -353,11 +392,17 @@ impl ControllerActor {
             foreign = false;
         }
         // Someone else's write (a deposed controller's late rename): our
-        // version must rise past it, ours must be put back, and no epoch it
-        // granted may be granted again.
+        // version must rise past it and ours must be put back. Whoever it
+        // granted a partition we hold vacant may be leading it by now: that
+        // partition is released from them first (two-phase, like any move),
+        // then granted above their epoch. Where we have a holder of our own,
+        // the leader-epoch claims arbitrate: a grant of the same epoch to
+        // two brokers fences the second opener (see ARCHITECTURE.md for the
+        // case they do not cover).
         let mut base = l.prev.clone();
         base.version = base.version.max(on_disk.version);
         if foreign {
+            let next_version = base.version + 1;
             for (name, t) in base.topics.iter_mut() {
                 if let Some(o) = on_disk
                     .topics
@@ -365,7 +410,14 @@ impl ControllerActor {
                     .filter(|o| o.topic_id == t.topic_id)
                 {
                     for (e, oe) in t.partitions.iter_mut().zip(&o.partitions) {
-                        e.epoch = e.epoch.max(oe.epoch);
+                        if e.leader < 0
+                            && e.releasing.is_none()
+                            && oe.leader >= 0
+                            && oe.epoch > e.epoch
+                        {
+                            e.epoch = oe.epoch;
+                            e.releasing = Some((oe.leader, oe.incarnation, next_version));
+                        }
                     }
                 }
             }
@@ -384,7 +436,9 @@ impl ControllerActor {
             names
                 .iter()
                 .filter_map(|n| {
-                    parse_manifest_name(n).or_else(|| parse_segment_name(n).map(|(_, e, _)| e))
+                    parse_manifest_name(n)
+                        .or_else(|| parse_segment_name(n).map(|(_, e, _)| e))
+                        .or_else(|| parse_claim_name(n))
                 })
                 .max()
                 .unwrap_or(0)

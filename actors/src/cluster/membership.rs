@@ -12,7 +12,7 @@
 //! may re-grant those partitions at once: nothing of the old one still runs.
 
 use super::lease::{boot_now, Lease};
-use super::records::{broker_record_path, read_json, write_json, BrokerRecord};
+use super::records::{broker_record_path, read_json, write_json, BrokerRecord, FencedAt};
 use crate::fs::SharedFs;
 use crate::telemetry::{self, ActorInfo};
 use actix::prelude::*;
@@ -47,16 +47,16 @@ impl Timing {
 /// What this broker publishes about itself, shared with the other actors.
 #[derive(Debug, Default, Clone)]
 pub struct SelfState {
-    /// Newest assignment version fully applied.
-    pub applied_version: u64,
+    /// Newest assignment fully applied: (controller epoch, version).
+    pub applied: (i32, u64),
     /// Leaving.
     pub shutting_down: bool,
     /// Gone.
     pub clean_exit: bool,
     /// Controller epoch given up.
     pub controller_released: Option<i32>,
-    /// Grants found fenced at open: (topic, partition, epoch on disk).
-    pub fenced: Vec<(String, i32, i32)>,
+    /// Grants found fenced at open.
+    pub fenced: Vec<FencedAt>,
 }
 
 /// Shared between Membership, the watcher and the controller.
@@ -197,7 +197,8 @@ fn record(shared: &Shared, inc: u64, seq: u64) -> BrokerRecord {
         seq,
         host: shared.advertised.0.clone(),
         port: shared.advertised.1,
-        applied_version: st.applied_version,
+        applied_controller_epoch: st.applied.0,
+        applied_version: st.applied.1,
         shutting_down: st.shutting_down,
         clean_exit: st.clean_exit,
         controller_released: st.controller_released,
@@ -265,7 +266,7 @@ impl Membership {
                 "lease lapsed: all leadership dropped; rejoining as a new incarnation"
             );
             // The controller re-grants by incarnation; start from scratch.
-            self.shared.state.lock().unwrap().applied_version = 0;
+            self.shared.state.lock().unwrap().applied = (0, 0);
             self.mine.push(new);
             lease.reincarnate(new);
             inc = new;

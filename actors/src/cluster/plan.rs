@@ -64,11 +64,23 @@ fn holds(brokers: &BTreeMap<i32, BrokerView>, leader: i32, inc: u64) -> bool {
         .is_none_or(|b| b.live() && b.record.incarnation == inc)
 }
 
-/// Whether a release from (broker, incarnation) at `version` is complete.
-fn released(brokers: &BTreeMap<i32, BrokerView>, b: i32, inc: u64, version: u64) -> bool {
+/// Whether a release from (broker, incarnation) at `version` of this
+/// controller's (`controller_epoch`) is complete. A broker never observed
+/// has not released anything.
+fn released(
+    brokers: &BTreeMap<i32, BrokerView>,
+    b: i32,
+    inc: u64,
+    controller_epoch: i32,
+    version: u64,
+) -> bool {
     match brokers.get(&b) {
         None => false,
-        Some(v) => !v.live() || v.record.incarnation != inc || v.record.applied_version >= version,
+        Some(v) => {
+            !v.live()
+                || v.record.incarnation != inc
+                || v.record.has_applied(controller_epoch, version)
+        }
     }
 }
 
@@ -105,19 +117,32 @@ pub fn plan(
                 Some(e) => *e,
                 None => PartitionAssignment::vacant(disk_epoch(name, p)),
             };
-            // The holder found a higher epoch on disk at open (a late
-            // manifest of an earlier owner): re-grant above it.
+            // The holder was fenced at open: its epoch is claimed by another
+            // leader (granted by a deposed controller's late write), or a
+            // higher epoch is on disk. Re-grant above it — after that other
+            // leader, if it is alive, has let go (two-phase, as any move).
             let fenced_at = brokers.get(&e.leader).and_then(|b| {
                 b.record
                     .fenced
                     .iter()
-                    .filter(|(t, q, found)| t == name && *q == p && *found >= e.epoch)
-                    .map(|(_, _, found)| *found)
-                    .max()
+                    .filter(|f| f.topic == *name && f.partition == p && f.found >= e.epoch)
+                    .max_by_key(|f| f.found)
             });
             if e.leader >= 0 {
-                if let Some(found) = fenced_at {
-                    e = PartitionAssignment::vacant(found);
+                if let Some(f) = fenced_at {
+                    let grantee = (e.leader, e.incarnation);
+                    e = PartitionAssignment::vacant(f.found);
+                    if let Some(o) = f.owner.filter(|o| (o.broker_id, o.incarnation) != grantee) {
+                        if !released(
+                            brokers,
+                            o.broker_id,
+                            o.incarnation,
+                            controller_epoch,
+                            version,
+                        ) {
+                            e.releasing = Some((o.broker_id, o.incarnation, version));
+                        }
+                    }
                 } else if !holds(brokers, e.leader, e.incarnation) {
                     e = PartitionAssignment::vacant(e.epoch);
                 } else if brokers
@@ -133,7 +158,7 @@ pub fn plan(
                 // (else: held by a broker not observed yet, or suspect —
                 // it keeps the grant and takes no new ones)
             } else if let Some((b, inc, v)) = e.releasing {
-                if released(brokers, b, inc, v) {
+                if released(brokers, b, inc, controller_epoch, v) {
                     e.releasing = None;
                 }
             }
@@ -208,7 +233,9 @@ pub fn plan(
 
 #[cfg(test)]
 mod tests {
+    use super::super::records::FencedAt;
     use super::*;
+    use crate::partition::claim::ClaimOwner;
 
     fn rec(id: i32, inc: u64) -> BrokerRecord {
         BrokerRecord {
@@ -217,11 +244,85 @@ mod tests {
             seq: 1,
             host: "127.0.0.1".into(),
             port: 9092 + id,
+            applied_controller_epoch: 0,
             applied_version: 0,
             shutting_down: false,
             clean_exit: false,
             controller_released: None,
             fenced: Vec::new(),
+        }
+    }
+
+    fn applied(r: &mut BrokerRecord, a: &Assignment) {
+        r.applied_controller_epoch = a.controller_epoch;
+        r.applied_version = a.version;
+    }
+
+    fn fenced_at(p: i32, found: i32, owner: Option<(i32, u64)>) -> FencedAt {
+        FencedAt {
+            topic: "t".into(),
+            partition: p,
+            found,
+            owner: owner.map(|(broker_id, incarnation)| ClaimOwner {
+                broker_id,
+                incarnation,
+            }),
+        }
+    }
+
+    /// A deposed controller's late write granted partition 1 to broker 1
+    /// at the epoch we then granted to broker 0: broker 1 won the claim,
+    /// broker 0's open was fenced and names it. Broker 1 may be leading, so
+    /// it must let go (apply a version without the grant) before anyone
+    /// leads at a higher epoch — else the new leader would seal a live
+    /// leader's tail and lose what it acknowledges after.
+    #[test]
+    fn a_claim_taken_by_a_live_leader_is_released_before_a_new_grant() {
+        let b = live(&[0, 1]);
+        let a = plan(&Assignment::default(), 1, 0, &b, &topic(2), |_, _| 0).unwrap();
+        let held = |a: &Assignment, p: usize| a.topics["t"].partitions[p];
+        let p = (0..2).find(|&p| held(&a, p).leader == 0).unwrap();
+        let e = held(&a, p).epoch;
+        let mut b2 = b.clone();
+        let inc1 = b2[&1].record.incarnation;
+        b2.get_mut(&0).unwrap().record.fenced = vec![fenced_at(p as i32, e, Some((1, inc1)))];
+        let v2 = plan(&a, 1, 0, &b2, &topic(2), |_, _| 0).unwrap();
+        assert_eq!(
+            held(&v2, p).leader,
+            -1,
+            "not granted while broker 1 may lead it"
+        );
+        assert_eq!(held(&v2, p).releasing, Some((1, inc1, v2.version)));
+        // Broker 1 applied an older controller's version with the same
+        // number: not a release of ours.
+        let mut b3 = b2.clone();
+        b3.get_mut(&1).unwrap().record.applied_controller_epoch = 0;
+        b3.get_mut(&1).unwrap().record.applied_version = v2.version;
+        assert!(plan(&v2, 1, 0, &b3, &topic(2), |_, _| 0).is_none());
+        // Applied ours: granted again, above the claimed epoch.
+        applied(&mut b3.get_mut(&1).unwrap().record, &v2);
+        let v3 = plan(&v2, 1, 0, &b3, &topic(2), |_, _| 0).unwrap();
+        assert!(held(&v3, p).leader >= 0);
+        assert_eq!(held(&v3, p).epoch, e + 1);
+        assert_eq!(held(&v3, p).releasing, None);
+    }
+
+    /// The claim's owner is dead (or the claim was empty): no wait.
+    #[test]
+    fn a_claim_taken_by_a_dead_or_unknown_owner_is_regranted_at_once() {
+        let b = live(&[0, 1]);
+        let a = plan(&Assignment::default(), 1, 0, &b, &topic(2), |_, _| 0).unwrap();
+        let p = (0..2)
+            .find(|&p| a.topics["t"].partitions[p].leader == 0)
+            .unwrap();
+        let e = a.topics["t"].partitions[p].epoch;
+        for owner in [None, Some((1, 12345))] {
+            let mut b2 = b.clone();
+            b2.get_mut(&0).unwrap().record.fenced = vec![fenced_at(p as i32, e, owner)];
+            let v2 = plan(&a, 1, 0, &b2, &topic(2), |_, _| 0).unwrap();
+            let n = v2.topics["t"].partitions[p];
+            assert!(n.leader >= 0, "{owner:?}: {n:?}");
+            assert_eq!(n.epoch, e + 1, "{owner:?}");
         }
     }
 
@@ -310,7 +411,7 @@ mod tests {
         let b = live(&[0]);
         let a = plan(&Assignment::default(), 1, 0, &b, &topic(2), |_, _| 0).unwrap();
         let mut b2 = b.clone();
-        b2.get_mut(&0).unwrap().record.fenced = vec![("t".into(), 1, 50)];
+        b2.get_mut(&0).unwrap().record.fenced = vec![fenced_at(1, 50, None)];
         let n = plan(&a, 1, 0, &b2, &topic(2), |_, _| 0).unwrap();
         assert_eq!(n.topics["t"].partitions[0], a.topics["t"].partitions[0]);
         assert_eq!(n.topics["t"].partitions[1].epoch, 51);
@@ -383,7 +484,7 @@ mod tests {
         // Not yet applied: nothing changes.
         assert!(plan(&v2, 1, 0, &b2, &topic(4), |_, _| 0).is_none());
         // Applied: granted to broker 0 with a new epoch.
-        b2.get_mut(&1).unwrap().record.applied_version = v2.version;
+        applied(&mut b2.get_mut(&1).unwrap().record, &v2);
         let v3 = plan(&v2, 1, 0, &b2, &topic(4), |_, _| 0).unwrap();
         assert_eq!(leaders(&v3), vec![0, 0, 0, 0]);
         assert!(v3.topics["t"]
@@ -414,7 +515,7 @@ mod tests {
         assert_eq!(moved, 2, "3+3 -> 2+2+2 moves exactly two");
         let mut b3a = b3.clone();
         for id in [0, 1] {
-            b3a.get_mut(&id).unwrap().record.applied_version = v2.version;
+            applied(&mut b3a.get_mut(&id).unwrap().record, &v2);
         }
         let v3 = plan(&v2, 1, 0, &b3a, &topic(6), |_, _| 0).unwrap();
         let mut l = leaders(&v3);

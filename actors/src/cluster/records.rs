@@ -13,6 +13,7 @@
 //! discover brokers that joined; a stale listing delays a join, nothing else.
 
 use crate::fs::{write_atomic, Fs};
+use crate::partition::claim::ClaimOwner;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io;
@@ -46,8 +47,14 @@ pub struct BrokerRecord {
     pub host: String,
     /// Advertised Kafka port.
     pub port: i32,
-    /// The newest assignment version this incarnation has fully applied
-    /// (leaders it no longer owns are stopped and their files closed).
+    /// The newest assignment this incarnation has fully applied (leaders
+    /// it no longer owns are stopped and their files closed): its
+    /// controller epoch and version. Versions rise across controllers, but
+    /// a deposed controller's late write can repeat a number, so a release
+    /// is judged on the pair.
+    #[serde(default)]
+    pub applied_controller_epoch: i32,
+    /// See `applied_controller_epoch`.
     #[serde(default)]
     pub applied_version: u64,
     /// Asked to leave (SIGTERM): the controller moves its partitions away.
@@ -60,11 +67,35 @@ pub struct BrokerRecord {
     /// assignment under it again), so a successor need not wait a lease.
     #[serde(default)]
     pub controller_released: Option<i32>,
-    /// Partitions granted to this broker whose leader found a higher epoch
-    /// already on disk at open: (topic, partition, epoch found). The
-    /// controller re-grants them above it.
+    /// Partitions granted to this broker whose leader was fenced at open:
+    /// its epoch was claimed by another leader, or a higher epoch was on
+    /// disk. The controller re-grants them above the epoch found, after
+    /// releasing the other leader if it is alive.
     #[serde(default)]
-    pub fenced: Vec<(String, i32, i32)>,
+    pub fenced: Vec<FencedAt>,
+}
+
+/// A grant found fenced at open (see [`BrokerRecord::fenced`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FencedAt {
+    /// Topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: i32,
+    /// The epoch found claimed or on disk.
+    pub found: i32,
+    /// The leader that claimed it, if that is what fenced us and its claim
+    /// is readable.
+    #[serde(default)]
+    pub owner: Option<ClaimOwner>,
+}
+
+impl BrokerRecord {
+    /// Whether this record shows the assignment (controller epoch
+    /// `epoch`, `version`) — or a later one — applied.
+    pub fn has_applied(&self, epoch: i32, version: u64) -> bool {
+        (self.applied_controller_epoch, self.applied_version) >= (epoch, version)
+    }
 }
 
 /// One partition's entry in the assignment.

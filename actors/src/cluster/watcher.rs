@@ -124,7 +124,7 @@ impl AssignmentWatcher {
             act.busy = false;
             if report.is_some() {
                 act.applied = Some((a.controller_epoch, a.version, inc));
-                act.shared.state.lock().unwrap().applied_version = a.version;
+                act.shared.state.lock().unwrap().applied = (a.controller_epoch, a.version);
                 act.membership.do_send(Beat);
             } else {
                 act.shared.fenced_incarnation.store(inc, Ordering::Release);

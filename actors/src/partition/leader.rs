@@ -8,6 +8,7 @@
 //! it, and `started` re-opens the log, which re-runs recovery from the files:
 //! that is the re-drive. Restarts are counted in telemetry.
 
+use super::claim::ClaimOwner;
 use super::log::{LogConfig, LogError, PartitionLog};
 use super::messages::{AppendBatches, AppendTicket, EnforceRetention, PartitionError, StopLeader};
 use super::reader::PartitionReader;
@@ -58,14 +59,19 @@ pub struct LeaderSpec {
     /// nothing is acknowledged, and retention deletes nothing, unless it is
     /// valid. `None` only in unit tests.
     pub lease: Option<(Arc<Lease>, u64)>,
-    /// Called with the epoch found when the open finds a higher epoch on
-    /// disk than ours, so the broker can ask for a grant above it.
+    /// Who claims the epoch before writing under it ([`super::claim`]).
+    /// `None` only in unit tests.
+    pub owner: Option<ClaimOwner>,
+    /// Called when the open finds our epoch claimed by another leader, or a
+    /// higher epoch on disk: with the epoch found and, if known, the leader
+    /// that claimed it, so the broker can ask for a grant above it.
     pub on_fenced: Option<OnFenced>,
 }
 
 /// See [`LeaderSpec::on_fenced`].
 #[derive(Clone)]
-pub struct OnFenced(pub Arc<dyn Fn(i32) + Send + Sync>);
+#[allow(clippy::type_complexity)]
+pub struct OnFenced(pub Arc<dyn Fn(i32, Option<ClaimOwner>) + Send + Sync>);
 
 impl std::fmt::Debug for OnFenced {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -306,10 +312,11 @@ impl Actor for PartitionLeader {
             return;
         }
         self.publish_info();
-        match PartitionLog::open_with(
+        match PartitionLog::open_as(
             self.fs.clone(),
             &self.spec.dir,
             self.spec.epoch,
+            self.spec.owner,
             self.spec.cfg.clone(),
             now_ms(),
             self.failed_at,
@@ -324,11 +331,15 @@ impl Actor for PartitionLeader {
                 self.failures = 0;
                 self.last_error = None;
             }
-            Err(LogError::Fenced { ours, found }) => {
-                // A newer leader owns the files: stay up, answer NOT_LEADER.
-                tracing::warn!(topic = %self.spec.topic, partition = self.spec.partition, ours, found, "fenced by a newer epoch");
+            Err(LogError::Fenced { ours, found, owner }) => {
+                // Another leader owns the files: stay up, answer NOT_LEADER.
+                if found > ours {
+                    tracing::warn!(topic = %self.spec.topic, partition = self.spec.partition, ours, found, ?owner, "fenced by a newer epoch");
+                } else {
+                    tracing::warn!(topic = %self.spec.topic, partition = self.spec.partition, ours, ?owner, "fenced: our epoch is claimed by another leader");
+                }
                 if let Some(report) = &self.spec.on_fenced {
-                    (report.0)(found);
+                    (report.0)(found, owner);
                 }
                 self.last_error = Some(PartitionError::NotLeader(format!(
                     "epoch {found} owns this partition"

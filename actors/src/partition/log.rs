@@ -17,6 +17,7 @@
 //!   steps leaves only unlisted files, which the next open removes.
 //! * Readers never see past the high watermark, which only moves after fsync.
 
+use super::claim::{self, claim, parse_claim_name, ClaimOwner, Claimed};
 use super::index::{header_at, scan, Index, Scan, ScanStart};
 use super::manifest::{
     manifest_name, parse_manifest_name, parse_segment_name, segment_stem, Manifest, SegmentEntry,
@@ -29,6 +30,10 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
+
+/// Leader-epoch claims this many epochs below the current one are kept;
+/// older ones are swept at open.
+pub const CLAIMS_KEPT: i32 = 16;
 
 /// Per-partition storage settings (Kafka topic config names in comments).
 #[derive(Debug, Clone)]
@@ -74,6 +79,9 @@ pub enum LogError {
         ours: i32,
         /// The epoch found on disk.
         found: i32,
+        /// Who claimed `found`, when that is what fenced us (another
+        /// leader granted the same epoch) and the claim is readable.
+        owner: Option<ClaimOwner>,
     },
     /// The manifest could not be parsed.
     #[error("corrupt manifest {path}: {reason}")]
@@ -301,6 +309,22 @@ impl PartitionLog {
         now_ms: i64,
         durable: Option<(i64, u64)>,
     ) -> Result<Self, LogError> {
+        Self::open_as(fs, dir, epoch, None, cfg, now_ms, durable)
+    }
+
+    /// [`Self::open_with`] by a leader that first claims `epoch` for
+    /// `owner` ([`super::claim`]): if another leader holds that epoch, or
+    /// the next one is claimed, nothing is written and the open is fenced.
+    /// `owner` is `None` only in tests of a single process.
+    pub fn open_as(
+        fs: SharedFs,
+        dir: &Path,
+        epoch: i32,
+        owner: Option<ClaimOwner>,
+        cfg: LogConfig,
+        now_ms: i64,
+        durable: Option<(i64, u64)>,
+    ) -> Result<Self, LogError> {
         // Only the partition directory is created here, never its topic:
         // a topic directory that is gone was deleted, and must stay gone.
         match dir.parent() {
@@ -313,6 +337,24 @@ impl PartitionLog {
             }
         }
         fs.create_dir_all(dir)?;
+        if let Some(owner) = owner {
+            // Before anything of our epoch is written: one leader per epoch.
+            if let Claimed::Taken(by) = claim(fs.as_ref(), dir, epoch, owner)? {
+                return Err(LogError::Fenced {
+                    ours: epoch,
+                    found: epoch,
+                    owner: by,
+                });
+            }
+            let next = epoch.saturating_add(1);
+            if let Some(by) = claim::owner_of(fs.as_ref(), dir, next)? {
+                return Err(LogError::Fenced {
+                    ours: epoch,
+                    found: next,
+                    owner: by,
+                });
+            }
+        }
         remove_stale_temps(fs.as_ref(), dir)?;
         let names = fs.list(dir)?;
         let mut found = names.iter().filter_map(|n| parse_manifest_name(n)).max();
@@ -351,7 +393,11 @@ impl PartitionLog {
         }
         if let Some(found) = found {
             if found > epoch {
-                return Err(LogError::Fenced { ours: epoch, found });
+                return Err(LogError::Fenced {
+                    ours: epoch,
+                    found,
+                    owner: None,
+                });
             }
         }
         let prior = match found {
@@ -540,6 +586,7 @@ impl PartitionLog {
             return Err(LogError::Fenced {
                 ours: epoch,
                 found: epoch.saturating_add(1),
+                owner: None,
             });
         }
         Self::sweep(fs.as_ref(), dir, &manifest, epoch)?;
@@ -584,6 +631,11 @@ impl PartitionLog {
         for name in fs.list(dir)? {
             let stale = if let Some(e) = parse_manifest_name(&name) {
                 e < epoch
+            } else if let Some(e) = parse_claim_name(&name) {
+                // Claims of long-past epochs: kept for a while (a stale grant
+                // of a recent epoch must still find its claim taken), then
+                // removed so they do not pile up with every leader change.
+                e < epoch.saturating_sub(CLAIMS_KEPT)
             } else if let Some((base, e, ext)) = parse_segment_name(&name) {
                 // Never a later epoch's file: that belongs to a newer leader.
                 e <= epoch

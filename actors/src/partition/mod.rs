@@ -2,6 +2,7 @@
 //! ([`manifest`]), the read path ([`reader`]) and the actor that owns the
 //! files ([`leader`]).
 
+pub mod claim;
 pub mod index;
 pub mod leader;
 pub mod log;

@@ -151,7 +151,11 @@ fn append_sync_read_and_reopen() {
     drop(log);
     assert!(matches!(
         PartitionLog::open(fs, d.path(), 1, cfg(), 0),
-        Err(super::log::LogError::Fenced { ours: 1, found: 2 })
+        Err(super::log::LogError::Fenced {
+            ours: 1,
+            found: 2,
+            owner: None
+        })
     ));
 }
 
@@ -549,4 +553,165 @@ fn an_older_epoch_open_never_deletes_a_newer_epochs_files() {
     let log2 = open(fs.clone(), d.path(), 2);
     drop(log2);
     assert!(newer.exists(), "epoch 2 swept epoch 3's segment");
+}
+
+// ------------------------------------------------- leader-epoch claims
+
+use super::claim::{claim, claim_name, ClaimOwner, Claimed};
+use super::log::LogError;
+
+const A: ClaimOwner = ClaimOwner {
+    broker_id: 1,
+    incarnation: 11,
+};
+const B: ClaimOwner = ClaimOwner {
+    broker_id: 2,
+    incarnation: 22,
+};
+
+fn open_as(
+    fs: SharedFs,
+    dir: &Path,
+    epoch: i32,
+    owner: ClaimOwner,
+) -> Result<PartitionLog, LogError> {
+    PartitionLog::open_as(fs, dir, epoch, Some(owner), cfg(), 1_000, None)
+}
+
+/// Catches: two leaders granted the same epoch (a deposed controller's late
+/// assignment write) both opening it — the second took the first's active
+/// segment for its own and appended to it (or truncated it), two writers in
+/// one file. Now the second is fenced, names the owner, and writes nothing.
+#[test]
+fn a_second_leader_granted_the_same_epoch_is_fenced_and_writes_nothing() {
+    let d = tempfile::tempdir().unwrap();
+    let fs: SharedFs = Arc::new(RealFs);
+    let mut a = open_as(fs.clone(), d.path(), 3, A).unwrap();
+    append(&mut a, &["a", "b"], 100);
+    a.sync_now().unwrap();
+    let before: Vec<_> = std::fs::read_dir(d.path())
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            (e.file_name(), e.metadata().unwrap().len())
+        })
+        .collect();
+    match open_as(fs.clone(), d.path(), 3, B) {
+        Err(LogError::Fenced {
+            ours: 3,
+            found: 3,
+            owner: Some(o),
+        }) => assert_eq!(o, A),
+        Err(e) => panic!("expected fenced by A, got {e}"),
+        Ok(_) => panic!("a second leader opened epoch 3"),
+    }
+    let mut after: Vec<_> = std::fs::read_dir(d.path())
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            (e.file_name(), e.metadata().unwrap().len())
+        })
+        .collect();
+    let mut before = before;
+    before.sort();
+    after.sort();
+    assert_eq!(before, after, "the fenced open touched the volume");
+    // A keeps leading; its restart (same incarnation) re-opens its epoch.
+    append(&mut a, &["c"], 200);
+    a.sync_now().unwrap();
+    drop(a);
+    let a = open_as(fs.clone(), d.path(), 3, A).unwrap();
+    let got: Vec<String> = read_all(fs.clone(), &a).into_iter().map(|x| x.1).collect();
+    assert_eq!(got, vec!["a", "b", "c"]);
+    drop(a);
+    // The next epoch, granted to B, takes over normally.
+    let b = open_as(fs.clone(), d.path(), 4, B).unwrap();
+    assert_eq!(read_all(fs, &b).len(), 3);
+}
+
+/// Catches: a leader opening while the next epoch is already claimed (its
+/// owner has not written a manifest yet) — it would acknowledge into files
+/// the next leader is about to seal.
+#[test]
+fn a_leader_whose_next_epoch_is_claimed_is_fenced() {
+    let d = tempfile::tempdir().unwrap();
+    let fs: SharedFs = Arc::new(RealFs);
+    drop(open_as(fs.clone(), d.path(), 2, A).unwrap());
+    assert_eq!(claim(&RealFs, d.path(), 3, B).unwrap(), Claimed::Ours);
+    assert!(matches!(
+        open_as(fs.clone(), d.path(), 2, A),
+        Err(LogError::Fenced {
+            ours: 2,
+            found: 3,
+            owner: Some(B)
+        })
+    ));
+}
+
+/// Lost reply: our exclusive create succeeded but reported EEXIST. The
+/// claim is empty — not provably ours — so the open is fenced (the grant
+/// moves to the next epoch); nothing is written under the epoch.
+#[test]
+fn a_lost_reply_to_the_claim_fences_rather_than_guesses() {
+    let d = tempfile::tempdir().unwrap();
+    let ffs = FaultFs::new();
+    ffs.lose_create_reply(1);
+    let fs: SharedFs = Arc::new(ffs);
+    std::fs::create_dir_all(d.path().join("t")).unwrap();
+    let dir = d.path().join("t").join("0");
+    assert!(matches!(
+        open_as(fs.clone(), &dir, 5, A),
+        Err(LogError::Fenced {
+            found: 5,
+            owner: None,
+            ..
+        })
+    ));
+    assert!(!dir.join(super::manifest::manifest_name(5)).exists());
+    assert!(open_as(fs, &dir, 6, A).is_ok());
+}
+
+/// Crash at every step of a claim (create, write, fsync, directory fsync),
+/// then a power cut: whatever is left, at most one leader ever opens the
+/// epoch, and the next epoch always opens (the grant converges).
+#[test]
+fn crash_at_every_step_of_a_leader_epoch_claim() {
+    let clean = FaultFs::new();
+    {
+        let d = tempfile::tempdir().unwrap();
+        assert_eq!(claim(&clean, d.path(), 7, A).unwrap(), Claimed::Ours);
+    }
+    let steps = clean.ops();
+    assert!(steps >= 3, "create, write, sync: {:?}", clean.log());
+    for n in 1..=steps {
+        let d = tempfile::tempdir().unwrap();
+        let ffs = FaultFs::new();
+        ffs.crash_at(n);
+        let res = claim(&ffs, d.path(), 7, A);
+        assert!(ffs.crashed(), "step {n} of {steps} did not crash");
+        assert!(
+            !matches!(res, Ok(Claimed::Ours)),
+            "step {n}: a claimant that crashed was told it won"
+        );
+        ffs.power_loss();
+        // A's process is gone; B (a later grant of the same epoch) and C
+        // (the next epoch) open with a clean seam.
+        let left = d.path().join(claim_name(7)).exists();
+        let fs: SharedFs = Arc::new(RealFs);
+        match open_as(fs.clone(), d.path(), 7, B) {
+            Ok(_) => assert!(!left, "step {n}: B opened over A's claim"),
+            Err(LogError::Fenced {
+                found: 7, owner, ..
+            }) => {
+                assert!(left, "step {n}");
+                assert!(owner.is_none() || owner == Some(A), "step {n}: {owner:?}");
+            }
+            Err(e) => panic!("step {n}: {e}"),
+        }
+        let c = ClaimOwner {
+            broker_id: 3,
+            incarnation: 33,
+        };
+        assert!(open_as(fs, d.path(), 8, c).is_ok(), "step {n}: epoch 8");
+    }
 }
