@@ -28,6 +28,10 @@ use serde::{Deserialize, Serialize};
 use std::io;
 use std::path::Path;
 
+/// Re-reads of an empty claim (5, 10, 20, 40, 80 ms apart: 155 ms in all)
+/// before it is taken for one whose writer crashed.
+const EMPTY_REREADS: u32 = 5;
+
 /// Who claims an epoch: a broker process's life, not just its id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClaimOwner {
@@ -95,7 +99,19 @@ pub fn claim(fs: &dyn Fs, dir: &Path, epoch: i32, owner: ClaimOwner) -> io::Resu
             Ok(Claimed::Ours)
         }
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-            match owner_of(fs, dir, epoch)? {
+            // The winner may be between its create and its write: an empty
+            // claim is read again for a little while before it counts as
+            // owner-less (which lets the controller re-grant without
+            // releasing anyone).
+            let mut found = owner_of(fs, dir, epoch)?;
+            for i in 0..EMPTY_REREADS {
+                if !matches!(found, Some(None)) {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(5 << i));
+                found = owner_of(fs, dir, epoch)?;
+            }
+            match found {
                 Some(Some(o)) if o == owner => {
                     // Ours from an earlier attempt of this same process (a
                     // supervisor restart): make sure it is durable.

@@ -31,6 +31,12 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
+/// Who claimed `epoch` of the partition in `dir`, if readable: named in a
+/// fence so the controller can release that leader before granting above.
+fn claim_owner(fs: &dyn crate::fs::Fs, dir: &Path, epoch: i32) -> Option<ClaimOwner> {
+    claim::owner_of(fs, dir, epoch).ok().flatten().flatten()
+}
+
 /// Leader-epoch claims this many epochs below the current one are kept;
 /// older ones are swept at open.
 pub const CLAIMS_KEPT: i32 = 16;
@@ -337,25 +343,8 @@ impl PartitionLog {
             }
         }
         fs.create_dir_all(dir)?;
-        if let Some(owner) = owner {
-            // Before anything of our epoch is written: one leader per epoch.
-            if let Claimed::Taken(by) = claim(fs.as_ref(), dir, epoch, owner)? {
-                return Err(LogError::Fenced {
-                    ours: epoch,
-                    found: epoch,
-                    owner: by,
-                });
-            }
-            let next = epoch.saturating_add(1);
-            if let Some(by) = claim::owner_of(fs.as_ref(), dir, next)? {
-                return Err(LogError::Fenced {
-                    ours: epoch,
-                    found: next,
-                    owner: by,
-                });
-            }
-        }
-        remove_stale_temps(fs.as_ref(), dir)?;
+        // Read-only checks first (a leader fenced by a newer manifest
+        // claims nothing), then the claim, then the first write.
         let names = fs.list(dir)?;
         let mut found = names.iter().filter_map(|n| parse_manifest_name(n)).max();
         // A listing may be stale on NFS; an open by exact name is not
@@ -396,10 +385,29 @@ impl PartitionLog {
                 return Err(LogError::Fenced {
                     ours: epoch,
                     found,
-                    owner: None,
+                    owner: claim_owner(fs.as_ref(), dir, found),
                 });
             }
         }
+        if let Some(owner) = owner {
+            // Before anything of our epoch is written: one leader per epoch.
+            if let Claimed::Taken(by) = claim(fs.as_ref(), dir, epoch, owner)? {
+                return Err(LogError::Fenced {
+                    ours: epoch,
+                    found: epoch,
+                    owner: by,
+                });
+            }
+            let next = epoch.saturating_add(1);
+            if let Some(by) = claim::owner_of(fs.as_ref(), dir, next)? {
+                return Err(LogError::Fenced {
+                    ours: epoch,
+                    found: next,
+                    owner: by,
+                });
+            }
+        }
+        remove_stale_temps(fs.as_ref(), dir)?;
         let prior = match found {
             Some(e) => {
                 let path = dir.join(manifest_name(e));
@@ -586,7 +594,7 @@ impl PartitionLog {
             return Err(LogError::Fenced {
                 ours: epoch,
                 found: epoch.saturating_add(1),
-                owner: None,
+                owner: claim_owner(fs.as_ref(), dir, epoch.saturating_add(1)),
             });
         }
         Self::sweep(fs.as_ref(), dir, &manifest, epoch)?;

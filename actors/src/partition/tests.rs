@@ -646,6 +646,23 @@ fn a_leader_whose_next_epoch_is_claimed_is_fenced() {
             owner: Some(B)
         })
     ));
+    // Once B has opened (its manifest is on disk) the fence still names
+    // it, so the controller can release B before granting above.
+    drop(open_as(fs.clone(), d.path(), 3, B).unwrap());
+    let before = std::fs::read_dir(d.path()).unwrap().count();
+    assert!(matches!(
+        open_as(fs.clone(), d.path(), 2, A),
+        Err(LogError::Fenced {
+            ours: 2,
+            found: 3,
+            owner: Some(B)
+        })
+    ));
+    assert_eq!(
+        std::fs::read_dir(d.path()).unwrap().count(),
+        before,
+        "a leader fenced by a newer manifest claims nothing"
+    );
 }
 
 /// Lost reply: our exclusive create succeeded but reported EEXIST. The

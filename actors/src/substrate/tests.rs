@@ -167,59 +167,56 @@ fn patterns_detect_torn_reads() {
     ));
 }
 
-/// CI flake (3 brokers starting at once on 2 cores over weakfs): one run of
-/// the fsync probe saw the write round trip inflated to 183 us and refused an
-/// honest mount. A timing failure now stands only if every attempt fails.
+/// CI flakes both ways: 3 brokers starting at once on 2 cores made an
+/// honest weakfs mount fail the fsync heuristic once, and CPU/IO load made a
+/// no-op daemon pass it once. The verdict is now the majority of 3 runs.
 #[test]
-fn a_timing_failure_is_confirmed_before_it_disqualifies() {
+fn a_timing_verdict_is_the_majority_of_three_runs() {
     use std::cell::{Cell, RefCell};
-    let fail = || Check::new("fsync", Status::Fail, "noisy");
-    let pass = || Check::new("fsync", Status::Pass, "calm");
-
-    // Noise on the first attempt only: passes, and says what it discarded.
-    let pauses = RefCell::new(Vec::new());
-    let c = probes::confirm_failure(
-        3,
-        |a| pauses.borrow_mut().push(a),
-        |a| Ok(if a == 0 { fail() } else { pass() }),
-    )
-    .unwrap();
-    assert_eq!(c.status, Status::Pass, "{}", c.evidence);
-    assert!(c.evidence.contains("passed on attempt 2"), "{}", c.evidence);
-    assert!(c.evidence.contains("noisy"), "{}", c.evidence);
-    assert_eq!(*pauses.borrow(), vec![1]);
-
-    // A liar fails every attempt: refused, with every attempt's evidence.
-    let runs = Cell::new(0);
-    let c = probes::confirm_failure(
-        3,
-        |_| {},
-        |_| {
-            runs.set(runs.get() + 1);
-            Ok(fail())
-        },
-    )
-    .unwrap();
-    assert_eq!(c.status, Status::Fail);
-    assert_eq!(runs.get(), 3);
+    let check = |pass: bool| {
+        if pass {
+            Check::new("fsync", Status::Pass, "calm")
+        } else {
+            Check::new("fsync", Status::Fail, "noisy")
+        }
+    };
+    let run = |seq: &[bool]| {
+        let runs = Cell::new(0);
+        let pauses = RefCell::new(Vec::new());
+        let c = probes::confirm_failure(
+            3,
+            |a| pauses.borrow_mut().push(a),
+            |a| {
+                runs.set(runs.get() + 1);
+                Ok(check(seq[a]))
+            },
+        )
+        .unwrap();
+        (c, runs.get(), pauses.into_inner())
+    };
+    // One noisy failure among passes: passes, says what it outvoted.
+    let (c, n, pauses) = run(&[false, true, true]);
+    assert_eq!((c.status, n), (Status::Pass, 3), "{}", c.evidence);
+    assert_eq!(pauses, vec![1, 2]);
     assert!(
-        c.evidence.starts_with("failed all 3 attempts"),
+        c.evidence.contains("2 of 3 attempts agree"),
         "{}",
         c.evidence
     );
-
-    // A first pass is not re-run; probe errors propagate.
-    let runs = Cell::new(0);
-    let c = probes::confirm_failure(
-        3,
-        |_| {},
-        |_| {
-            runs.set(runs.get() + 1);
-            Ok(pass())
-        },
-    )
-    .unwrap();
-    assert_eq!((c.status, runs.get()), (Status::Pass, 1));
+    assert!(
+        c.evidence.contains("outvoted as noise: noisy"),
+        "{}",
+        c.evidence
+    );
+    // One noisy pass among failures (a liar on a loaded machine): refused.
+    let (c, n, _) = run(&[true, false, false]);
+    assert_eq!((c.status, n), (Status::Fail, 3), "{}", c.evidence);
+    // Two agreeing runs decide without a third.
+    let (c, n, _) = run(&[false, false, true]);
+    assert_eq!((c.status, n), (Status::Fail, 2));
+    let (c, n, _) = run(&[true, true, false]);
+    assert_eq!((c.status, n), (Status::Pass, 2));
+    // Probe errors propagate.
     let e = probes::confirm_failure(
         3,
         |_| {},
