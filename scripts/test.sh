@@ -27,6 +27,8 @@ run_step() {
 }
 
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+# The test clients live in the repository's venv (.ci/run makes it).
+if [ -x "$ROOT/.venv/bin/python3" ]; then export PATH="$ROOT/.venv/bin:$PATH"; fi
 
 if [ "$MODE" != "e2e" ]; then
     run_step "cargo fmt --check" cargo fmt --all --check

@@ -26,7 +26,8 @@ pub struct BrokerArgs {
     /// Prometheus /metrics and /actors (JSON) listener.
     #[arg(long, env = "KAAS_METRICS_LISTEN", default_value = "127.0.0.1:9644")]
     pub metrics_listen: SocketAddr,
-    /// Create unknown topics on Metadata/Produce, like Kafka's auto.create.topics.enable.
+    /// Create an unknown topic when a Metadata request names it (Kafka's
+    /// auto.create.topics.enable); Produce never creates topics.
     #[arg(long, env = "KAAS_AUTO_CREATE_TOPICS", default_value_t = true, action = clap::ArgAction::Set)]
     pub auto_create_topics: bool,
     /// Partitions of auto-created topics (num.partitions).
