@@ -228,3 +228,17 @@ fn a_timing_verdict_is_the_majority_of_three_runs() {
     );
     assert!(e.is_err());
 }
+
+#[test]
+fn the_fuse_fsync_margin_separates_a_no_op_daemon_from_a_loaded_honest_one() {
+    use super::probes::fuse_fsync_margin;
+    let us = std::time::Duration::from_micros;
+    // An honest daemon on a loaded machine (seen in the e2e suite with three
+    // brokers starting on two busy cores): clean fsync 4.0 ms, 4 KiB more 0.9 ms.
+    assert!(us(904) >= fuse_fsync_margin(us(4026)));
+    // An honest daemon on a quiet machine: 125 us more than a ~300 us clean call.
+    assert!(us(125) >= fuse_fsync_margin(us(300)));
+    // A no-op daemon with write-back copies 4 KiB (up to ~18 us), quiet or loaded.
+    assert!(us(18) < fuse_fsync_margin(us(60)));
+    assert!(us(18) < fuse_fsync_margin(us(6000)));
+}
