@@ -10,6 +10,9 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+pub mod mailbox;
+pub use mailbox::{ActorStats, Mailbox, MessageName, Traced};
+
 /// Upper bounds (seconds) of the latency histogram buckets.
 const BUCKETS: [f64; 14] = [
     0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
@@ -100,11 +103,32 @@ pub struct ActorInfo {
     pub handled: u64,
 }
 
+/// What the dashboard shows for an actor instrumented through [`mailbox`].
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ActorRow {
+    /// Actor kind, e.g. `partition_leader`.
+    pub kind: &'static str,
+    /// The file (or directory) it owns.
+    pub owns: String,
+    /// Epoch it writes under (-1: none).
+    pub epoch: i64,
+    /// Restarts of this actor.
+    pub restarts: u64,
+    /// Messages handled by this actor.
+    pub handled: u64,
+    /// Messages enqueued and not yet handled.
+    pub mailbox_depth: i64,
+    /// The last error, while it is not recovered from.
+    pub last_error: Option<String>,
+}
+
 /// Process-wide registry.
 #[derive(Default)]
 pub struct Telemetry {
     kinds: Mutex<BTreeMap<&'static str, Arc<KindStats>>>,
     actors: Mutex<BTreeMap<String, ActorInfo>>,
+    /// Actors instrumented through [`mailbox`], by (kind, id).
+    live: Mutex<BTreeMap<(&'static str, String), Arc<ActorStats>>>,
     /// fsync calls that completed.
     pub fsyncs: AtomicU64,
     /// Bytes appended to partition logs.
@@ -138,8 +162,37 @@ impl Telemetry {
     }
 
     /// Snapshot of per-actor rows.
-    pub fn actors(&self) -> BTreeMap<String, ActorInfo> {
-        self.actors.lock().unwrap().clone()
+    pub fn actors(&self) -> BTreeMap<String, serde_json::Value> {
+        let mut out: BTreeMap<String, serde_json::Value> = self
+            .actors
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| (k.clone(), serde_json::to_value(v).unwrap_or_default()))
+            .collect();
+        for ((kind, id), s) in self.live.lock().unwrap().iter() {
+            out.insert(
+                format!("{kind}/{id}"),
+                serde_json::to_value(s.info()).unwrap_or_default(),
+            );
+        }
+        out
+    }
+
+    fn register_actor(&self, s: Arc<ActorStats>) {
+        self.live.lock().unwrap().insert((s.kind, s.id.clone()), s);
+    }
+
+    /// Remove `s` if it is still the registered row of its (kind, id).
+    fn deregister_actor(&self, s: &Arc<ActorStats>) -> bool {
+        let mut live = self.live.lock().unwrap();
+        let key = (s.kind, s.id.clone());
+        if live.get(&key).is_some_and(|x| Arc::ptr_eq(x, s)) {
+            live.remove(&key);
+            true
+        } else {
+            false
+        }
     }
 
     /// Prometheus text exposition.
