@@ -5,6 +5,8 @@
 //! If no FUSE mount can be made here, each test prints why and is skipped —
 //! it never passes without checking.
 
+#![allow(clippy::disallowed_methods)] // tests build fixtures and simulate other hosts with raw std::fs calls
+
 use std::fs::{self, File, OpenOptions};
 use std::io::{ErrorKind, Read, Write};
 use std::os::unix::fs::FileExt;

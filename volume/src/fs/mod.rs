@@ -126,6 +126,22 @@ pub type SharedFs = Arc<dyn Fs>;
 /// method that creates, writes, renames or removes anything, so code that
 /// holds only a `ReadFs` (request handlers, readers) cannot write a file.
 /// Cheap to clone.
+///
+/// ```
+/// use kaas_volume::fs::{ReadOnly, RealFs, SharedFs};
+/// let fs: SharedFs = std::sync::Arc::new(RealFs);
+/// let view = fs.read_only();
+/// assert!(view.is_dir(std::path::Path::new("/")));
+/// ```
+///
+/// Writing through it does not compile:
+///
+/// ```compile_fail
+/// use kaas_volume::fs::{ReadOnly, RealFs, SharedFs};
+/// let fs: SharedFs = std::sync::Arc::new(RealFs);
+/// let view = fs.read_only();
+/// view.create_exclusive(std::path::Path::new("/tmp/x"));
+/// ```
 #[derive(Clone)]
 pub struct ReadFs(SharedFs);
 
