@@ -20,7 +20,8 @@
 //! ```
 //!
 //! Any directory may also hold `.tmp-<name>-<hex>` files of an interrupted
-//! [`crate::fs::write_atomic`].
+//! [`crate::fs::write_atomic`]; the data and cluster directories may hold a
+//! `.kaas-substrate-check-…` scratch directory of the substrate checker.
 
 use std::path::{Path, PathBuf};
 
@@ -34,6 +35,9 @@ pub const DELETED_PREFIX: &str = ".deleted-";
 pub const CREATING_PREFIX: &str = ".creating-";
 /// Prefix of every temp file written by [`crate::fs::write_atomic`].
 pub const TEMP_PREFIX: &str = ".tmp-";
+/// Prefix of the substrate checker's scratch directories (in the data and
+/// cluster directories while a check runs; stale ones are removed).
+pub const SUBSTRATE_SCRATCH_PREFIX: &str = ".kaas-substrate-check-";
 /// The cluster id, inside the cluster directory.
 pub const CLUSTER_ID: &str = "cluster-id";
 /// The assignment, inside the cluster directory.
