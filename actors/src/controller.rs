@@ -6,6 +6,8 @@
 //! provably fenced; losing the race is an EEXIST and a re-read.
 
 use crate::fs::SharedFs;
+use kaas_volume::identity::{create_with_identity, Claimed, CreateError, JsonIdentity, Policy};
+use kaas_volume::layout;
 use serde::{Deserialize, Serialize};
 use std::io;
 use std::path::Path;
@@ -25,22 +27,15 @@ pub struct EpochClaim {
     pub incarnation: u64,
 }
 
-fn epoch_name(e: i32) -> String {
-    format!("epoch-{e:010}.json")
-}
+impl JsonIdentity for EpochClaim {}
 
-fn parse_epoch(name: &str) -> Option<i32> {
-    name.strip_prefix("epoch-")?
-        .strip_suffix(".json")?
-        .parse()
-        .ok()
-}
+use layout::{controller_epoch as epoch_name, parse_controller_epoch as parse_epoch};
 
 /// The highest controller epoch claim. The listing suggests a start; exact
 /// opens of the following epochs (close-to-open) find claims a stale
 /// listing misses.
 pub fn highest_claim(fs: &SharedFs, cluster_dir: &Path) -> io::Result<Option<EpochClaim>> {
-    let dir = cluster_dir.join("controller");
+    let dir = cluster_dir.join(layout::CONTROLLER_DIR);
     fs.create_dir_all(&dir)?;
     let mut best = fs
         .list(&dir)?
@@ -71,13 +66,21 @@ pub fn highest_claim(fs: &SharedFs, cluster_dir: &Path) -> io::Result<Option<Epo
 
 /// Whether a claim file for `epoch` exists (exact open).
 pub fn claim_exists(fs: &SharedFs, cluster_dir: &Path, epoch: i32) -> bool {
-    fs.open_read(&cluster_dir.join("controller").join(epoch_name(epoch)))
-        .is_ok()
+    fs.open_read(
+        &cluster_dir
+            .join(layout::CONTROLLER_DIR)
+            .join(epoch_name(epoch)),
+    )
+    .is_ok()
 }
 
 /// Try to claim exactly `epoch` (O_CREAT|O_EXCL). `Ok(false)` if another
 /// broker holds it; an EEXIST for a claim that is ours (a lost reply to our
-/// own create) counts as won.
+/// own create) counts as won. A claim that stays empty (a crashed creator,
+/// or a lost reply to our own create: indistinguishable) is not won: it is
+/// waited out like a dead holder (one lease + grace without a controller,
+/// never two winners). A failure to read the claim after EEXIST is not a win
+/// either.
 pub fn try_claim(
     fs: &SharedFs,
     cluster_dir: &Path,
@@ -85,7 +88,7 @@ pub fn try_claim(
     broker_id: i32,
     incarnation: u64,
 ) -> io::Result<bool> {
-    let dir = cluster_dir.join("controller");
+    let dir = cluster_dir.join(layout::CONTROLLER_DIR);
     fs.create_dir_all(&dir)?;
     let claim = EpochClaim {
         epoch,
@@ -94,21 +97,11 @@ pub fn try_claim(
         incarnation,
     };
     let path = dir.join(epoch_name(epoch));
-    let body = serde_json::to_vec(&claim).expect("claim serializes");
-    match fs.create_exclusive(&path) {
-        Ok(f) => {
-            f.write_all_at(&body, 0)?;
-            f.sync_data()?;
-            fs.sync_dir(&dir)?;
-            Ok(true)
-        }
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(fs
-            .read(&path)
-            .ok()
-            .and_then(|b| serde_json::from_slice::<EpochClaim>(&b).ok())
-            .as_ref()
-            == Some(&claim)),
-        Err(e) => Err(e),
+    match create_with_identity(fs.as_ref(), &path, &claim, Policy::DURABLE) {
+        Ok(Claimed::Won | Claimed::Ours) => Ok(true),
+        Ok(Claimed::Taken(_) | Claimed::Indeterminate(_)) => Ok(false),
+        Err(CreateError::Read { .. }) => Ok(false),
+        Err(e) => Err(e.into()),
     }
 }
 

@@ -5,6 +5,8 @@
 //! dead producer's sequence history (names are not identities).
 
 use crate::fs::SharedFs;
+use kaas_volume::identity::{create_with_identity, Claimed, CreateError, JsonIdentity, Policy};
+use kaas_volume::layout;
 use serde::{Deserialize, Serialize};
 use std::io;
 use std::path::{Path, PathBuf};
@@ -19,6 +21,8 @@ struct BlockClaim {
     nonce: u64,
 }
 
+impl JsonIdentity for BlockClaim {}
+
 /// Hands out producer ids from the block this broker claimed.
 pub struct ProducerIdAllocator {
     fs: SharedFs,
@@ -28,16 +32,12 @@ pub struct ProducerIdAllocator {
     end: i64,
 }
 
-fn block_name(n: i64) -> String {
-    format!("block-{n:012}.json")
-}
-
 impl ProducerIdAllocator {
     /// An allocator that claims its first block on first use.
     pub fn new(fs: SharedFs, cluster_dir: &Path, broker_id: i32) -> Self {
         Self {
             fs,
-            dir: cluster_dir.join("producer-ids"),
+            dir: cluster_dir.join(layout::PRODUCER_IDS_DIR),
             broker_id,
             next: 0,
             end: 0,
@@ -50,12 +50,7 @@ impl ProducerIdAllocator {
             .fs
             .list(&self.dir)?
             .iter()
-            .filter_map(|s| {
-                s.strip_prefix("block-")?
-                    .strip_suffix(".json")?
-                    .parse::<i64>()
-                    .ok()
-            })
+            .filter_map(|s| layout::parse_producer_id_block(s))
             .max()
             .map(|m| m + 1)
             .unwrap_or(0);
@@ -65,18 +60,21 @@ impl ProducerIdAllocator {
                 broker_id: self.broker_id,
                 nonce: rand::random(),
             };
-            let path = self.dir.join(block_name(n));
-            match self.fs.create_exclusive(&path) {
-                Ok(f) => {
-                    f.write_all_at(&serde_json::to_vec(&claim).expect("serializes"), 0)?;
-                    f.sync_data()?;
-                    self.fs.sync_dir(&self.dir)?;
+            let path = self.dir.join(layout::producer_id_block(n));
+            // The nonce makes every attempt's identity unique, so `Ours` can
+            // only be this very attempt (a reply lost after our write). A
+            // block someone else holds, or one that stays empty (a crashed
+            // claimant, or our own create whose reply was lost), is skipped:
+            // block numbers are plentiful, reissued ids are not allowed.
+            match create_with_identity(self.fs.as_ref(), &path, &claim, Policy::DURABLE) {
+                Ok(Claimed::Won | Claimed::Ours) => {
                     self.next = n * BLOCK_SIZE;
                     self.end = self.next + BLOCK_SIZE;
                     return Ok(());
                 }
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => n += 1,
-                Err(e) => return Err(e),
+                Ok(Claimed::Taken(_) | Claimed::Indeterminate(_))
+                | Err(CreateError::Read { .. }) => n += 1,
+                Err(e) => return Err(e.into()),
             }
         }
         Err(io::Error::other("could not claim a producer-id block"))
@@ -96,7 +94,7 @@ impl ProducerIdAllocator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fs::RealFs;
+    use crate::fs::{Fs, RealFs};
     use std::sync::Arc;
 
     #[test]
@@ -108,5 +106,31 @@ mod tests {
         assert_eq!(a.allocate().unwrap(), first + 1);
         let mut b = ProducerIdAllocator::new(fs, d.path(), 0);
         assert!(b.allocate().unwrap() >= first + BLOCK_SIZE);
+    }
+
+    /// Catches: a lost reply to the exclusive create of a block (the file
+    /// exists, empty) being taken as ours or as fatal: the allocator skips
+    /// to the next block, and that block is durably named by us.
+    #[test]
+    fn a_lost_reply_to_a_block_create_takes_the_next_block() {
+        let d = tempfile::tempdir().unwrap();
+        let ffs = crate::fs::fault::FaultFs::new();
+        ffs.lose_create_reply(1);
+        let mut a = ProducerIdAllocator::new(Arc::new(ffs), d.path(), 7);
+        assert_eq!(a.allocate().unwrap(), BLOCK_SIZE, "block 0 is skipped");
+        let dir = d.path().join(layout::PRODUCER_IDS_DIR);
+        assert_eq!(
+            RealFs
+                .read(&dir.join(layout::producer_id_block(0)))
+                .unwrap(),
+            b""
+        );
+        let b1: BlockClaim = serde_json::from_slice(
+            &RealFs
+                .read(&dir.join(layout::producer_id_block(1)))
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!((b1.block, b1.broker_id), (1, 7));
     }
 }

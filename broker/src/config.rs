@@ -122,7 +122,7 @@ impl BrokerArgs {
     pub fn cluster_dir(&self) -> PathBuf {
         self.cluster_dir
             .clone()
-            .unwrap_or_else(|| self.data_dir.join("__cluster"))
+            .unwrap_or_else(|| kaas_volume::layout::default_cluster_dir(&self.data_dir))
     }
 
     /// (host, port) advertised to clients.

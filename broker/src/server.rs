@@ -11,9 +11,9 @@ use anyhow::Context as _;
 use kaas_actors::cluster::controller::{ControllerActor, HandoffPending, IsController, Resign};
 use kaas_actors::cluster::membership::{self, Beat, JoinConfig, Membership};
 use kaas_actors::cluster::watcher::AssignmentWatcher;
-use kaas_actors::fs::{RealFs, SharedFs};
 use kaas_actors::producer_ids::ProducerIdAllocator;
 use kaas_actors::topic::TopicCatalog;
+use kaas_volume::fs::{RealFs, SharedFs};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -232,52 +232,15 @@ async fn accept_loop(b: Arc<Broker>, listener: TcpListener) {
     }
 }
 
-/// The cluster id, created once with O_EXCL: the first broker wins and
-/// everyone reads the winner's. A creator that died between create and
-/// write leaves an empty file; after 5 s of that it is replaced (temp +
-/// rename) and read back.
+/// The cluster id, created once with the exclusive-create primitive (see
+/// `kaas_volume::cluster_id`); an empty file left by a creator that died is
+/// replaced after 5 s.
 fn cluster_id(fs: &SharedFs, cluster_dir: &std::path::Path) -> anyhow::Result<String> {
-    cluster_id_with(fs, cluster_dir, std::time::Duration::from_secs(5))
-}
-
-fn cluster_id_with(
-    fs: &SharedFs,
-    cluster_dir: &std::path::Path,
-    abandon_after: std::time::Duration,
-) -> anyhow::Result<String> {
-    let path = cluster_dir.join("cluster-id");
-    let started = std::time::Instant::now();
-    loop {
-        match fs.read(&path) {
-            Ok(b) => {
-                let id = String::from_utf8_lossy(&b).trim().to_owned();
-                if !id.is_empty() {
-                    return Ok(id);
-                }
-                if started.elapsed() > abandon_after {
-                    let id = uuid::Uuid::new_v4().simple().to_string();
-                    kaas_actors::fs::write_atomic(fs.as_ref(), &path, id.as_bytes())?;
-                    continue; // read back whichever replacement won
-                }
-                std::thread::sleep(std::time::Duration::from_millis(100));
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                let id = uuid::Uuid::new_v4().simple().to_string();
-                match fs.create_exclusive(&path) {
-                    Ok(f) => {
-                        f.write_all_at(id.as_bytes(), 0)?;
-                        f.sync_data()?;
-                        fs.sync_dir(cluster_dir)?;
-                        return Ok(id);
-                    }
-                    // Someone else won (or our reply was lost): read it.
-                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-                    Err(e) => return Err(e.into()),
-                }
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
+    Ok(kaas_volume::cluster_id::read_or_create(
+        fs.as_ref(),
+        cluster_dir,
+        std::time::Duration::from_secs(5),
+    )?)
 }
 
 async fn serve_metrics(l: TcpListener) {
@@ -313,48 +276,5 @@ async fn serve_metrics(l: TcpListener) {
             let _ = sock.write_all(head.as_bytes()).await;
             let _ = sock.write_all(body.as_bytes()).await;
         });
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use kaas_actors::fs::fault::FaultFs;
-    use std::time::Duration;
-
-    /// Catches: a crash between the exclusive create and the fsynced write
-    /// of `cluster-id` leaving every later start stuck on an empty file, or
-    /// two reads of one cluster disagreeing on its id.
-    #[test]
-    fn crash_at_every_step_of_cluster_id_creation_converges() {
-        let mut crashed_somewhere = false;
-        for n in 1..=10 {
-            let d = tempfile::tempdir().unwrap();
-            let ffs = FaultFs::new();
-            ffs.crash_at(ffs.ops() + n);
-            let faulty: SharedFs = Arc::new(ffs.clone());
-            let first = cluster_id_with(&faulty, d.path(), Duration::from_millis(50));
-            let crashed = ffs.crashed();
-            ffs.power_loss();
-            let real: SharedFs = Arc::new(RealFs);
-            let id = cluster_id_with(&real, d.path(), Duration::from_millis(50))
-                .unwrap_or_else(|e| panic!("step {n}: no cluster id after the crash: {e}"));
-            assert!(!id.is_empty());
-            assert_eq!(
-                cluster_id_with(&real, d.path(), Duration::from_millis(50)).unwrap(),
-                id,
-                "step {n}: the id changed between two starts"
-            );
-            if !crashed {
-                assert_eq!(first.unwrap(), id, "an uncrashed creation is durable");
-                assert!(
-                    crashed_somewhere,
-                    "no step crashed: the test checks nothing"
-                );
-                return;
-            }
-            crashed_somewhere = true;
-        }
-        panic!("cluster id creation took more than 10 steps");
     }
 }

@@ -10,13 +10,13 @@ use kaas_actors::cluster::controller::ControllerActor;
 use kaas_actors::cluster::membership::Shared;
 use kaas_actors::cluster::records::{Assignment, FencedAt, PartitionAssignment};
 use kaas_actors::cluster::watcher::LeaderSink;
-use kaas_actors::fs::SharedFs;
 use kaas_actors::partition::claim::ClaimOwner;
 use kaas_actors::partition::leader::{LeaderSpec, OnFenced, PartitionHandle, PartitionLeader};
 use kaas_actors::partition::log::LogConfig;
 use kaas_actors::partition::messages::StopLeader;
 use kaas_actors::producer_ids::ProducerIdAllocator;
 use kaas_actors::topic::{TopicCatalog, TopicStamp, TopicsView};
+use kaas_volume::fs::{ReadFs, ReadOnly, SharedFs};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -36,8 +36,12 @@ pub struct Led {
 pub struct Broker {
     /// Flags.
     pub args: BrokerArgs,
-    /// The volume.
-    pub fs: SharedFs,
+    /// The volume, read-only: request handlers cannot open a file for
+    /// writing through it.
+    pub fs: ReadFs,
+    /// The volume with write access, only handed to the partition leaders
+    /// this broker starts (each the single writer of its partition).
+    leader_fs: SharedFs,
     /// Membership: broker id, lease, incarnation, published state.
     pub shared: Arc<Shared>,
     /// Cluster id reported in Metadata / DescribeCluster.
@@ -83,7 +87,8 @@ impl Broker {
     ) -> Self {
         Self {
             args,
-            fs,
+            fs: fs.read_only(),
+            leader_fs: fs,
             shared,
             cluster_id,
             topics: Arc::default(),
@@ -191,7 +196,7 @@ impl Broker {
         let spec = LeaderSpec {
             topic: topic.to_owned(),
             partition,
-            dir: self.args.data_dir.join(topic).join(partition.to_string()),
+            dir: kaas_volume::layout::partition_dir(&self.args.data_dir, topic, partition),
             epoch,
             cfg: self.log_config(&t),
             retention_check: Duration::from_millis(self.args.retention_check_interval_ms.max(10)),
@@ -217,7 +222,7 @@ impl Broker {
                 }))
             }),
         };
-        let handle = PartitionLeader::start(spec, self.fs.clone(), &self.arbiters[i]);
+        let handle = PartitionLeader::start(spec, self.leader_fs.clone(), &self.arbiters[i]);
         Some(Led {
             handle,
             epoch,

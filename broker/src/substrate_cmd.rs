@@ -2,7 +2,7 @@
 //! contract before any data goes on it, and the hidden `kaas
 //! substrate-worker` that the check starts as its other "hosts".
 //!
-//! The probes live in [`kaas_actors::substrate`]; this module is the command
+//! The probes live in [`kaas_volume::substrate`]; this module is the command
 //! line around them and the start-up gate ([`startup_gate`]) the broker runs
 //! on its data and cluster directories.
 //!
@@ -11,8 +11,8 @@
 
 use anyhow::Context;
 use clap::Args;
-use kaas_actors::fs::RealFs;
-use kaas_actors::substrate::{self, worker::WorkerCommand, FullOptions, Report};
+use kaas_volume::fs::RealFs;
+use kaas_volume::substrate::{self, worker::WorkerCommand, FullOptions, Report};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;

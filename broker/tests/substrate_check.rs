@@ -2,6 +2,8 @@
 //! JSON is machine-readable, nothing is left behind, partition data is never
 //! touched, and a stale probe directory of an interrupted run is removed.
 
+#![allow(clippy::disallowed_methods)] // tests build fixtures and simulate other hosts with raw std::fs calls
+
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -5,6 +5,8 @@
 //! If no FUSE mount can be made here, each test prints why and is skipped —
 //! it never passes without checking.
 
+#![allow(clippy::disallowed_methods)] // tests build fixtures and simulate other hosts with raw std::fs calls
+
 use std::fs::{self, File, OpenOptions};
 use std::io::{ErrorKind, Read, Write};
 use std::os::unix::fs::FileExt;
@@ -237,7 +239,7 @@ fn a_cut_off_host_gets_eio_until_healed() {
 /// `RealFs::create_dir_all` no longer re-checks EEXIST with a stat.
 #[test]
 fn negative_lookup_cache_create_dir_all_of_a_dir_another_host_made() {
-    use kaas_actors::fs::{Fs, RealFs};
+    use kaas_volume::fs::{Fs, RealFs};
     let backing = tempfile::tempdir_in(env_tmp()).expect("backing");
     let (Some(a), Some(b)) = (host(backing.path(), nfs()), host(backing.path(), nfs())) else {
         return;

@@ -209,7 +209,7 @@ impl ControllerActor {
             .fs
             .list(&dir)?
             .iter()
-            .filter_map(|n| n.strip_suffix(".json")?.parse().ok())
+            .filter_map(|n| kaas_volume::layout::parse_broker_record(n))
             .collect();
         let l = self.leading.as_mut().expect("leading");
         // Also every broker the assignment names, by exact name: a stale
@@ -424,7 +424,7 @@ impl ControllerActor {
         }
         let list_failed = std::cell::Cell::new(false);
         let disk_epoch = |t: &str, p: i32| -> i32 {
-            let dir = data_dir.join(t).join(p.to_string());
+            let dir = kaas_volume::layout::partition_dir(&data_dir, t, p);
             let names = match fs.list(&dir) {
                 Ok(n) => n,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),

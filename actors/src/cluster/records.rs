@@ -17,17 +17,9 @@ use crate::partition::claim::ClaimOwner;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-/// File name of the assignment inside the cluster directory.
-pub const ASSIGNMENT: &str = "assignment.json";
-/// Directory of liveness records inside the cluster directory.
-pub const BROKERS_DIR: &str = "brokers";
-
-/// Path of broker `id`'s liveness record.
-pub fn broker_record_path(cluster_dir: &Path, id: i32) -> PathBuf {
-    cluster_dir.join(BROKERS_DIR).join(format!("{id}.json"))
-}
+pub use kaas_volume::layout::{broker_record_path, ASSIGNMENT, BROKERS_DIR};
 
 /// One broker's liveness record. Only `seq` changing means "alive"; the
 /// reader times that change on its own monotonic clock, so no two hosts'

@@ -24,13 +24,11 @@
 //! epoch, the content the owner's identity.
 
 use crate::fs::Fs;
+use kaas_volume::identity::{self, create_with_identity, Found, JsonIdentity, Policy};
+use kaas_volume::layout;
 use serde::{Deserialize, Serialize};
 use std::io;
 use std::path::Path;
-
-/// Re-reads of an empty claim (5, 10, 20, 40, 80 ms apart: 155 ms in all)
-/// before it is taken for one whose writer crashed.
-const EMPTY_REREADS: u32 = 5;
 
 /// Who claims an epoch: a broker process's life, not just its id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -41,12 +39,14 @@ pub struct ClaimOwner {
     pub incarnation: u64,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
 struct Claim {
     epoch: i32,
     #[serde(flatten)]
     owner: ClaimOwner,
 }
+
+impl JsonIdentity for Claim {}
 
 /// Outcome of [`claim`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,72 +59,36 @@ pub enum Claimed {
 }
 
 /// File name of the claim on `epoch`.
-pub fn claim_name(epoch: i32) -> String {
-    format!("leader-e{epoch}.claim")
-}
-
+pub use layout::leader_claim as claim_name;
 /// Inverse of [`claim_name`].
-pub fn parse_claim_name(name: &str) -> Option<i32> {
-    name.strip_prefix("leader-e")?
-        .strip_suffix(".claim")?
-        .parse()
-        .ok()
-}
+pub use layout::parse_leader_claim as parse_claim_name;
 
 /// Read the owner of the claim on `epoch` in `dir`: `Ok(None)` if there is
 /// no claim, `Ok(Some(None))` if it is empty or unreadable.
 pub fn owner_of(fs: &dyn Fs, dir: &Path, epoch: i32) -> io::Result<Option<Option<ClaimOwner>>> {
-    match fs.read(&dir.join(claim_name(epoch))) {
-        Ok(b) => Ok(Some(
-            serde_json::from_slice::<Claim>(&b)
-                .ok()
-                .filter(|c| c.epoch == epoch)
-                .map(|c| c.owner),
-        )),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e),
-    }
+    Ok(
+        match identity::read_identity::<Claim>(fs, &dir.join(claim_name(epoch)))? {
+            Found::Absent => None,
+            Found::Empty => Some(None),
+            Found::Identity(c) => Some((c.epoch == epoch).then_some(c.owner)),
+        },
+    )
 }
 
 /// Claim `epoch` of the partition in `dir` (which must exist) for `owner`.
-/// `Ours` only once the claim is durable.
+/// `Ours` only once the claim is durable. The lost-reply policy is the
+/// primitive's ([`kaas_volume::identity`]); an empty claim after the re-read
+/// window (a crashed claimant, or our own create whose reply was lost) is
+/// not ours: the open is fenced and the grant moves to a higher epoch.
 pub fn claim(fs: &dyn Fs, dir: &Path, epoch: i32, owner: ClaimOwner) -> io::Result<Claimed> {
-    let path = dir.join(claim_name(epoch));
-    match fs.create_exclusive(&path) {
-        Ok(f) => {
-            let body = serde_json::to_vec(&Claim { epoch, owner }).expect("claim serializes");
-            f.write_all_at(&body, 0)?;
-            f.sync_data()?;
-            fs.sync_dir(dir)?;
-            Ok(Claimed::Ours)
-        }
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-            // The winner may be between its create and its write: an empty
-            // claim is read again for a little while before it counts as
-            // owner-less (which lets the controller re-grant without
-            // releasing anyone).
-            let mut found = owner_of(fs, dir, epoch)?;
-            for i in 0..EMPTY_REREADS {
-                if !matches!(found, Some(None)) {
-                    break;
-                }
-                std::thread::sleep(std::time::Duration::from_millis(5 << i));
-                found = owner_of(fs, dir, epoch)?;
-            }
-            match found {
-                Some(Some(o)) if o == owner => {
-                    // Ours from an earlier attempt of this same process (a
-                    // supervisor restart): make sure it is durable.
-                    fs.open_write(&path)?.sync_data()?;
-                    fs.sync_dir(dir)?;
-                    Ok(Claimed::Ours)
-                }
-                Some(o) => Ok(Claimed::Taken(o)),
-                // Removed between our create and our read (the sweep of a
-                // much later leader): certainly not ours to write.
-                None => Ok(Claimed::Taken(None)),
-            }
-        }
-        Err(e) => Err(e),
-    }
+    let me = Claim { epoch, owner };
+    Ok(
+        match create_with_identity(fs, &dir.join(claim_name(epoch)), &me, Policy::DURABLE)? {
+            identity::Claimed::Won | identity::Claimed::Ours => Claimed::Ours,
+            identity::Claimed::Taken(c) => Claimed::Taken((c.epoch == epoch).then_some(c.owner)),
+            // Empty, or removed between our create and our read (the sweep
+            // of a much later leader): certainly not ours to write.
+            identity::Claimed::Indeterminate(_) => Claimed::Taken(None),
+        },
+    )
 }

@@ -19,13 +19,12 @@
 
 use super::claim::{self, claim, parse_claim_name, ClaimOwner, Claimed};
 use super::index::{header_at, scan, Index, Scan, ScanStart};
-use super::manifest::{
-    manifest_name, parse_manifest_name, parse_segment_name, segment_stem, Manifest, SegmentEntry,
-};
+use super::manifest::{manifest_name, parse_manifest_name, write_manifest, Manifest, SegmentEntry};
 use crate::fs::{
-    remove_if_exists, remove_stale_temps, write_atomic, ReadFile, SharedFs, WriteFile,
+    remove_if_exists, remove_stale_temps, write_atomic, Fs, ReadFile, SharedFs, WriteFile,
 };
 use kaas_protocol::batch::{patch_batch, BatchInfo};
+use kaas_volume::layout::{self, SegmentKind};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -35,6 +34,31 @@ use std::sync::{Arc, Mutex, OnceLock, RwLock};
 /// fence so the controller can release that leader before granting above.
 fn claim_owner(fs: &dyn crate::fs::Fs, dir: &Path, epoch: i32) -> Option<ClaimOwner> {
     claim::owner_of(fs, dir, epoch).ok().flatten().flatten()
+}
+
+/// Create the log file `path` of a new active segment in `dir`. If it
+/// already exists it was left by an earlier attempt of this same step (the
+/// file carries our epoch, and the manifest naming it was written by us), so
+/// it is ours: truncate it to empty and fsync the truncation, so that a
+/// power loss cannot bring back bytes past what the manifest records. Then
+/// fsync the directory so the new name is durable.
+pub(crate) fn create_or_truncate_segment(
+    fs: &dyn Fs,
+    dir: &Path,
+    path: &Path,
+) -> io::Result<Arc<dyn WriteFile>> {
+    let f = match fs.create_exclusive(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            let f = fs.open_write(path)?;
+            f.set_len(0)?;
+            f.sync_data()?;
+            f
+        }
+        Err(e) => return Err(e),
+    };
+    fs.sync_dir(dir)?;
+    Ok(f)
 }
 
 /// Leader-epoch claims this many epochs below the current one are kept;
@@ -108,7 +132,6 @@ pub struct SegView {
     pub base: i64,
     /// Owning leader epoch.
     pub epoch: i32,
-    stem: String,
     dir: PathBuf,
     file: OnceLock<Arc<dyn ReadFile>>,
     size: AtomicU64,
@@ -125,7 +148,6 @@ impl SegView {
         Self {
             base: e.base,
             epoch: e.epoch,
-            stem: segment_stem(e.base, e.epoch),
             dir: dir.to_path_buf(),
             file: OnceLock::new(),
             size: AtomicU64::new(e.size),
@@ -156,7 +178,7 @@ impl SegView {
     }
     /// Path of the `.log` file.
     pub fn log_path(&self) -> PathBuf {
-        self.dir.join(format!("{}.log", self.stem))
+        self.dir.join(layout::segment_log(self.base, self.epoch))
     }
 
     /// Read handle, opened on first use (idle partitions hold no handle).
@@ -172,8 +194,12 @@ impl SegView {
         if let Some(ix) = self.sealed_index.get() {
             return Ok(ix.clone());
         }
-        let idx = fs.read(&self.dir.join(format!("{}.index", self.stem)));
-        let tim = fs.read(&self.dir.join(format!("{}.timeindex", self.stem)));
+        let idx = fs.read(&self.dir.join(layout::segment_index(self.base, self.epoch)));
+        let tim = fs.read(
+            &self
+                .dir
+                .join(layout::segment_timeindex(self.base, self.epoch)),
+        );
         let ix = match (idx, tim) {
             (Ok(a), Ok(b)) => Index::decode(&a, &b, self.interval),
             _ => None,
@@ -370,7 +396,7 @@ impl PartitionLog {
         if found.is_none()
             && names
                 .iter()
-                .any(|n| matches!(parse_segment_name(n), Some((_, _, "log"))))
+                .any(|n| matches!(layout::parse_segment(n), Some((_, _, SegmentKind::Log))))
         {
             // Segments but no manifest: a stale listing or damage. Starting
             // an empty log here would sweep them; refuse and let the
@@ -435,7 +461,7 @@ impl PartitionLog {
         let mut tail_index = Index::new(interval);
         let mut reuse_active: Option<Arc<dyn WriteFile>> = None;
         if let Some(last) = manifest.segments.last_mut() {
-            let path = dir.join(format!("{}.log", segment_stem(last.base, last.epoch)));
+            let path = dir.join(layout::segment_log(last.base, last.epoch));
             let scanned = if last.sealed {
                 None
             } else {
@@ -557,34 +583,15 @@ impl PartitionLog {
                     created_ms: now_ms,
                 });
                 tail_index = Index::new(interval);
-                write_atomic(
-                    fs.as_ref(),
-                    &dir.join(manifest_name(epoch)),
-                    &serde_json::to_vec(&manifest).expect("manifest serializes"),
-                )?;
-                let path = dir.join(format!("{}.log", segment_stem(next_offset, epoch)));
-                let f = match fs.create_exclusive(&path) {
-                    Ok(f) => f,
-                    // Left by an earlier attempt of this same step: ours.
-                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                        let f = fs.open_write(&path)?;
-                        f.set_len(0)?;
-                        f.sync_data()?;
-                        f
-                    }
-                    Err(e) => return Err(e.into()),
-                };
-                fs.sync_dir(dir)?;
+                write_manifest(fs.as_ref(), dir, epoch, &manifest)?;
+                let path = dir.join(layout::segment_log(next_offset, epoch));
+                let f = create_or_truncate_segment(fs.as_ref(), dir, &path)?;
                 (f, now_ms, 0)
             }
         };
         // Make the recovered state the durable manifest (also records the
         // new epoch in the history), then sweep what is not listed.
-        write_atomic(
-            fs.as_ref(),
-            &dir.join(manifest_name(epoch)),
-            &serde_json::to_vec(&manifest).expect("manifest serializes"),
-        )?;
+        write_manifest(fs.as_ref(), dir, epoch, &manifest)?;
         // Last check before deleting anything: a leader of a later epoch
         // may have opened meanwhile (we may be a paused zombie).
         if crate::fs::exists(
@@ -644,11 +651,9 @@ impl PartitionLog {
                 // of a recent epoch must still find its claim taken), then
                 // removed so they do not pile up with every leader change.
                 e < epoch.saturating_sub(CLAIMS_KEPT)
-            } else if let Some((base, e, ext)) = parse_segment_name(&name) {
+            } else if let Some((base, e, _)) = layout::parse_segment(&name) {
                 // Never a later epoch's file: that belongs to a newer leader.
-                e <= epoch
-                    && matches!(ext, "log" | "index" | "timeindex")
-                    && !m.segments.iter().any(|s| s.base == base && s.epoch == e)
+                e <= epoch && !m.segments.iter().any(|s| s.base == base && s.epoch == e)
             } else {
                 false
             };
@@ -798,11 +803,7 @@ impl PartitionLog {
     }
 
     fn write_manifest(&self) -> Result<(), LogError> {
-        write_atomic(
-            self.fs.as_ref(),
-            &self.dir.join(manifest_name(self.epoch)),
-            &serde_json::to_vec(&self.manifest).expect("manifest serializes"),
-        )?;
+        write_manifest(self.fs.as_ref(), &self.dir, self.epoch, &self.manifest)?;
         Ok(())
     }
 
@@ -831,15 +832,16 @@ impl PartitionLog {
             .clone()
             .unwrap_or_else(|| Index::new(self.cfg.index_interval_bytes));
         let (idx, tim) = ix.encode();
-        let stem = segment_stem(seg.base, seg.epoch);
         write_atomic(
             self.fs.as_ref(),
-            &self.dir.join(format!("{stem}.index")),
+            &self.dir.join(layout::segment_index(seg.base, seg.epoch)),
             &idx,
         )?;
         write_atomic(
             self.fs.as_ref(),
-            &self.dir.join(format!("{stem}.timeindex")),
+            &self
+                .dir
+                .join(layout::segment_timeindex(seg.base, seg.epoch)),
             &tim,
         )?;
         let next = self.next_offset;
@@ -856,25 +858,10 @@ impl PartitionLog {
             created_ms: now_ms,
         };
         manifest.segments.push(new_entry.clone());
-        write_atomic(
-            self.fs.as_ref(),
-            &self.dir.join(manifest_name(self.epoch)),
-            &serde_json::to_vec(&manifest).expect("manifest serializes"),
-        )?;
+        write_manifest(self.fs.as_ref(), &self.dir, self.epoch, &manifest)?;
         self.manifest = manifest;
-        let path = self
-            .dir
-            .join(format!("{}.log", segment_stem(next, self.epoch)));
-        let f = match self.fs.create_exclusive(&path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                let f = self.fs.open_write(&path)?;
-                f.set_len(0)?;
-                f
-            }
-            Err(e) => return Err(e.into()),
-        };
-        self.fs.sync_dir(&self.dir)?;
+        let path = self.dir.join(layout::segment_log(next, self.epoch));
+        let f = create_or_truncate_segment(self.fs.as_ref(), &self.dir, &path)?;
 
         let _ = seg.sealed_index.set(Arc::new(ix));
         *seg.live_index.lock().unwrap() = None;
@@ -945,9 +932,11 @@ impl PartitionLog {
             v.segments.drain(..drop);
         }
         for s in &removed {
-            let stem = segment_stem(s.base, s.epoch);
-            for ext in ["log", "index", "timeindex"] {
-                remove_if_exists(self.fs.as_ref(), &self.dir.join(format!("{stem}.{ext}")))?;
+            for kind in [SegmentKind::Log, SegmentKind::Index, SegmentKind::TimeIndex] {
+                remove_if_exists(
+                    self.fs.as_ref(),
+                    &self.dir.join(layout::segment_file(s.base, s.epoch, kind)),
+                )?;
             }
         }
         Ok(drop)

@@ -4,9 +4,14 @@
 //! a zombie of an older epoch can only rewrite its own, ignored, manifest.
 //!
 //! It is always written temp → fsync → rename → directory fsync
-//! ([`crate::fs::write_atomic`]), never edited in place.
+//! ([`crate::fs::write_atomic`]), never edited in place, and only through
+//! [`write_manifest`].
 
+use crate::fs::{write_atomic, Fs};
+use kaas_volume::layout;
 use serde::{Deserialize, Serialize};
+use std::io;
+use std::path::Path;
 
 /// One segment as recorded in the manifest.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -46,28 +51,23 @@ pub struct Manifest {
 }
 
 /// File name of the manifest written by `epoch`.
-pub fn manifest_name(epoch: i32) -> String {
-    format!("manifest-e{epoch}.json")
-}
-
+pub use layout::manifest as manifest_name;
 /// Epoch encoded in a manifest file name.
-pub fn parse_manifest_name(name: &str) -> Option<i32> {
-    name.strip_prefix("manifest-e")?
-        .strip_suffix(".json")?
-        .parse()
-        .ok()
-}
-
-/// Stem shared by a segment's `.log`, `.index` and `.timeindex` files.
-pub fn segment_stem(base: i64, epoch: i32) -> String {
-    format!("{base:020}-e{epoch}")
-}
-
+pub use layout::parse_manifest as parse_manifest_name;
 /// (base, epoch) encoded in a segment file name, with its extension.
-pub fn parse_segment_name(name: &str) -> Option<(i64, i32, &str)> {
-    let (stem, ext) = name.split_once('.')?;
-    let (base, epoch) = stem.split_once("-e")?;
-    Some((base.parse().ok()?, epoch.parse().ok()?, ext))
+pub use layout::parse_segment_any as parse_segment_name;
+/// Stem shared by a segment's `.log`, `.index` and `.timeindex` files.
+pub use layout::segment_stem;
+
+/// Write `manifest` as epoch `epoch`'s manifest in the partition directory
+/// `dir` (temp → fsync → rename → directory fsync). The one way a manifest
+/// reaches the volume.
+pub fn write_manifest(fs: &dyn Fs, dir: &Path, epoch: i32, manifest: &Manifest) -> io::Result<()> {
+    write_atomic(
+        fs,
+        &dir.join(manifest_name(epoch)),
+        &serde_json::to_vec(manifest).expect("manifest serializes"),
+    )
 }
 
 #[cfg(test)]

@@ -6,6 +6,8 @@
 //! every record acknowledged (fsynced) before the operation is still there,
 //! in order, exactly once, and no unlisted file is left behind.
 
+#![allow(clippy::disallowed_methods)] // tests build fixtures and simulate other hosts with raw std::fs calls
+
 use super::log::{LogConfig, PartitionLog};
 use super::reader::PartitionReader;
 use crate::fs::fault::FaultFs;
@@ -731,4 +733,40 @@ fn crash_at_every_step_of_a_leader_epoch_claim() {
         };
         assert!(open_as(fs, d.path(), 8, c).is_ok(), "step {n}: epoch 8");
     }
+}
+
+/// Catches: a roll onto a segment file left by an earlier attempt of the
+/// same roll truncating it without an fsync — after a power loss the stale
+/// bytes come back past what the manifest records. The truncation and its
+/// fsync are one step (`create_or_truncate_segment`), shared with recovery.
+#[test]
+#[allow(clippy::disallowed_methods)] // plants the leftover file behind the seam's back
+fn a_roll_onto_a_leftover_segment_fsyncs_the_truncation() {
+    let d = tempfile::tempdir().unwrap();
+    let ffs = FaultFs::new();
+    let fs: SharedFs = Arc::new(ffs.clone());
+    let mut log = open(fs.clone(), d.path(), 1);
+    append(&mut log, &["a", "b"], 1_000);
+    log.sync_now().unwrap();
+    let next = log.next_offset();
+    let leftover = d.path().join(kaas_volume::layout::segment_log(next, 1));
+    std::fs::write(&leftover, b"stale bytes of an earlier attempt").unwrap();
+    log.roll(2_000).unwrap();
+    assert_eq!(std::fs::metadata(&leftover).unwrap().len(), 0);
+    let ops = ffs.log();
+    let name = leftover.display().to_string();
+    let truncate = ops
+        .iter()
+        .position(|o| o.contains(": set_len ") && o.ends_with(&name))
+        .unwrap_or_else(|| panic!("no truncation: {ops:?}"));
+    assert!(
+        ops[truncate + 1..]
+            .iter()
+            .take_while(|o| !o.contains(": sync_dir "))
+            .any(|o| o.contains(": sync ") && o.ends_with(&name)),
+        "truncation not fsynced before the roll completed: {ops:?}"
+    );
+    let o = append(&mut log, &["c"], 3_000);
+    log.sync_now().unwrap();
+    assert_eq!(o, next);
 }

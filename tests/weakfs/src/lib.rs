@@ -116,6 +116,8 @@
 //! gets a new node id, as it would on a network filesystem, and a new file
 //! that reuses a freed inode number is never mistaken for the old one.
 
+#![allow(clippy::disallowed_methods)] // a test filesystem: it implements the writes the seam forbids elsewhere
+
 use fuser::{
     Config, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
     LockOwner, MountOption, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,

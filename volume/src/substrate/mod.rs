@@ -42,7 +42,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
 /// Name prefix of every scratch directory the checker creates.
-pub const SCRATCH_PREFIX: &str = ".kaas-substrate-check-";
+pub use crate::layout::SUBSTRATE_SCRATCH_PREFIX as SCRATCH_PREFIX;
 /// A scratch directory this much older (by the volume's own clock) than a
 /// fresh one is stale whoever made it: no probe runs this long.
 pub const STALE_AFTER: Duration = Duration::from_secs(10 * 60);

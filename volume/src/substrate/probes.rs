@@ -8,6 +8,7 @@ use super::mount::FsClass;
 use super::worker::{ReaderStats, Worker, WorkerCommand};
 use super::{os, Check, Status, SubstrateError};
 use crate::fs::{remove_tree, Fs, ReadFile};
+use crate::identity::{create_with_identity, Claimed, CreateError, Identity, Policy, Unsettled};
 use std::collections::BTreeSet;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -101,33 +102,35 @@ pub fn rewrite_in_place(fs: &dyn Fs, path: &Path, bytes: &[u8]) -> io::Result<()
 /// On EEXIST the racer reads the file: if it holds its own id the create
 /// was its own (a retried create whose first reply was lost, DESIGN §11).
 pub fn excl_attempt(fs: &dyn Fs, path: &Path, id: &str) -> String {
-    match fs.create_exclusive(path) {
-        Ok(f) => match f.write_all_at(id.as_bytes(), 0) {
-            Ok(()) => "won".into(),
-            Err(e) => format!("error write: {e}"),
-        },
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-            // The winner may be writing its id right now: a length seen by
-            // fstat and then not there to read (FUSE attribute caching)
-            // is that race, not an error. Read again, briefly.
-            let mut r = fs.read(path);
-            for _ in 0..5 {
-                match &r {
-                    Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
-                        std::thread::sleep(Duration::from_millis(1));
-                        r = fs.read(path);
-                    }
-                    _ => break,
-                }
-            }
-            match r {
-                Ok(b) if b == id.as_bytes() => "won".into(),
-                Ok(b) if b.is_empty() => "lost -".into(),
-                Ok(b) => format!("lost {}", String::from_utf8_lossy(&b)),
-                Err(e) => format!("error read after EEXIST: {e}"),
-            }
+    // The primitive every identity file uses, without its fsyncs (this
+    // probe races creates, it does not test durability). Its bounded
+    // re-read covers the winner writing its id right now: a length seen by
+    // fstat and then not there to read (FUSE attribute caching) is that
+    // race, not an error.
+    match create_with_identity(fs, path, &ProbeId(id.to_owned()), Policy::PROBE) {
+        Ok(Claimed::Won | Claimed::Ours) => "won".into(),
+        Ok(Claimed::Taken(ProbeId(other))) => format!("lost {other}"),
+        Ok(Claimed::Indeterminate(Unsettled::Empty)) => "lost -".into(),
+        Ok(Claimed::Indeterminate(Unsettled::Gone)) => {
+            "error read after EEXIST: the file vanished".into()
         }
-        Err(e) => format!("error create: {e}"),
+        Err(e @ CreateError::Write { .. }) => format!("error write: {}", e.io()),
+        Err(e @ CreateError::Read { .. }) => format!("error read after EEXIST: {}", e.io()),
+        Err(e) => format!("error create: {}", e.io()),
+    }
+}
+
+/// A racer's id as the exclusive-create probe writes it: raw bytes, so a
+/// torn id reads as another racer's (and shows up in the tally).
+#[derive(Debug, PartialEq)]
+struct ProbeId(String);
+
+impl Identity for ProbeId {
+    fn encode(&self) -> Vec<u8> {
+        self.0.as_bytes().to_vec()
+    }
+    fn decode(bytes: &[u8]) -> Option<Self> {
+        (!bytes.is_empty()).then(|| ProbeId(String::from_utf8_lossy(bytes).into_owned()))
     }
 }
 

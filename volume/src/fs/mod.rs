@@ -7,6 +7,14 @@
 //! re-driving the operation converges. The substrate contract allows exactly
 //! three atomic primitives (same-directory rename, exclusive create,
 //! close-to-open); the helpers here are built from those and nothing else.
+//!
+//! Write access is a type: [`Fs`] (shared as [`SharedFs`]) can create,
+//! write, rename and unlink, and belongs to the owners of files (the actors).
+//! [`ReadFs`], obtained with [`ReadOnly::read_only`], can only open for
+//! reading, list and stat; request handlers and anything else that must not
+//! write hold that, so they cannot open a file for writing even by mistake.
+//! Outside this module (and the substrate probes and tests), the workspace's
+//! `clippy.toml` forbids the `std::fs` calls that write.
 
 pub mod fault;
 pub mod real;
@@ -111,8 +119,72 @@ pub fn exists(fs: &dyn Fs, path: &Path) -> io::Result<bool> {
     }
 }
 
-/// Shared handle to the volume.
+/// Shared handle to the volume, with write access: for the owners of files.
 pub type SharedFs = Arc<dyn Fs>;
+
+/// Read-only access to the volume. It wraps the full seam but exposes no
+/// method that creates, writes, renames or removes anything, so code that
+/// holds only a `ReadFs` (request handlers, readers) cannot write a file.
+/// Cheap to clone.
+///
+/// ```
+/// use kaas_volume::fs::{ReadOnly, RealFs, SharedFs};
+/// let fs: SharedFs = std::sync::Arc::new(RealFs);
+/// let view = fs.read_only();
+/// assert!(view.is_dir(std::path::Path::new("/")));
+/// ```
+///
+/// Writing through it does not compile:
+///
+/// ```compile_fail
+/// use kaas_volume::fs::{ReadOnly, RealFs, SharedFs};
+/// let fs: SharedFs = std::sync::Arc::new(RealFs);
+/// let view = fs.read_only();
+/// view.create_exclusive(std::path::Path::new("/tmp/x"));
+/// ```
+#[derive(Clone)]
+pub struct ReadFs(SharedFs);
+
+impl ReadFs {
+    /// Open an existing file read-only.
+    pub fn open_read(&self, path: &Path) -> io::Result<Arc<dyn ReadFile>> {
+        self.0.open_read(path)
+    }
+    /// Read a whole (small) file by exact name (see [`Fs::read`]).
+    pub fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
+        self.0.read(path)
+    }
+    /// Names in a directory (possibly stale; see [`Fs::list`]).
+    pub fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
+        self.0.list(dir)
+    }
+    /// Whether `path` is a directory (false when absent).
+    pub fn is_dir(&self, path: &Path) -> bool {
+        self.0.is_dir(path)
+    }
+    /// Whether `path` exists, by exact-name open (see [`exists`]).
+    pub fn exists(&self, path: &Path) -> io::Result<bool> {
+        exists(self.0.as_ref(), path)
+    }
+}
+
+impl std::fmt::Debug for ReadFs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ReadFs")
+    }
+}
+
+/// Hands out the read-only view of a seam.
+pub trait ReadOnly {
+    /// The read-only view: same volume, no way to write.
+    fn read_only(&self) -> ReadFs;
+}
+
+impl ReadOnly for SharedFs {
+    fn read_only(&self) -> ReadFs {
+        ReadFs(self.clone())
+    }
+}
 
 /// Rule 1 of the contract: write `bytes` to a temp name in the same
 /// directory, fsync it, rename it over `path`, fsync the directory. A reader
@@ -129,10 +201,7 @@ pub fn write_atomic(fs: &dyn Fs, path: &Path, bytes: &[u8]) -> io::Result<()> {
     // stray is swept with the other temps.
     let mut attempt = 0;
     let (tmp, f) = loop {
-        let tmp = dir.join(format!(
-            "{TEMP_PREFIX}{name}-{:016x}",
-            rand::random::<u64>()
-        ));
+        let tmp = dir.join(crate::layout::temp(name, rand::random::<u64>()));
         match fs.create_exclusive(&tmp) {
             Ok(f) => break (tmp, f),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists && attempt < 8 => attempt += 1,
@@ -159,13 +228,13 @@ pub fn write_atomic(fs: &dyn Fs, path: &Path, bytes: &[u8]) -> io::Result<()> {
 }
 
 /// Prefix of every temp file written by [`write_atomic`].
-pub const TEMP_PREFIX: &str = ".tmp-";
+pub use crate::layout::TEMP_PREFIX;
 
 /// Remove temp files a crashed [`write_atomic`] left behind in `dir`. Only
 /// the directory's owner calls this, so no live temp of another writer is hit.
 pub fn remove_stale_temps(fs: &dyn Fs, dir: &Path) -> io::Result<()> {
     for name in fs.list(dir)? {
-        if name.starts_with(TEMP_PREFIX) {
+        if crate::layout::is_temp(&name) {
             match fs.remove_file(&dir.join(&name)) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}

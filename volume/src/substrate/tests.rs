@@ -2,6 +2,8 @@
 //! fault-injecting seam (silly rename, lost create replies, a broken
 //! exclusive create).
 
+#![allow(clippy::disallowed_methods)] // tests build fixtures and simulate other hosts with raw std::fs calls
+
 use super::*;
 use crate::fs::fault::FaultFs;
 use crate::fs::RealFs;

@@ -14,6 +14,8 @@
 //! at N, power-loss, reopen with a fresh seam and assert recovery converges
 //! with no acknowledged record lost.
 
+#![allow(clippy::disallowed_methods)] // the fault-injecting seam wraps the real one and simulates power loss with raw calls
+
 use super::{Fs, ReadFile, RealFs, WriteFile};
 use std::collections::HashMap;
 use std::io;

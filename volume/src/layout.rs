@@ -1,0 +1,411 @@
+//! Every name on the shared volume, and its parser. Nothing else in kaas
+//! spells a file or directory name: a name is part of the on-disk format
+//! (other brokers, older versions and the operator read it), so it is defined
+//! once, next to its inverse, with a round-trip test.
+//!
+//! ```text
+//! <data>/
+//!   <topic>/.topic-id.json                 topic stamp (KIP-516 id)
+//!   <topic>/<p>/<base:020>-e<E>.log        segment (and .index, .timeindex)
+//!   <topic>/<p>/manifest-e<E>.json         partition manifest of epoch E
+//!   <topic>/<p>/leader-e<E>.claim          leader-epoch claim (O_EXCL)
+//!   .creating-<topic>-<id>/                a topic being created
+//!   .deleted-<topic>-<id>/                 a deleted topic being removed
+//!   __cluster/                             (or KAAS_CLUSTER_DIR)
+//!     cluster-id
+//!     assignment.json
+//!     brokers/<id>.json
+//!     controller/epoch-<n:010>.json
+//!     producer-ids/block-<n:012>.json
+//! ```
+//!
+//! Any directory may also hold `.tmp-<name>-<hex>` files of an interrupted
+//! [`crate::fs::write_atomic`]; the data and cluster directories may hold a
+//! `.kaas-substrate-check-…` scratch directory of the substrate checker.
+
+use std::path::{Path, PathBuf};
+
+/// Default name of the cluster directory inside the data directory.
+pub const CLUSTER_DIR: &str = "__cluster";
+/// The topic identity stamp inside a topic directory.
+pub const TOPIC_STAMP: &str = ".topic-id.json";
+/// Prefix of a topic directory renamed aside for deletion.
+pub const DELETED_PREFIX: &str = ".deleted-";
+/// Prefix of a topic directory being built by a create.
+pub const CREATING_PREFIX: &str = ".creating-";
+/// Prefix of every temp file written by [`crate::fs::write_atomic`].
+pub const TEMP_PREFIX: &str = ".tmp-";
+/// Prefix of the substrate checker's scratch directories (in the data and
+/// cluster directories while a check runs; stale ones are removed).
+pub const SUBSTRATE_SCRATCH_PREFIX: &str = ".kaas-substrate-check-";
+/// The cluster id, inside the cluster directory.
+pub const CLUSTER_ID: &str = "cluster-id";
+/// The assignment, inside the cluster directory.
+pub const ASSIGNMENT: &str = "assignment.json";
+/// Directory of liveness records, inside the cluster directory.
+pub const BROKERS_DIR: &str = "brokers";
+/// Directory of controller epoch claims, inside the cluster directory.
+pub const CONTROLLER_DIR: &str = "controller";
+/// Directory of producer-id blocks, inside the cluster directory.
+pub const PRODUCER_IDS_DIR: &str = "producer-ids";
+
+/// Which file of a segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SegmentKind {
+    /// `.log`: RecordBatch bytes.
+    Log,
+    /// `.index`: offset index, written at seal.
+    Index,
+    /// `.timeindex`: time index, written at seal.
+    TimeIndex,
+}
+
+impl SegmentKind {
+    /// The extension, without the dot.
+    pub fn ext(self) -> &'static str {
+        match self {
+            SegmentKind::Log => "log",
+            SegmentKind::Index => "index",
+            SegmentKind::TimeIndex => "timeindex",
+        }
+    }
+
+    fn from_ext(ext: &str) -> Option<Self> {
+        match ext {
+            "log" => Some(SegmentKind::Log),
+            "index" => Some(SegmentKind::Index),
+            "timeindex" => Some(SegmentKind::TimeIndex),
+            _ => None,
+        }
+    }
+}
+
+/// Stem shared by a segment's `.log`, `.index` and `.timeindex` files.
+pub fn segment_stem(base: i64, epoch: i32) -> String {
+    format!("{base:020}-e{epoch}")
+}
+
+/// A segment file name.
+pub fn segment_file(base: i64, epoch: i32, kind: SegmentKind) -> String {
+    format!("{}.{}", segment_stem(base, epoch), kind.ext())
+}
+
+/// `<base>-e<E>.log`.
+pub fn segment_log(base: i64, epoch: i32) -> String {
+    segment_file(base, epoch, SegmentKind::Log)
+}
+
+/// `<base>-e<E>.index`.
+pub fn segment_index(base: i64, epoch: i32) -> String {
+    segment_file(base, epoch, SegmentKind::Index)
+}
+
+/// `<base>-e<E>.timeindex`.
+pub fn segment_timeindex(base: i64, epoch: i32) -> String {
+    segment_file(base, epoch, SegmentKind::TimeIndex)
+}
+
+/// (base, epoch, extension) of anything shaped like a segment file, whatever
+/// its extension: the controller counts every such epoch when it picks the
+/// next one, so an unknown extension must not hide an epoch.
+pub fn parse_segment_any(name: &str) -> Option<(i64, i32, &str)> {
+    let (stem, ext) = name.split_once('.')?;
+    let (base, epoch) = stem.split_once("-e")?;
+    Some((base.parse().ok()?, epoch.parse().ok()?, ext))
+}
+
+/// Inverse of [`segment_file`].
+pub fn parse_segment(name: &str) -> Option<(i64, i32, SegmentKind)> {
+    let (base, epoch, ext) = parse_segment_any(name)?;
+    Some((base, epoch, SegmentKind::from_ext(ext)?))
+}
+
+/// `manifest-e<E>.json`: the manifest written by epoch `E`.
+pub fn manifest(epoch: i32) -> String {
+    format!("manifest-e{epoch}.json")
+}
+
+/// Inverse of [`manifest`].
+pub fn parse_manifest(name: &str) -> Option<i32> {
+    name.strip_prefix("manifest-e")?
+        .strip_suffix(".json")?
+        .parse()
+        .ok()
+}
+
+/// `leader-e<E>.claim`: the leader-epoch claim of epoch `E`.
+pub fn leader_claim(epoch: i32) -> String {
+    format!("leader-e{epoch}.claim")
+}
+
+/// Inverse of [`leader_claim`].
+pub fn parse_leader_claim(name: &str) -> Option<i32> {
+    name.strip_prefix("leader-e")?
+        .strip_suffix(".claim")?
+        .parse()
+        .ok()
+}
+
+/// `epoch-<n:010>.json`: a controller epoch claim (in [`CONTROLLER_DIR`]).
+pub fn controller_epoch(epoch: i32) -> String {
+    format!("epoch-{epoch:010}.json")
+}
+
+/// Inverse of [`controller_epoch`].
+pub fn parse_controller_epoch(name: &str) -> Option<i32> {
+    name.strip_prefix("epoch-")?
+        .strip_suffix(".json")?
+        .parse()
+        .ok()
+}
+
+/// `block-<n:012>.json`: a producer-id block (in [`PRODUCER_IDS_DIR`]).
+pub fn producer_id_block(block: i64) -> String {
+    format!("block-{block:012}.json")
+}
+
+/// Inverse of [`producer_id_block`].
+pub fn parse_producer_id_block(name: &str) -> Option<i64> {
+    name.strip_prefix("block-")?
+        .strip_suffix(".json")?
+        .parse()
+        .ok()
+}
+
+/// `<id>.json`: a broker's liveness record (in [`BROKERS_DIR`]).
+pub fn broker_record(id: i32) -> String {
+    format!("{id}.json")
+}
+
+/// Inverse of [`broker_record`].
+pub fn parse_broker_record(name: &str) -> Option<i32> {
+    name.strip_suffix(".json")?.parse().ok()
+}
+
+/// `<p>`: a partition directory inside its topic directory.
+pub fn partition(p: i32) -> String {
+    p.to_string()
+}
+
+/// Inverse of [`partition`].
+pub fn parse_partition(name: &str) -> Option<i32> {
+    name.parse().ok()
+}
+
+/// `.deleted-<topic>-<id>`: a topic renamed aside for removal.
+pub fn deleted_topic(topic: &str, id: impl std::fmt::Display) -> String {
+    format!("{DELETED_PREFIX}{topic}-{id}")
+}
+
+/// Whether `name` is a topic renamed aside for removal.
+pub fn is_deleted_topic(name: &str) -> bool {
+    name.starts_with(DELETED_PREFIX)
+}
+
+/// `.creating-<topic>-<id>`: a topic directory being built.
+pub fn creating_topic(topic: &str, id: impl std::fmt::Display) -> String {
+    format!("{CREATING_PREFIX}{topic}-{id}")
+}
+
+/// Whether `name` is a topic directory being built (or abandoned).
+pub fn is_creating_topic(name: &str) -> bool {
+    name.starts_with(CREATING_PREFIX)
+}
+
+/// `.tmp-<target>-<nonce:016x>`: a temp file of [`crate::fs::write_atomic`].
+pub fn temp(target: &str, nonce: u64) -> String {
+    format!("{TEMP_PREFIX}{target}-{nonce:016x}")
+}
+
+/// Whether `name` is a temp file of [`crate::fs::write_atomic`].
+pub fn is_temp(name: &str) -> bool {
+    name.starts_with(TEMP_PREFIX)
+}
+
+/// Whether `name` can never be a topic directory (our own scratch, trash and
+/// cluster names).
+pub fn is_reserved_topic_name(name: &str) -> bool {
+    name.starts_with('.') || name == CLUSTER_DIR
+}
+
+/// The two roots: the data directory (topics) and the cluster directory
+/// (coordination), which may be a separate volume.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    /// Data directory: one directory per topic.
+    pub data: PathBuf,
+    /// Cluster directory (`<data>/__cluster` unless configured).
+    pub cluster: PathBuf,
+}
+
+impl Layout {
+    /// A layout; `cluster` defaults to `<data>/__cluster`.
+    pub fn new(data: impl Into<PathBuf>, cluster: Option<PathBuf>) -> Self {
+        let data = data.into();
+        let cluster = cluster.unwrap_or_else(|| default_cluster_dir(&data));
+        Self { data, cluster }
+    }
+
+    /// `<data>/<topic>`.
+    pub fn topic_dir(&self, topic: &str) -> PathBuf {
+        self.data.join(topic)
+    }
+
+    /// `<data>/<topic>/.topic-id.json`.
+    pub fn topic_stamp(&self, topic: &str) -> PathBuf {
+        self.topic_dir(topic).join(TOPIC_STAMP)
+    }
+
+    /// `<data>/<topic>/<p>`.
+    pub fn partition_dir(&self, topic: &str, p: i32) -> PathBuf {
+        partition_dir(&self.data, topic, p)
+    }
+
+    /// `<cluster>/cluster-id`.
+    pub fn cluster_id(&self) -> PathBuf {
+        self.cluster.join(CLUSTER_ID)
+    }
+
+    /// `<cluster>/assignment.json`.
+    pub fn assignment(&self) -> PathBuf {
+        self.cluster.join(ASSIGNMENT)
+    }
+
+    /// `<cluster>/brokers`.
+    pub fn brokers_dir(&self) -> PathBuf {
+        self.cluster.join(BROKERS_DIR)
+    }
+
+    /// `<cluster>/brokers/<id>.json`.
+    pub fn broker_record(&self, id: i32) -> PathBuf {
+        broker_record_path(&self.cluster, id)
+    }
+
+    /// `<cluster>/controller`.
+    pub fn controller_dir(&self) -> PathBuf {
+        self.cluster.join(CONTROLLER_DIR)
+    }
+
+    /// `<cluster>/controller/epoch-<n>.json`.
+    pub fn controller_epoch(&self, epoch: i32) -> PathBuf {
+        self.controller_dir().join(controller_epoch(epoch))
+    }
+
+    /// `<cluster>/producer-ids`.
+    pub fn producer_ids_dir(&self) -> PathBuf {
+        self.cluster.join(PRODUCER_IDS_DIR)
+    }
+
+    /// `<cluster>/producer-ids/block-<n>.json`.
+    pub fn producer_id_block(&self, block: i64) -> PathBuf {
+        self.producer_ids_dir().join(producer_id_block(block))
+    }
+}
+
+/// `<data>/__cluster`: where the cluster directory lives unless configured.
+pub fn default_cluster_dir(data: &Path) -> PathBuf {
+    data.join(CLUSTER_DIR)
+}
+
+/// `<data>/<topic>/<p>`.
+pub fn partition_dir(data: &Path, topic: &str, p: i32) -> PathBuf {
+    data.join(topic).join(partition(p))
+}
+
+/// `<cluster>/brokers/<id>.json`, for code that holds only the cluster dir.
+pub fn broker_record_path(cluster: &Path, id: i32) -> PathBuf {
+    cluster.join(BROKERS_DIR).join(broker_record(id))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segment_names_round_trip() {
+        assert_eq!(segment_log(42, 3), "00000000000000000042-e3.log");
+        for kind in [SegmentKind::Log, SegmentKind::Index, SegmentKind::TimeIndex] {
+            let n = segment_file(42, 3, kind);
+            assert_eq!(parse_segment(&n), Some((42, 3, kind)), "{n}");
+        }
+        assert_eq!(
+            segment_timeindex(i64::MAX, i32::MAX),
+            format!("{}.timeindex", segment_stem(i64::MAX, i32::MAX))
+        );
+        assert_eq!(
+            parse_segment(&segment_index(0, 0)),
+            Some((0, 0, SegmentKind::Index))
+        );
+        // Not segments, or not a kind we write.
+        assert_eq!(parse_segment("manifest-e1.json"), None);
+        assert_eq!(parse_segment(&leader_claim(1)), None);
+        assert_eq!(parse_segment("00000000000000000042-e3.swp"), None);
+        assert_eq!(
+            parse_segment_any("00000000000000000042-e3.swp"),
+            Some((42, 3, "swp"))
+        );
+        assert_eq!(parse_segment(&temp(&segment_log(1, 1), 7)), None);
+    }
+
+    #[test]
+    fn epoch_names_round_trip() {
+        for e in [0, 1, 7, i32::MAX] {
+            assert_eq!(parse_manifest(&manifest(e)), Some(e));
+            assert_eq!(parse_leader_claim(&leader_claim(e)), Some(e));
+            assert_eq!(parse_controller_epoch(&controller_epoch(e)), Some(e));
+        }
+        assert_eq!(controller_epoch(2), "epoch-0000000002.json");
+        assert_eq!(leader_claim(2), "leader-e2.claim");
+        assert_eq!(manifest(2), "manifest-e2.json");
+        assert_eq!(parse_manifest(&leader_claim(2)), None);
+        assert_eq!(parse_leader_claim(&manifest(2)), None);
+        assert_eq!(parse_manifest(&temp(&manifest(2), 1)), None);
+    }
+
+    #[test]
+    fn cluster_names_round_trip() {
+        for b in [0, 3, i64::MAX] {
+            assert_eq!(parse_producer_id_block(&producer_id_block(b)), Some(b));
+        }
+        assert_eq!(producer_id_block(3), "block-000000000003.json");
+        for id in [0, 1, 42] {
+            assert_eq!(parse_broker_record(&broker_record(id)), Some(id));
+        }
+        assert_eq!(parse_broker_record(&temp(&broker_record(1), 9)), None);
+        assert_eq!(parse_partition(&partition(12)), Some(12));
+    }
+
+    #[test]
+    fn topic_names_are_recognised() {
+        let id = "00000000-0000-0000-0000-000000000001";
+        assert!(is_deleted_topic(&deleted_topic("t", id)));
+        assert!(is_creating_topic(&creating_topic("t", id)));
+        assert!(!is_deleted_topic(&creating_topic("t", id)));
+        assert!(is_temp(&temp(TOPIC_STAMP, 1)));
+        for n in [TOPIC_STAMP, CLUSTER_DIR, ".x"] {
+            assert!(is_reserved_topic_name(n), "{n}");
+        }
+        assert!(!is_reserved_topic_name("orders"));
+    }
+
+    #[test]
+    fn layout_paths() {
+        let l = Layout::new("/d", None);
+        assert_eq!(l.cluster, Path::new("/d/__cluster"));
+        assert_eq!(l.partition_dir("t", 3), Path::new("/d/t/3"));
+        assert_eq!(l.topic_stamp("t"), Path::new("/d/t/.topic-id.json"));
+        assert_eq!(l.broker_record(4), Path::new("/d/__cluster/brokers/4.json"));
+        assert_eq!(
+            l.controller_epoch(2),
+            Path::new("/d/__cluster/controller/epoch-0000000002.json")
+        );
+        assert_eq!(
+            l.producer_id_block(3),
+            Path::new("/d/__cluster/producer-ids/block-000000000003.json")
+        );
+        assert_eq!(l.cluster_id(), Path::new("/d/__cluster/cluster-id"));
+        assert_eq!(l.assignment(), Path::new("/d/__cluster/assignment.json"));
+        let sep = Layout::new("/d", Some("/c".into()));
+        assert_eq!(sep.assignment(), Path::new("/c/assignment.json"));
+    }
+}

@@ -1,0 +1,20 @@
+//! Everything kaas knows about the shared volume, with no actix and no tokio
+//! in it, so that the broker and the Kubernetes operator share one copy:
+//!
+//! * [`fs`] — the filesystem seam (the only way kaas touches the volume), its
+//!   fault-injecting twin, and the read-only view handed to code that must
+//!   not write;
+//! * [`cluster_id`] — the cluster id, created once;
+//! * [`layout`] — every name on the volume and its parser;
+//! * [`identity`] — the one exclusive-create-with-identity primitive (leader
+//!   claims, controller epochs, producer-id blocks, the cluster id);
+//! * [`topic_dir`] — topic-directory operations (create, stamp, rename-aside
+//!   delete, re-driven removal);
+//! * [`substrate`] — the checker that refuses a mount breaking the contract.
+
+pub mod cluster_id;
+pub mod fs;
+pub mod identity;
+pub mod layout;
+pub mod substrate;
+pub mod topic_dir;
