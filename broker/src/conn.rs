@@ -7,7 +7,7 @@
 //! connection, which is the back-pressure from slow fsyncs to the socket.
 //! Connections never touch files.
 
-use crate::handlers;
+use crate::api::{self, Dispatched};
 use crate::state::Broker;
 use bytes::Bytes;
 use futures::future::BoxFuture;
@@ -88,10 +88,14 @@ pub async fn serve(b: Arc<Broker>, sock: TcpStream, peer: std::net::SocketAddr) 
                 }
             };
             let header = req.header;
-            let pending = handlers::dispatch(&b, &header, req.body).await;
-            let Some(fut) = pending else {
+            let fut = match api::dispatch(&b, &header, req.body).await {
+                Dispatched::Respond(fut) => fut,
                 // acks=0 produce: Kafka sends no response at all.
-                continue;
+                Dispatched::NoResponse => continue,
+                Dispatched::NotAdvertised => {
+                    tracing::warn!(%peer, api_key = header.api_key, version = header.api_version, "api not advertised; closing connection");
+                    return;
+                }
             };
             let f = async move {
                 let body = fut.await;

@@ -1,17 +1,12 @@
 //! The `kaas` binary: `kaas broker` runs a broker (standalone on a local
 //! directory by default, the same code as a cluster member on a shared
 //! volume); `kaas substrate-check` vets a mount before data goes on it.
-
-mod config;
-mod conn;
-mod dev;
-mod errors;
-mod handlers;
-mod server;
-mod state;
-mod substrate_cmd;
+//!
+//! Only argument parsing and exit codes live here; everything else is in
+//! the `kaas_broker` library (`lib.rs`).
 
 use clap::{Parser, Subcommand};
+use kaas_broker::{config, dev, server, substrate_cmd};
 
 #[derive(Parser)]
 #[command(

@@ -118,6 +118,19 @@ impl Broker {
             .cloned()
     }
 
+    /// Whether the volume has a directory for topic `name` (one another
+    /// broker may have just created, before the assignment lists it). The
+    /// probe is file I/O, so it runs on the blocking pool; a failed probe
+    /// reads as "no". Request handlers ask this instead of holding the
+    /// filesystem handle.
+    pub async fn topic_dir_exists(&self, name: &str) -> bool {
+        let fs = self.fs.clone();
+        let dir = self.args.data_dir.join(name);
+        tokio::task::spawn_blocking(move || fs.is_dir(&dir))
+            .await
+            .unwrap_or(false)
+    }
+
     /// Storage settings for a topic: its configs over the broker defaults.
     pub fn log_config(&self, t: &TopicStamp) -> LogConfig {
         let get = |k: &str| t.configs.get(k).and_then(|v| v.parse::<i64>().ok());

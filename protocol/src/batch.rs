@@ -48,6 +48,8 @@ const ATTRIBUTES_OFFSET: usize = 21;
 const MIN_BATCH_LENGTH: i32 = (BATCH_HEADER_LEN - LOG_OVERHEAD) as i32;
 
 const COMPRESSION_MASK: i16 = 0x07;
+/// Codec id of zstd in the attributes' low three bits.
+const ZSTD_CODEC: i16 = 4;
 const TIMESTAMP_TYPE_BIT: i16 = 1 << 3;
 const TRANSACTIONAL_BIT: i16 = 1 << 4;
 const CONTROL_BIT: i16 = 1 << 5;
@@ -383,6 +385,33 @@ fn validate_one(buf: &[u8], pos: usize) -> Result<BatchInfo, BatchError> {
         })?;
     }
     Ok(info)
+}
+
+/// Where the first zstd-compressed batch starts in `records` (stored
+/// batches as a fetch serves them), if any. Clients older than Fetch v10
+/// cannot read zstd (KIP-110), so the fetch path serves them only the bytes
+/// before it, or an error when it comes first.
+///
+/// Walks batch headers by batchLength without checking CRCs (the bytes were
+/// validated on produce). A trailing batch cut short by the fetch size still
+/// counts when its attributes are present; bytes too short to show them carry
+/// no decodable record and are left as they are.
+pub fn first_zstd_batch(records: &[u8]) -> Option<usize> {
+    let mut pos = 0usize;
+    while let Some(rest) = records.get(pos..) {
+        if rest.len() < ATTRIBUTES_OFFSET + 2 {
+            return None;
+        }
+        if be_i16(rest, ATTRIBUTES_OFFSET) & COMPRESSION_MASK == ZSTD_CODEC {
+            return Some(pos);
+        }
+        let batch_length = be_i32(rest, 8);
+        if batch_length < MIN_BATCH_LENGTH {
+            return None;
+        }
+        pos = pos.checked_add(LOG_OVERHEAD + batch_length as usize)?;
+    }
+    None
 }
 
 /// Writes baseOffset and partitionLeaderEpoch into the batch at the start of

@@ -36,6 +36,16 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeCluster, 0, 1),
 ];
 
+/// The lowest Produce version that may carry zstd batches: Produce v7 came
+/// with zstd (KIP-110), and Kafka refuses a zstd batch in an older request
+/// with UNSUPPORTED_COMPRESSION_TYPE.
+pub const PRODUCE_MIN_VERSION_ZSTD: i16 = 7;
+
+/// The lowest Fetch version whose client can read zstd batches (KIP-110).
+/// Below it the broker must never serve a zstd batch: Kafka answers the
+/// partition with UNSUPPORTED_COMPRESSION_TYPE instead.
+pub const FETCH_MIN_VERSION_ZSTD: i16 = 10;
+
 /// The advertised `(min, max)` for a raw api key, or `None` when kaas does not
 /// serve that api at all (whether or not kafka-protocol knows it).
 pub fn supported_range(api_key: i16) -> Option<(i16, i16)> {

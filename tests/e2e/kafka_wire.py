@@ -1,8 +1,9 @@
 """Minimal hand-rolled Kafka wire encoding for raw-socket tests.
 
 Only what the e2e tests need: request headers (v1 and flexible v2), ApiVersions,
-Produce v3 (non-flexible), ListOffsets v7 (flexible), RecordBatch v2 with
-CRC32C, and a legacy magic v1 message set. Everything is built with `struct`
+Produce v3-v7 and Fetch v4-v10 (non-flexible), ListOffsets v7 (flexible),
+RecordBatch v2 with CRC32C, a zstd frame of raw blocks, and a legacy magic v1
+message set. Everything is built with `struct`
 so the tests do not depend on any client library's encoder.
 """
 
@@ -30,6 +31,7 @@ UNKNOWN_TOPIC_OR_PARTITION = 3
 UNSUPPORTED_VERSION = 35
 INVALID_CONFIG = 40
 UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
+UNSUPPORTED_COMPRESSION_TYPE = 76
 INVALID_RECORD = 87
 
 # ---------------------------------------------------------------------------
@@ -339,8 +341,58 @@ def message_set_v1(records: list[Rec]) -> bytes:
     return out
 
 
+# RecordBatch attributes: the codec in bits 0-2.
+CODEC_ZSTD = 4
+
+
+def zstd_raw_frame(data: bytes) -> bytes:
+    """A valid zstd frame (RFC 8878) holding `data` in raw (stored) blocks,
+    so tests can build zstd batches without a zstd library. Single-segment
+    frame with an 8-byte content size, no checksum."""
+    out = struct.pack("<I", 0xFD2FB528)
+    out += bytes([0xE0])  # FCS field 8 bytes, single segment, no checksum, no dict
+    out += struct.pack("<Q", len(data))
+    max_block = 128 * 1024
+    chunks = [data[i:i + max_block] for i in range(0, len(data), max_block)] or [b""]
+    for i, chunk in enumerate(chunks):
+        last = 1 if i == len(chunks) - 1 else 0
+        header = last | (0 << 1) | (len(chunk) << 3)  # block type 0 = raw
+        out += struct.pack("<I", header)[:3] + chunk
+    return out
+
+
+def record_batch_v2_zstd(records: list[Rec], **kw) -> bytes:
+    """A RecordBatch v2 whose records are zstd-compressed (attributes codec 4)."""
+    now = int(time.time() * 1000)
+    stamps = [r.timestamp if r.timestamp is not None else now for r in records]
+    base_ts = min(stamps)
+    max_ts = max(stamps)
+    recs = b"".join(_record(r, i, ts - base_ts) for i, (r, ts) in enumerate(zip(records, stamps)))
+    attributes = kw.get("attributes", 0) | CODEC_ZSTD
+    after_crc = (i16(attributes) + i32(len(records) - 1) + i64(base_ts) + i64(max_ts)
+                 + i64(-1) + i16(-1) + i32(-1)
+                 + i32(len(records)) + zstd_raw_frame(recs))
+    rest = i32(-1) + i8(2) + struct.pack(">I", crc32c(after_crc)) + after_crc
+    return i64(0) + i32(len(rest)) + rest
+
+
+def batch_codecs(records: bytes) -> list[int]:
+    """The codec (attributes bits 0-2) of every complete batch in `records`."""
+    out = []
+    pos = 0
+    while pos + 61 <= len(records):
+        (length,) = struct.unpack(">i", records[pos + 8:pos + 12])
+        if pos + 12 + length > len(records):
+            break
+        (attributes,) = struct.unpack(">h", records[pos + 21:pos + 23])
+        out.append(attributes & 0x07)
+        pos += 12 + length
+    return out
+
+
 # ---------------------------------------------------------------------------
-# Produce v3
+# Produce v3-v7 (the request body is the same; v5 adds log_start_offset to
+# the response)
 # ---------------------------------------------------------------------------
 
 
@@ -353,14 +405,17 @@ class ProducePartitionResult:
 
 
 def produce_request_v3(correlation_id: int, topic: str, partition: int,
-                       records: bytes, acks: int = -1, timeout_ms: int = 10000) -> bytes:
+                       records: bytes, acks: int = -1, timeout_ms: int = 10000,
+                       version: int = 3) -> bytes:
+    assert 3 <= version <= 7, version
     body = (string(None) + i16(acks) + i32(timeout_ms)
             + i32(1) + string(topic)
             + i32(1) + i32(partition) + kbytes(records))
-    return request_header(PRODUCE, 3, correlation_id) + body
+    return request_header(PRODUCE, version, correlation_id) + body
 
 
-def parse_produce_response_v3(resp: bytes) -> tuple[int, list[ProducePartitionResult]]:
+def parse_produce_response_v3(resp: bytes, version: int = 3
+                              ) -> tuple[int, list[ProducePartitionResult]]:
     r = Reader(resp)
     cid = r.i32()
     out = []
@@ -371,17 +426,89 @@ def parse_produce_response_v3(resp: bytes) -> tuple[int, list[ProducePartitionRe
             err = r.i16()
             base = r.i64()
             r.i64()  # log_append_time_ms
+            if version >= 5:
+                r.i64()  # log_start_offset
             out.append(ProducePartitionResult(name, p, err, base))
     r.i32()  # throttle_time_ms
     return cid, out
 
 
 def produce_raw(addr: tuple[str, int], topic: str, partition: int, records: bytes,
-                acks: int = -1) -> ProducePartitionResult:
+                acks: int = -1, version: int = 3) -> ProducePartitionResult:
     with connect(addr) as s:
         cid, results = parse_produce_response_v3(
-            roundtrip(s, produce_request_v3(7, topic, partition, records, acks)))
+            roundtrip(s, produce_request_v3(7, topic, partition, records, acks,
+                                            version=version)), version)
     assert cid == 7, f"correlation id mismatch: {cid}"
+    assert len(results) == 1, results
+    return results[0]
+
+
+# ---------------------------------------------------------------------------
+# Fetch v4-v10 (non-flexible)
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class FetchResult:
+    partition: int
+    error_code: int
+    high_watermark: int
+    records: bytes
+
+
+def fetch_request(correlation_id: int, version: int, topic: str, partition: int,
+                  offset: int, max_bytes: int = 1 << 20, max_wait_ms: int = 0) -> bytes:
+    assert 4 <= version <= 10, version
+    part = i32(partition)
+    if version >= 9:
+        part += i32(-1)  # current_leader_epoch: not known
+    part += i64(offset)
+    if version >= 5:
+        part += i64(-1)  # log_start_offset (followers only)
+    part += i32(max_bytes)
+    body = i32(-1) + i32(max_wait_ms) + i32(1) + i32(max_bytes) + i8(0)
+    if version >= 7:
+        body += i32(0) + i32(-1)  # no fetch session
+    body += i32(1) + string(topic) + i32(1) + part
+    if version >= 7:
+        body += i32(0)  # forgotten_topics_data
+    return request_header(FETCH, version, correlation_id) + body
+
+
+def parse_fetch_response(resp: bytes, version: int) -> tuple[int, list[FetchResult]]:
+    r = Reader(resp)
+    cid = r.i32()
+    r.i32()  # throttle_time_ms
+    if version >= 7:
+        top_err = r.i16()
+        assert top_err == 0, f"fetch top-level error {top_err}"
+        r.i32()  # session_id
+    out = []
+    for _ in range(r.i32()):
+        r.string()
+        for _ in range(r.i32()):
+            p = r.i32()
+            err = r.i16()
+            hw = r.i64()
+            r.i64()  # last_stable_offset
+            if version >= 5:
+                r.i64()  # log_start_offset
+            for _ in range(max(r.i32(), 0)):  # aborted_transactions
+                r.i64()
+                r.i64()
+            n = r.i32()
+            recs = b"" if n < 0 else r.take(n)
+            out.append(FetchResult(p, err, hw, recs))
+    return cid, out
+
+
+def fetch_raw(addr: tuple[str, int], version: int, topic: str, partition: int,
+              offset: int) -> FetchResult:
+    with connect(addr) as s:
+        cid, results = parse_fetch_response(
+            roundtrip(s, fetch_request(13, version, topic, partition, offset)), version)
+    assert cid == 13, f"correlation id mismatch: {cid}"
     assert len(results) == 1, results
     return results[0]
 

@@ -338,3 +338,34 @@ fn decompression_bombs_hit_the_limit() {
         4 * limit
     );
 }
+
+#[test]
+fn first_zstd_batch_finds_the_cut() {
+    let plain = batch(2);
+    let gzip = batch_with(2, Compression::Gzip).freeze();
+    let zstd = batch_with(3, Compression::Zstd).freeze();
+    assert_eq!(first_zstd_batch(&[]), None);
+    assert_eq!(first_zstd_batch(&plain), None);
+    assert_eq!(first_zstd_batch(&zstd), Some(0));
+    let mut all = BytesMut::new();
+    all.extend_from_slice(&plain);
+    all.extend_from_slice(&gzip);
+    assert_eq!(first_zstd_batch(&all), None);
+    all.extend_from_slice(&zstd);
+    all.extend_from_slice(&plain);
+    assert_eq!(first_zstd_batch(&all), Some(plain.len() + gzip.len()));
+    // A zstd batch cut short by the fetch size still counts once its
+    // attributes are there; fewer bytes cannot be decoded as anything.
+    let cut = plain.len() + gzip.len() + 23;
+    assert_eq!(
+        first_zstd_batch(&all[..cut]),
+        Some(plain.len() + gzip.len())
+    );
+    assert_eq!(first_zstd_batch(&all[..cut - 1]), None);
+    // Garbage lengths end the walk instead of looping or panicking.
+    let mut bad = plain.to_vec();
+    bad[8..12].copy_from_slice(&i32::MAX.to_be_bytes());
+    assert_eq!(first_zstd_batch(&bad), None);
+    bad[8..12].copy_from_slice(&(-5i32).to_be_bytes());
+    assert_eq!(first_zstd_batch(&bad), None);
+}

@@ -1,0 +1,178 @@
+//! The one error type handlers answer with, and the one place internal
+//! errors become Kafka error codes.
+//!
+//! [`ApiError`] wraps the vendored kafka-protocol crate's
+//! [`ResponseError`], whose table is the protocol's own (code, name,
+//! retriable), so no code is written by hand here. Every conversion from an
+//! internal error (`PartitionError`, `ReadError`, `TopicError`, a lookup
+//! miss, a mailbox or blocking-task failure) is a `From` impl or a named
+//! constructor in this file: the same failure maps to the same code in every
+//! API.
+//!
+//! Architecture invariant: only `broker/src/api` maps errors to Kafka codes;
+//! `actors` and `protocol` return typed errors (the one exception,
+//! `BatchError::kafka_error_code`, is the batch validator's own table and is
+//! routed through here too).
+//!
+//! Mailbox and task failures, chosen once:
+//! * a partition leader whose mailbox is gone (or that dropped an append's
+//!   durability ticket) has stopped or moved: NOT_LEADER_OR_FOLLOWER, which
+//!   tells a client to refresh metadata and retry — nothing was acknowledged;
+//! * a blocking-pool task that failed (panicked or was cancelled) is a
+//!   storage-side failure of this broker: KAFKA_STORAGE_ERROR (retriable);
+//! * the topic catalog's mailbox gone means the single writer of topic
+//!   directories stopped mid-operation, whose effect on the volume is
+//!   unknown: KAFKA_STORAGE_ERROR, not a leadership change.
+
+use crate::state::LookupError;
+use kaas_actors::partition::messages::PartitionError;
+use kaas_actors::partition::reader::ReadError;
+use kaas_actors::topic::TopicError;
+use kaas_protocol::kafka_protocol::ResponseError;
+use kaas_protocol::BatchError;
+
+/// Error code 0: no error.
+pub const NONE: i16 = 0;
+
+/// A Kafka error a handler answers with (never "no error").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ApiError(pub ResponseError);
+
+impl ApiError {
+    /// The wire code.
+    pub const fn code(self) -> i16 {
+        self.0.code()
+    }
+
+    /// A partition leader's mailbox is gone, or it dropped the durability
+    /// ticket of an append: the leader stopped or moved.
+    pub const fn leader_gone() -> Self {
+        Self(ResponseError::NotLeaderOrFollower)
+    }
+
+    /// A task on the blocking pool failed (panicked or was cancelled).
+    pub const fn blocking_task_failed() -> Self {
+        Self(ResponseError::KafkaStorageError)
+    }
+
+    /// The topic catalog's mailbox is gone (see the module docs).
+    pub const fn catalog_gone() -> Self {
+        Self(ResponseError::KafkaStorageError)
+    }
+}
+
+impl From<ResponseError> for ApiError {
+    fn from(e: ResponseError) -> Self {
+        Self(e)
+    }
+}
+
+impl From<&PartitionError> for ApiError {
+    fn from(e: &PartitionError) -> Self {
+        Self(match e {
+            PartitionError::Storage(_) => ResponseError::KafkaStorageError,
+            PartitionError::NotLeader(_) => ResponseError::NotLeaderOrFollower,
+            PartitionError::TooLarge => ResponseError::RecordListTooLarge,
+        })
+    }
+}
+
+impl From<&ReadError> for ApiError {
+    fn from(e: &ReadError) -> Self {
+        Self(match e {
+            ReadError::OutOfRange { .. } => ResponseError::OffsetOutOfRange,
+            ReadError::Io(_) => ResponseError::KafkaStorageError,
+        })
+    }
+}
+
+impl From<&TopicError> for ApiError {
+    fn from(e: &TopicError) -> Self {
+        Self(match e {
+            TopicError::AlreadyExists(_) => ResponseError::TopicAlreadyExists,
+            TopicError::Unknown(_) => ResponseError::UnknownTopicOrPartition,
+            TopicError::InvalidName(..) => ResponseError::InvalidTopicException,
+            TopicError::InvalidPartitions(_) => ResponseError::InvalidPartitions,
+            TopicError::InvalidConfig(_) => ResponseError::InvalidConfig,
+            TopicError::Storage(_) => ResponseError::KafkaStorageError,
+        })
+    }
+}
+
+impl From<LookupError> for ApiError {
+    fn from(e: LookupError) -> Self {
+        Self(match e {
+            LookupError::Unknown => ResponseError::UnknownTopicOrPartition,
+            LookupError::NotLeader => ResponseError::NotLeaderOrFollower,
+        })
+    }
+}
+
+impl From<&BatchError> for ApiError {
+    fn from(e: &BatchError) -> Self {
+        // The validator keeps its own small table (protocol stays free of
+        // the broker's error type); it is a subset of the crate's codes.
+        Self(
+            ResponseError::try_from_code(e.kafka_error_code())
+                .unwrap_or(ResponseError::InvalidRecord),
+        )
+    }
+}
+
+/// The code for a result: 0 on success.
+pub fn code_of<T>(r: &Result<T, ApiError>) -> i16 {
+    match r {
+        Ok(_) => NONE,
+        Err(e) => e.code(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_are_the_protocols() {
+        assert_eq!(ApiError::leader_gone().code(), 6);
+        assert_eq!(ApiError::blocking_task_failed().code(), 56);
+        assert_eq!(ApiError::catalog_gone().code(), 56);
+        assert_eq!(ApiError::from(LookupError::Unknown).code(), 3);
+        assert_eq!(ApiError::from(LookupError::NotLeader).code(), 6);
+        assert_eq!(ApiError::from(&PartitionError::TooLarge).code(), 18);
+        assert_eq!(
+            ApiError::from(&PartitionError::Storage("x".into())).code(),
+            56
+        );
+        assert_eq!(
+            ApiError::from(&ReadError::OutOfRange {
+                offset: 9,
+                start: 0,
+                hw: 1
+            })
+            .code(),
+            1
+        );
+        assert_eq!(
+            ApiError::from(&TopicError::InvalidConfig("x".into())).code(),
+            40
+        );
+        assert_eq!(
+            ApiError::from(&TopicError::InvalidName("x".into(), "y")).code(),
+            17
+        );
+        assert_eq!(ApiError::from(&BatchError::Corrupt("x".into())).code(), 2);
+        assert_eq!(ApiError::from(&BatchError::UnsupportedMagic(1)).code(), 43);
+        assert_eq!(ApiError::from(&BatchError::Empty).code(), 87);
+    }
+
+    /// A leader's mailbox failure is the same code whichever API met it.
+    #[test]
+    fn leader_gone_is_not_leader_like_a_lookup_miss() {
+        assert_eq!(
+            ApiError::leader_gone(),
+            ApiError::from(LookupError::NotLeader)
+        );
+        assert!(ApiError::leader_gone().0.is_retriable());
+        assert!(ApiError::blocking_task_failed().0.is_retriable());
+    }
+}

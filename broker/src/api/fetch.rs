@@ -1,0 +1,249 @@
+//! Fetch (key 1): durable bytes from each partition's reader, on the
+//! blocking pool, with a long poll on the high watermarks. Nothing read by a
+//! broker whose lease lapsed meanwhile is served.
+//!
+//! Version rules handled here: topics by id from v13; `log_start_offset`
+//! from v5; below v10 a client cannot read zstd (KIP-110), so zstd batches
+//! are never served to it: the bytes before the first zstd batch are, and a
+//! partition whose next batch is zstd answers UNSUPPORTED_COMPRESSION_TYPE.
+
+use super::error::{ApiError, NONE};
+use super::{locate_reader, Reply, TopicRef};
+use crate::state::Broker;
+use bytes::Bytes;
+use futures::FutureExt;
+use kaas_actors::partition::leader::PartitionHandle;
+use kaas_actors::partition::reader::PartitionReader;
+use kaas_protocol::kafka_protocol::messages::fetch_response::{
+    FetchableTopicResponse, PartitionData,
+};
+use kaas_protocol::kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse};
+use kaas_protocol::kafka_protocol::ResponseError;
+use kaas_protocol::{first_zstd_batch, FETCH_MIN_VERSION_ZSTD};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Broker-side cap on one fetch response (Kafka's fetch.max.bytes default
+/// is 55 MiB): a client asking for i32::MAX must not make us read a segment.
+const FETCH_MAX_BYTES: usize = 64 << 20;
+
+struct FetchItem {
+    topic_idx: usize,
+    partition: i32,
+    offset: i64,
+    max: usize,
+    target: Result<(PartitionHandle, PartitionReader), ApiError>,
+}
+
+/// Everything runs in the completion phase: a fetch enqueues nothing.
+pub async fn handle(b: &Arc<Broker>, v: i16, r: FetchRequest) -> Reply<FetchResponse> {
+    let b = b.clone();
+    Reply::Later(async move { fetch(&b, r, v).await }.boxed())
+}
+
+/// The bytes of `records` a client at fetch version `v` may be served: all
+/// of them from v10; below, those before the first zstd batch, or
+/// UNSUPPORTED_COMPRESSION_TYPE when the first batch is zstd.
+fn servable(records: Bytes, v: i16) -> Result<Bytes, ApiError> {
+    if v >= FETCH_MIN_VERSION_ZSTD {
+        return Ok(records);
+    }
+    match first_zstd_batch(&records) {
+        None => Ok(records),
+        Some(0) => Err(ResponseError::UnsupportedCompressionType.into()),
+        Some(cut) => Ok(records.slice(..cut)),
+    }
+}
+
+/// Blank what version `v` does not carry.
+fn for_version(p: &mut PartitionData, v: i16) {
+    if v < 5 {
+        p.log_start_offset = -1;
+    }
+}
+
+async fn fetch(b: &Arc<Broker>, r: FetchRequest, v: i16) -> FetchResponse {
+    let mut resp = FetchResponse::default();
+    let mut items = Vec::new();
+    for (ti, ft) in r.topics.iter().enumerate() {
+        let mut tr = FetchableTopicResponse::default();
+        tr.topic = ft.topic.clone();
+        tr.topic_id = ft.topic_id;
+        let topic = TopicRef::pick(v >= 13, &ft.topic.0, ft.topic_id);
+        for fp in &ft.partitions {
+            let target = locate_reader(b, topic, fp.partition, fp.current_leader_epoch).await;
+            items.push(FetchItem {
+                topic_idx: ti,
+                partition: fp.partition,
+                offset: fp.fetch_offset,
+                max: fp.partition_max_bytes.max(0) as usize,
+                target,
+            });
+        }
+        resp.responses.push(tr);
+    }
+    let max_total = if r.max_bytes > 0 {
+        (r.max_bytes as usize).min(FETCH_MAX_BYTES)
+    } else {
+        FETCH_MAX_BYTES
+    };
+    let deadline = Instant::now() + Duration::from_millis(r.max_wait_ms.max(0) as u64);
+    let items = Arc::new(items);
+    loop {
+        let work = items.clone();
+        let read = tokio::task::spawn_blocking(move || read_items(&work, max_total, v)).await;
+        // Serve nothing read by a broker whose lease lapsed meanwhile (a
+        // long poll spans many reads): another broker may lead by now, and
+        // bytes past its seal must never reach a client.
+        let lapsed = !b.shared.lease.valid();
+        let all_failed = |e: ApiError| {
+            items
+                .iter()
+                .map(|i| {
+                    let mut p = PartitionData::default();
+                    p.partition_index = i.partition;
+                    p.error_code = e.code();
+                    (i.topic_idx, p)
+                })
+                .collect()
+        };
+        let parts = match read {
+            Ok(p) if !lapsed => p,
+            Ok(_) => all_failed(ResponseError::NotLeaderOrFollower.into()),
+            Err(_) => all_failed(ApiError::blocking_task_failed()),
+        };
+        let any_error = parts.iter().any(|(_, p)| p.error_code != NONE);
+        let total: usize = parts
+            .iter()
+            .map(|(_, p)| p.records.as_ref().map(|x| x.len()).unwrap_or(0))
+            .sum();
+        let now = Instant::now();
+        if total >= r.min_bytes.max(0) as usize || now >= deadline || parts.is_empty() || any_error
+        {
+            for (ti, p) in parts {
+                resp.responses[ti].partitions.push(p);
+            }
+            let fetched = total as u64;
+            kaas_actors::telemetry::global()
+                .fetch_bytes
+                .fetch_add(fetched, std::sync::atomic::Ordering::Relaxed);
+            return resp;
+        }
+        // Long poll: wait for any partition's high watermark to move.
+        let mut watches: Vec<_> = items
+            .iter()
+            .filter_map(|i| i.target.as_ref().ok().map(|(h, _)| h.hw.clone()))
+            .collect();
+        for w in watches.iter_mut() {
+            w.borrow_and_update();
+        }
+        let any = futures::future::select_all(
+            watches
+                .into_iter()
+                .map(|mut w| async move { w.changed().await }.boxed()),
+        );
+        let _ = tokio::time::timeout(deadline - now, any).await;
+    }
+}
+
+fn read_items(items: &[FetchItem], max_total: usize, version: i16) -> Vec<(usize, PartitionData)> {
+    let mut out = Vec::with_capacity(items.len());
+    let mut budget = max_total;
+    for it in items {
+        let mut p = PartitionData::default();
+        p.partition_index = it.partition;
+        p.high_watermark = -1;
+        p.last_stable_offset = -1;
+        p.log_start_offset = -1;
+        p.preferred_read_replica = BrokerId(-1);
+        p.aborted_transactions = Some(Vec::new());
+        let offsets_only = |p: &mut PartitionData, reader: &PartitionReader| {
+            let (start, hw, _) = reader.offsets();
+            p.high_watermark = hw;
+            p.last_stable_offset = hw;
+            p.log_start_offset = start;
+            p.records = Some(Bytes::new());
+        };
+        match &it.target {
+            Err(e) => p.error_code = e.code(),
+            Ok((_, reader)) if budget == 0 => {
+                // Budget spent: only the first partition with data may
+                // overshoot (KIP-74). Report offsets, no records.
+                offsets_only(&mut p, reader);
+            }
+            Ok((_, reader)) => {
+                // The first partition with data may exceed the request's
+                // max_bytes by one batch (KIP-74); later ones fit the budget.
+                let want = it.max.min(budget).min(FETCH_MAX_BYTES);
+                match reader
+                    .read(it.offset, want)
+                    .map_err(|e| ApiError::from(&e))
+                    .and_then(|res| Ok((servable(res.records.clone(), version)?, res)))
+                {
+                    Ok((records, res)) => {
+                        p.high_watermark = res.high_watermark;
+                        p.last_stable_offset = res.high_watermark;
+                        p.log_start_offset = res.log_start_offset;
+                        budget = budget.saturating_sub(records.len());
+                        p.records = Some(records);
+                    }
+                    Err(e) => {
+                        offsets_only(&mut p, reader);
+                        p.error_code = e.code();
+                    }
+                }
+            }
+        }
+        for_version(&mut p, version);
+        out.push((it.topic_idx, p));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A header-only batch (61 bytes) with `codec` in its attributes.
+    fn batch(codec: i16) -> Vec<u8> {
+        let mut b = vec![0u8; 61];
+        b[8..12].copy_from_slice(&49i32.to_be_bytes());
+        b[16] = 2;
+        b[21..23].copy_from_slice(&codec.to_be_bytes());
+        b
+    }
+
+    #[test]
+    fn no_zstd_below_v10() {
+        let plain = batch(0);
+        let zstd = batch(4);
+        let mixed = Bytes::from([plain.clone(), zstd.clone()].concat());
+        // Below v10: the prefix before the zstd batch, or the error first.
+        for v in 4..10 {
+            assert_eq!(
+                servable(mixed.clone(), v).unwrap(),
+                Bytes::from(plain.clone())
+            );
+            assert_eq!(
+                servable(Bytes::from(zstd.clone()), v).unwrap_err().code(),
+                76,
+                "v{v}"
+            );
+        }
+        // From v10: everything.
+        for v in 10..=18 {
+            assert_eq!(servable(mixed.clone(), v).unwrap(), mixed);
+        }
+        assert_eq!(servable(Bytes::new(), 4).unwrap(), Bytes::new());
+    }
+
+    #[test]
+    fn log_start_offset_from_v5() {
+        let mut p = PartitionData::default();
+        p.log_start_offset = 7;
+        for_version(&mut p, 5);
+        assert_eq!(p.log_start_offset, 7);
+        for_version(&mut p, 4);
+        assert_eq!(p.log_start_offset, -1);
+    }
+}

@@ -1,0 +1,328 @@
+//! Request handling: one module per Kafka API, one route table, one error
+//! type.
+//!
+//! Each API module holds its handler (`handle`), the version-specific field
+//! handling of its response as pure functions, and their unit tests. Adding
+//! an API is one new module plus one line in [`routes!`] below (and its entry
+//! in `kaas_protocol::versions::SUPPORTED`): a compile-time assertion ties
+//! the route table to the advertised table, so an advertised API without a
+//! handler does not build, and a request for an API we do not advertise
+//! closes the connection, as Kafka does.
+//!
+//! Grouping for the APIs to come: topic administration lives in `admin/`;
+//! consumer-group APIs (FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
+//! LeaveGroup, OffsetCommit, OffsetFetch, ...) go in `group/`, transaction
+//! APIs (AddPartitionsToTxn, EndTxn, TxnOffsetCommit, ...) in `txn/`.
+//!
+//! Handlers run in two phases so pipelined requests keep their order: the
+//! dispatch phase runs inline on the connection (it enqueues appends in
+//! request order) and returns a future for the rest (waiting for fsync,
+//! long-polling a fetch), which the connection resolves in order.
+//!
+//! Architecture invariant: only this module tree maps errors to Kafka codes
+//! (see [`error`]); handlers hold no filesystem handle.
+
+pub mod admin;
+pub mod api_versions;
+pub mod describe_cluster;
+pub mod error;
+pub mod fetch;
+pub mod init_producer_id;
+pub mod list_offsets;
+pub mod metadata;
+pub mod offset_for_leader_epoch;
+pub mod produce;
+
+use crate::state::Broker;
+use error::ApiError;
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use kaas_actors::partition::leader::PartitionHandle;
+use kaas_actors::partition::reader::PartitionReader;
+use kaas_protocol::kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
+use kaas_protocol::kafka_protocol::protocol::StrBytes;
+use kaas_protocol::kafka_protocol::ResponseError;
+use kaas_protocol::{RequestHeader, SUPPORTED};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use uuid::Uuid;
+
+/// What a handler's dispatch phase produced.
+pub enum Reply<T> {
+    /// The response is ready.
+    Now(T),
+    /// The response resolves later (fsync, long poll); the connection
+    /// awaits it in request order.
+    Later(BoxFuture<'static, T>),
+    /// No response at all: only Produce with acks=0.
+    Nothing,
+}
+
+impl<T: Send + 'static> Reply<T> {
+    fn into_dispatched(self, kind: fn(T) -> ResponseKind) -> Dispatched {
+        match self {
+            Reply::Now(t) => Dispatched::Respond(futures::future::ready(kind(t)).boxed()),
+            Reply::Later(f) => Dispatched::Respond(f.map(kind).boxed()),
+            Reply::Nothing => Dispatched::NoResponse,
+        }
+    }
+}
+
+/// What the connection does with one request.
+pub enum Dispatched {
+    /// Write this response once it resolves, in request order.
+    Respond(BoxFuture<'static, ResponseKind>),
+    /// acks=0 produce: Kafka sends nothing.
+    NoResponse,
+    /// Not an API we advertise: close the connection, as Kafka does.
+    NotAdvertised,
+}
+
+/// The route table. Each line maps a `RequestKind`/`ApiKey` variant to its
+/// module's `handle(&Arc<Broker>, version, request) -> Reply<Response>`;
+/// the response is wrapped in the `ResponseKind` variant of the same name.
+macro_rules! routes {
+    ($($key:ident => $handler:path),* $(,)?) => {
+        /// Every API with a handler, in table order.
+        pub const ROUTED: &[ApiKey] = &[$(ApiKey::$key),*];
+
+        async fn route(b: &Arc<Broker>, v: i16, body: RequestKind) -> Dispatched {
+            match body {
+                $(RequestKind::$key(r) => $handler(b, v, r).await.into_dispatched(ResponseKind::$key),)*
+                _ => Dispatched::NotAdvertised,
+            }
+        }
+    };
+}
+
+routes! {
+    Produce => produce::handle,
+    Fetch => fetch::handle,
+    ListOffsets => list_offsets::handle,
+    Metadata => metadata::handle,
+    ApiVersions => api_versions::handle,
+    CreateTopics => admin::create_topics::handle,
+    DeleteTopics => admin::delete_topics::handle,
+    InitProducerId => init_producer_id::handle,
+    OffsetForLeaderEpoch => offset_for_leader_epoch::handle,
+    DescribeConfigs => admin::describe_configs::handle,
+    DescribeCluster => describe_cluster::handle,
+}
+
+/// Whether `routed` has exactly the api keys of `advertised` (no more, no
+/// fewer), as a `const fn` so the check runs at compile time.
+const fn same_keys(advertised: &[(ApiKey, i16, i16)], routed: &[ApiKey]) -> bool {
+    if advertised.len() != routed.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < advertised.len() {
+        let mut found = false;
+        let mut j = 0;
+        while j < routed.len() {
+            if advertised[i].0 as i16 == routed[j] as i16 {
+                found = true;
+            }
+            j += 1;
+        }
+        if !found {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+// An advertised API without a handler would leave clients waiting forever;
+// a handler for an API we do not advertise is dead code. Neither builds.
+const _: () = assert!(
+    same_keys(SUPPORTED, ROUTED),
+    "api::ROUTED and versions::SUPPORTED must list the same APIs"
+);
+
+/// Route one request: run its dispatch phase inline.
+pub async fn dispatch(b: &Arc<Broker>, h: &RequestHeader, body: RequestKind) -> Dispatched {
+    // parse_request already refuses these; checked again so the rule does
+    // not depend on the caller.
+    if !kaas_protocol::versions::is_supported(h.api_key, h.api_version) {
+        return Dispatched::NotAdvertised;
+    }
+    route(b, h.api_version, body).await
+}
+
+/// A protocol string.
+pub(crate) fn s(x: &str) -> StrBytes {
+    StrBytes::from_string(x.to_owned())
+}
+
+/// How a request names a topic: by name, or by id (Produce v13, Fetch v13+).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum TopicRef<'a> {
+    Name(&'a str),
+    Id(Uuid),
+}
+
+impl<'a> TopicRef<'a> {
+    /// The id when `by_id` (the request version addresses topics by id),
+    /// else the name.
+    pub(crate) fn pick(by_id: bool, name: &'a str, id: Uuid) -> Self {
+        if by_id {
+            TopicRef::Id(id)
+        } else {
+            TopicRef::Name(name)
+        }
+    }
+
+    fn resolve(self, b: &Broker) -> Result<String, ApiError> {
+        match self {
+            TopicRef::Name(n) => Ok(n.to_owned()),
+            TopicRef::Id(id) => b
+                .topic_by_id(&id)
+                .map(|t| t.name)
+                .ok_or(ApiError(ResponseError::UnknownTopicId)),
+        }
+    }
+}
+
+/// KIP-320: compare the client's view of the leader epoch (`current`, -1
+/// when the client sends none) with the epoch the assignment granted
+/// (`granted`, `None` when the assignment does not list the partition: the
+/// lookup that follows reports it unknown).
+pub(crate) fn check_epoch(granted: Option<i32>, current: i32) -> Result<(), ApiError> {
+    match granted {
+        Some(g) if current >= 0 && current < g => Err(ResponseError::FencedLeaderEpoch.into()),
+        Some(g) if current >= 0 && current > g => Err(ResponseError::UnknownLeaderEpoch.into()),
+        _ => Ok(()),
+    }
+}
+
+/// A partition this broker leads, found for a request.
+pub(crate) struct Located {
+    /// The topic's name (resolved from its id if the request used one).
+    pub name: String,
+    /// The leader.
+    pub handle: PartitionHandle,
+}
+
+/// The steps every partition-addressed API shares: resolve the topic by
+/// name or id, check the client's leader epoch (KIP-320; pass -1 for APIs
+/// without one), and find this broker's leader of the partition.
+pub(crate) fn locate(
+    b: &Broker,
+    topic: TopicRef<'_>,
+    partition: i32,
+    current_epoch: i32,
+) -> Result<Located, ApiError> {
+    let name = topic.resolve(b)?;
+    check_epoch(b.entry(&name, partition).map(|e| e.epoch), current_epoch)?;
+    let handle = b.partition(&name, partition)?.handle;
+    Ok(Located { name, handle })
+}
+
+/// [`locate`], then the partition's reader, waiting (bounded) for a leader
+/// that is still opening its files.
+pub(crate) async fn locate_reader(
+    b: &Broker,
+    topic: TopicRef<'_>,
+    partition: i32,
+    current_epoch: i32,
+) -> Result<(PartitionHandle, PartitionReader), ApiError> {
+    let h = locate(b, topic, partition, current_epoch)?.handle;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut hw = h.hw.clone();
+    loop {
+        let reader = h.reader.read().unwrap().clone();
+        if let Some(r) = reader {
+            return Ok((h, r));
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || tokio::time::timeout(left, hw.changed()).await.is_err() {
+            return Err(ResponseError::NotLeaderOrFollower.into());
+        }
+    }
+}
+
+/// Brokers to advertise (the assignment's live brokers; before the first
+/// assignment, just this one) and the controller id.
+pub(crate) fn live_brokers(b: &Broker) -> (Vec<(i32, String, i32)>, i32) {
+    let a = b.assignment();
+    let mut v: Vec<(i32, String, i32)> = a
+        .brokers
+        .iter()
+        .map(|x| (x.id, x.host.clone(), x.port))
+        .collect();
+    if !v.iter().any(|x| x.0 == b.args.broker_id) {
+        let (host, port) = b.args.advertised();
+        v.push((b.args.broker_id, host, port));
+    }
+    let controller = if a.version == 0 { -1 } else { a.controller_id };
+    (v, controller)
+}
+
+/// After a create: the controller picks the topic up from the volume; wait
+/// (bounded) until this broker's metadata shows it with every partition
+/// led, so a client's next request finds a leader.
+pub(crate) async fn await_topic_ready(b: &Broker, name: &str, id: Uuid, timeout: Duration) -> bool {
+    if let Some(c) = b.controller.get() {
+        c.do_send(kaas_actors::cluster::controller::Poke);
+    }
+    let deadline = Instant::now() + timeout;
+    loop {
+        let a = b.assignment();
+        if let Some(t) = a.topics.get(name) {
+            if t.topic_id == id && t.partitions.iter().all(|e| e.leader >= 0) {
+                return true;
+            }
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_advertised_api_has_a_route_and_no_more() {
+        assert!(same_keys(SUPPORTED, ROUTED));
+        for (k, _, _) in SUPPORTED {
+            assert_eq!(
+                ROUTED.iter().filter(|r| *r == k).count(),
+                1,
+                "{k:?} must have exactly one route"
+            );
+        }
+        assert_eq!(ROUTED.len(), SUPPORTED.len());
+    }
+
+    #[test]
+    fn key_check_catches_a_missing_or_extra_route() {
+        let adv = [(ApiKey::Produce, 3, 13), (ApiKey::Fetch, 4, 18)];
+        assert!(same_keys(&adv, &[ApiKey::Fetch, ApiKey::Produce]));
+        assert!(!same_keys(&adv, &[ApiKey::Produce]));
+        assert!(!same_keys(&adv, &[ApiKey::Produce, ApiKey::JoinGroup]));
+        assert!(!same_keys(
+            &adv,
+            &[ApiKey::Produce, ApiKey::Fetch, ApiKey::JoinGroup]
+        ));
+    }
+
+    #[test]
+    fn kip_320_epoch_check() {
+        assert_eq!(check_epoch(Some(5), -1), Ok(()));
+        assert_eq!(check_epoch(Some(5), 5), Ok(()));
+        assert_eq!(
+            check_epoch(Some(5), 4).unwrap_err().code(),
+            ResponseError::FencedLeaderEpoch.code()
+        );
+        assert_eq!(
+            check_epoch(Some(5), 6).unwrap_err().code(),
+            ResponseError::UnknownLeaderEpoch.code()
+        );
+        // Unknown partition: the lookup after the check reports it.
+        assert_eq!(check_epoch(None, 3), Ok(()));
+    }
+}

@@ -1,0 +1,234 @@
+//! Produce (key 0): validate each partition's batches, enqueue them on the
+//! partition leader in request order (dispatch phase), then wait for the
+//! fsync that covers them (completion phase). acks=0 gets no response.
+//!
+//! Version rules handled here: topics by id from v13; zstd batches only
+//! from v7 (KIP-110: older requests get UNSUPPORTED_COMPRESSION_TYPE for
+//! that partition, as Kafka answers); `log_start_offset` from v5.
+
+use super::error::{ApiError, NONE};
+use super::{locate, Reply, TopicRef};
+use crate::state::Broker;
+use futures::FutureExt;
+use kaas_actors::partition::messages::{AppendBatches, AppendTicket};
+use kaas_protocol::batch::validate_batches;
+use kaas_protocol::kafka_protocol::messages::produce_response::{
+    PartitionProduceResponse, TopicProduceResponse,
+};
+use kaas_protocol::kafka_protocol::messages::{ProduceRequest, ProduceResponse};
+use kaas_protocol::kafka_protocol::records::Compression;
+use kaas_protocol::kafka_protocol::ResponseError;
+use kaas_protocol::{BatchInfo, PRODUCE_MIN_VERSION_ZSTD};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// One partition's answer: known at dispatch, or waiting for durability.
+enum Slot {
+    Done(PartitionProduceResponse),
+    Waiting(i32, AppendTicket),
+}
+
+fn part_resp(idx: i32, err: i16) -> PartitionProduceResponse {
+    let mut p = PartitionProduceResponse::default();
+    p.index = idx;
+    p.error_code = err;
+    p.base_offset = -1;
+    p.log_append_time_ms = -1;
+    p.log_start_offset = -1;
+    p
+}
+
+/// Blank what version `v` does not carry.
+fn for_version(p: &mut PartitionProduceResponse, v: i16) {
+    if v < 5 {
+        p.log_start_offset = -1;
+    }
+}
+
+/// Request-wide refusals: a bad acks value, or a transactional producer
+/// (transactions are not implemented: refuse, never fake them).
+fn refuse_all(r: &ProduceRequest) -> Option<ApiError> {
+    if !(-1..=1).contains(&r.acks) {
+        Some(ResponseError::InvalidRequiredAcks.into())
+    } else if r.transactional_id.is_some() {
+        Some(ResponseError::TransactionalIdAuthorizationFailed.into())
+    } else {
+        None
+    }
+}
+
+/// What the batches of one partition may not carry at version `v`.
+fn check_batches(infos: &[BatchInfo], v: i16) -> Result<(), ApiError> {
+    if v < PRODUCE_MIN_VERSION_ZSTD && infos.iter().any(|i| i.compression() == Compression::Zstd) {
+        return Err(ResponseError::UnsupportedCompressionType.into());
+    }
+    if infos.iter().any(|i| i.is_transactional() || i.is_control()) {
+        return Err(ResponseError::TransactionalIdAuthorizationFailed.into());
+    }
+    Ok(())
+}
+
+/// Dispatch phase: validate and enqueue every partition, in request order.
+pub async fn handle(b: &Arc<Broker>, v: i16, r: ProduceRequest) -> Reply<ProduceResponse> {
+    let acks = r.acks;
+    let refuse_all = refuse_all(&r);
+    let mut topics: Vec<(TopicProduceResponse, Vec<Slot>)> = Vec::new();
+    for td in r.topic_data {
+        let mut tr = TopicProduceResponse::default();
+        tr.name = td.name.clone();
+        tr.topic_id = td.topic_id;
+        let topic = TopicRef::pick(v >= 13, &td.name.0, td.topic_id);
+        let mut slots = Vec::new();
+        for pd in td.partition_data {
+            let fail = |e: ApiError| Slot::Done(part_resp(pd.index, e.code()));
+            if let Some(e) = refuse_all {
+                slots.push(fail(e));
+                continue;
+            }
+            // Produce carries no leader epoch (KIP-320 is for reads).
+            let leader = match locate(b, topic, pd.index, -1) {
+                Ok(l) => l,
+                Err(e) => {
+                    slots.push(fail(e));
+                    continue;
+                }
+            };
+            let records = pd.records.unwrap_or_default();
+            let infos = match validate_batches(&records) {
+                Ok(i) => i,
+                Err(e) => {
+                    tracing::warn!(topic = %leader.name, partition = pd.index, error = %e, "rejected produce batch");
+                    slots.push(fail(ApiError::from(&e)));
+                    continue;
+                }
+            };
+            if let Err(e) = check_batches(&infos, v) {
+                tracing::debug!(topic = %leader.name, partition = pd.index, version = v, error = %e.0, "refused produce batch");
+                slots.push(fail(e));
+                continue;
+            }
+            let sent = leader
+                .handle
+                .addr
+                .send(AppendBatches {
+                    records,
+                    infos,
+                    wait_durable: acks != 0,
+                    sent_at: Instant::now(),
+                })
+                .await;
+            match sent {
+                Ok(Ok(t)) => slots.push(Slot::Waiting(pd.index, t)),
+                Ok(Err(e)) => slots.push(fail(ApiError::from(&e))),
+                Err(_) => slots.push(fail(ApiError::leader_gone())),
+            }
+        }
+        topics.push((tr, slots));
+    }
+    if acks == 0 {
+        return Reply::Nothing;
+    }
+    let timeout = Duration::from_millis(r.timeout_ms.max(0) as u64);
+    Reply::Later(complete(topics, timeout, v).boxed())
+}
+
+/// Completion phase: wait (bounded by the request timeout) for each
+/// partition's fsync, and answer.
+async fn complete(
+    topics: Vec<(TopicProduceResponse, Vec<Slot>)>,
+    timeout: Duration,
+    v: i16,
+) -> ProduceResponse {
+    let deadline = Instant::now() + timeout;
+    let mut resp = ProduceResponse::default();
+    for (mut tr, slots) in topics {
+        for slot in slots {
+            let mut pr = match slot {
+                Slot::Done(p) => p,
+                Slot::Waiting(idx, t) => {
+                    let mut p = part_resp(idx, NONE);
+                    p.base_offset = t.base_offset;
+                    p.log_start_offset = t.log_start_offset;
+                    if let Some(rx) = t.durable {
+                        let left = deadline.saturating_duration_since(Instant::now());
+                        let fail = |e: ApiError| part_resp(idx, e.code());
+                        match tokio::time::timeout(left.max(Duration::from_millis(1)), rx).await {
+                            Ok(Ok(Ok(_))) => {}
+                            Ok(Ok(Err(e))) => p = fail(ApiError::from(&e)),
+                            // The leader dropped the ticket: it stopped.
+                            Ok(Err(_)) => p = fail(ApiError::leader_gone()),
+                            Err(_) => p = fail(ResponseError::RequestTimedOut.into()),
+                        }
+                    }
+                    p
+                }
+            };
+            for_version(&mut pr, v);
+            tr.partition_responses.push(pr);
+        }
+        resp.responses.push(tr);
+    }
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(attributes: i16) -> BatchInfo {
+        BatchInfo {
+            pos: 0,
+            len: 61,
+            last_offset_delta: 0,
+            base_timestamp: 0,
+            max_timestamp: 0,
+            producer_id: -1,
+            producer_epoch: -1,
+            base_sequence: -1,
+            records_count: 1,
+            attributes,
+        }
+    }
+
+    #[test]
+    fn zstd_needs_v7() {
+        let zstd = [info(0), info(4)];
+        for v in 3..7 {
+            assert_eq!(check_batches(&zstd, v).unwrap_err().code(), 76, "v{v}");
+        }
+        for v in 7..=13 {
+            assert_eq!(check_batches(&zstd, v), Ok(()), "v{v}");
+        }
+        // Every other codec is fine at every version.
+        for codec in 0..4 {
+            assert_eq!(check_batches(&[info(codec)], 3), Ok(()));
+        }
+    }
+
+    #[test]
+    fn transactional_or_control_batches_are_refused() {
+        assert_eq!(check_batches(&[info(1 << 4)], 9).unwrap_err().code(), 53);
+        assert_eq!(check_batches(&[info(1 << 5)], 9).unwrap_err().code(), 53);
+    }
+
+    #[test]
+    fn log_start_offset_from_v5() {
+        let mut p = part_resp(0, NONE);
+        p.log_start_offset = 42;
+        for_version(&mut p, 5);
+        assert_eq!(p.log_start_offset, 42);
+        for_version(&mut p, 4);
+        assert_eq!(p.log_start_offset, -1);
+    }
+
+    #[test]
+    fn request_wide_refusals() {
+        let mut r = ProduceRequest::default();
+        r.acks = 2;
+        assert_eq!(refuse_all(&r).unwrap().code(), 21);
+        r.acks = -1;
+        assert_eq!(refuse_all(&r), None);
+        r.transactional_id = Some(Default::default());
+        assert_eq!(refuse_all(&r).unwrap().code(), 53);
+    }
+}
