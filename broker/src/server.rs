@@ -51,6 +51,7 @@ pub fn run(args: BrokerArgs) -> anyhow::Result<()> {
             cluster_dir: cluster_dir.clone(),
             advertised: args.advertised(),
             timing,
+            clock: kaas_actors::clock::real(),
         },
     )
     .context("joining the cluster")?;
