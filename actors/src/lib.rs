@@ -7,6 +7,7 @@ pub mod cluster;
 pub mod controller;
 pub mod fs;
 pub mod partition;
+pub mod producer_id_blocks;
 pub mod producer_ids;
 pub mod registry;
 pub mod substrate;

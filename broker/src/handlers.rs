@@ -87,21 +87,10 @@ pub async fn dispatch(b: &Arc<Broker>, h: &RequestHeader, body: RequestKind) -> 
             ready(ResponseKind::DescribeCluster(describe_cluster(b)))
         }
         RequestKind::InitProducerId(r) => {
-            // Claiming a block is an O_EXCL create + fsync: not on this thread.
+            // Claiming a block is an O_EXCL create + fsync: the
+            // ProducerIdBlocks actor does it on its own thread.
             let b = b.clone();
-            Some(
-                async move {
-                    let resp = tokio::task::spawn_blocking(move || init_producer_id(&b, r))
-                        .await
-                        .unwrap_or_else(|_| {
-                            let mut r = InitProducerIdResponse::default();
-                            r.error_code = code::KAFKA_STORAGE_ERROR;
-                            r
-                        });
-                    ResponseKind::InitProducerId(resp)
-                }
-                .boxed(),
-            )
+            Some(async move { ResponseKind::InitProducerId(init_producer_id(&b, r).await) }.boxed())
         }
         RequestKind::OffsetForLeaderEpoch(r) => ready(ResponseKind::OffsetForLeaderEpoch(
             offset_for_leader_epoch(b, r).await,
@@ -973,7 +962,7 @@ fn describe_cluster(b: &Arc<Broker>) -> DescribeClusterResponse {
     resp
 }
 
-fn init_producer_id(b: &Arc<Broker>, r: InitProducerIdRequest) -> InitProducerIdResponse {
+async fn init_producer_id(b: &Arc<Broker>, r: InitProducerIdRequest) -> InitProducerIdResponse {
     let mut resp = InitProducerIdResponse::default();
     resp.producer_id = ProducerId(-1);
     resp.producer_epoch = -1;
@@ -985,13 +974,21 @@ fn init_producer_id(b: &Arc<Broker>, r: InitProducerIdRequest) -> InitProducerId
         resp.error_code = code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
         return resp;
     }
-    match b.pids.lock().unwrap().allocate() {
-        Ok(id) => {
+    match b
+        .pids
+        .send(kaas_actors::producer_id_blocks::AllocateProducerId)
+        .await
+    {
+        Ok(Ok(id)) => {
             resp.producer_id = ProducerId(id);
             resp.producer_epoch = 0;
         }
-        Err(e) => {
+        Ok(Err(e)) => {
             tracing::error!(error = %e, "producer-id block claim failed");
+            resp.error_code = code::KAFKA_STORAGE_ERROR;
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "producer-id owner unavailable");
             resp.error_code = code::KAFKA_STORAGE_ERROR;
         }
     }

@@ -16,12 +16,12 @@ use kaas_actors::fs::SharedFs;
 use kaas_actors::partition::claim::ClaimOwner;
 use kaas_actors::partition::leader::{LeaderSpec, OnFenced, PartitionHandle, PartitionLeader};
 use kaas_actors::partition::log::LogConfig;
-use kaas_actors::producer_ids::ProducerIdAllocator;
+use kaas_actors::producer_id_blocks::ProducerIdBlocks;
 use kaas_actors::registry::OwnerRegistry;
 use kaas_actors::topic::{TopicCatalog, TopicStamp, TopicsView};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 /// A partition grant: the topic id and the leader epoch. A re-created topic
@@ -49,8 +49,8 @@ pub struct Broker {
     pub topics: TopicsView,
     /// The topic catalog actor (creates and deletes topic directories).
     pub catalog: actix::Addr<TopicCatalog>,
-    /// Producer ids, from persisted blocks.
-    pub pids: Mutex<ProducerIdAllocator>,
+    /// The owner of the producer-id blocks.
+    pub pids: actix::Addr<ProducerIdBlocks>,
     /// The newest assignment applied (metadata cache).
     meta: RwLock<Arc<Assignment>>,
     /// Leaders by (topic, partition), with the grant they run under. Topics
@@ -79,7 +79,7 @@ impl Broker {
         shared: Arc<Shared>,
         cluster_id: String,
         catalog: actix::Addr<TopicCatalog>,
-        pids: ProducerIdAllocator,
+        pids: actix::Addr<ProducerIdBlocks>,
         arbiters: Vec<actix::ArbiterHandle>,
     ) -> Self {
         Self {
@@ -89,7 +89,7 @@ impl Broker {
             cluster_id,
             topics: Arc::default(),
             catalog,
-            pids: Mutex::new(pids),
+            pids,
             meta: RwLock::new(Arc::default()),
             leaders: OwnerRegistry::new(),
             arbiters,
