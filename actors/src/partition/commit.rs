@@ -337,7 +337,7 @@ impl CommitGate {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::clock::{Clock, FakeClock};
     use crate::fs::fault::FaultFs;
@@ -352,7 +352,7 @@ mod tests {
 
     const LEASE: Duration = Duration::from_secs(3);
 
-    fn batch(n: usize) -> (Bytes, Vec<BatchInfo>) {
+    pub(crate) fn batch(n: usize) -> (Bytes, Vec<BatchInfo>) {
         let records: Vec<Record> = (0..n)
             .map(|i| Record {
                 transactional: false,

@@ -7,7 +7,10 @@
 //! one fsync ran is covered by the next), and their results are fed back to
 //! the gate. Any I/O error stops the actor; its [`actix::Supervisor`]
 //! restarts it, and `started` re-opens the log, which re-runs recovery from
-//! the files: that is the re-drive. Restarts are counted in telemetry.
+//! the files: that is the re-drive. The open runs on the blocking pool, so a
+//! long recovery never stalls the partitions sharing this arbiter; until it
+//! returns, requests answer "recovering" and a stop waits for it. Restarts
+//! are counted in telemetry.
 
 use super::claim::ClaimOwner;
 use super::commit::{storage, CommitGate, Halt, Refused};
@@ -23,7 +26,7 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 
 const KIND: &str = "partition_leader";
 
@@ -93,7 +96,18 @@ pub struct PartitionLeader {
     failures: u32,
     last_error: Option<PartitionError>,
     handled: u64,
+    /// An open (recovery) is running on the blocking pool; its result comes
+    /// back as [`Opened`].
+    opening: bool,
+    /// [`StopLeader`] callers waiting for an open in flight to finish: a
+    /// leader is stopped only once nothing of it can still touch the files.
+    stop_waiters: Vec<oneshot::Sender<()>>,
 }
+
+/// The result of an open run on the blocking pool.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Opened(Result<PartitionLog, LogError>);
 
 /// Wall-clock milliseconds (segment ages and retention only; never compared
 /// across hosts).
@@ -137,6 +151,8 @@ impl PartitionLeader {
             failures: 0,
             last_error: None,
             handled: 0,
+            opening: false,
+            stop_waiters: Vec::new(),
         });
         PartitionHandle { addr, reader, hw }
     }
@@ -227,15 +243,45 @@ impl Actor for PartitionLeader {
             return;
         }
         self.publish_info();
-        match PartitionLog::open_as(
+        if self.opening {
+            // A restart while an open is in flight: its result is on the way.
+            return;
+        }
+        // Recovery (a CRC scan of up to a segment, a seal, a sweep) runs on
+        // the blocking pool, not on this arbiter: the partitions sharing the
+        // thread keep serving meanwhile, and requests to this one answer
+        // "recovering" until `Opened` arrives.
+        self.opening = true;
+        let (fs, dir, epoch, owner, cfg) = (
             self.fs.clone(),
-            &self.spec.dir,
+            self.spec.dir.clone(),
             self.spec.epoch,
             self.spec.owner,
             self.spec.cfg.clone(),
-            self.gate.clock().now_ms(),
-            self.gate.failed_at(),
-        ) {
+        );
+        let (now, failed_at) = (self.gate.clock().now_ms(), self.gate.failed_at());
+        let addr = ctx.address();
+        actix_rt::task::spawn_blocking(move || {
+            let res = PartitionLog::open_as(fs, &dir, epoch, owner, cfg, now, failed_at);
+            addr.do_send(Opened(res));
+        });
+    }
+
+    fn stopping(&mut self, _ctx: &mut Context<Self>) -> Running {
+        Running::Stop
+    }
+
+    fn stopped(&mut self, _ctx: &mut Context<Self>) {
+        self.kind.live.fetch_sub(1, Ordering::Relaxed);
+        if self.stopping {
+            telemetry::global().remove_actor(&self.id());
+        }
+    }
+}
+
+impl PartitionLeader {
+    fn opened(&mut self, res: Result<PartitionLog, LogError>, ctx: &mut Context<Self>) {
+        match res {
             Ok(log) => {
                 tracing::info!(topic = %self.spec.topic, partition = self.spec.partition, epoch = self.spec.epoch, hw = log.high_watermark(), "partition leader open");
                 *self.reader.write().unwrap() =
@@ -285,14 +331,43 @@ impl Actor for PartitionLeader {
         });
     }
 
-    fn stopping(&mut self, _ctx: &mut Context<Self>) -> Running {
-        Running::Stop
+    /// Stop for good (see [`StopLeader`]); the gate checks the lease.
+    fn stop_for_good(&mut self, ctx: &mut Context<Self>) {
+        match self.gate.stop() {
+            Ok(()) => {}
+            Err(Halt::Fenced) => return self.halted(Halt::Fenced, ctx),
+            Err(Halt::Failed(e)) => {
+                tracing::error!(topic = %self.spec.topic, partition = self.spec.partition, error = %e, "close failed; next open recovers");
+            }
+        }
+        self.stopping = true;
+        *self.reader.write().unwrap() = None;
+        self.last_error = Some(PartitionError::NotLeader("partition leader stopped".into()));
+        // A supervised actor restarts while anyone holds its address; the
+        // restart sees `stopping` and stays dormant, answering NOT_LEADER,
+        // until the last address is dropped.
+        ctx.stop();
     }
+}
 
-    fn stopped(&mut self, _ctx: &mut Context<Self>) {
-        self.kind.live.fetch_sub(1, Ordering::Relaxed);
+impl Handler<Opened> for PartitionLeader {
+    type Result = ();
+
+    fn handle(&mut self, msg: Opened, ctx: &mut Context<Self>) {
+        self.opening = false;
+        let stops = std::mem::take(&mut self.stop_waiters);
         if self.stopping {
-            telemetry::global().remove_actor(&self.id());
+            // Stopped (or fenced) while recovering: drop what was opened
+            // without another write; the next owner's open recovers it.
+            drop(msg.0);
+        } else {
+            self.opened(msg.0, ctx);
+            if !stops.is_empty() {
+                self.stop_for_good(ctx);
+            }
+        }
+        for tx in stops {
+            let _ = tx.send(());
         }
     }
 }
@@ -350,27 +425,24 @@ impl Handler<EnforceRetention> for PartitionLeader {
 }
 
 impl Handler<StopLeader> for PartitionLeader {
-    type Result = ();
+    type Result = ResponseFuture<()>;
 
-    fn handle(&mut self, msg: StopLeader, ctx: &mut Context<Self>) {
+    fn handle(&mut self, msg: StopLeader, ctx: &mut Context<Self>) -> ResponseFuture<()> {
         let _t = HandleTimer::start(&self.kind, "stop_leader", msg.sent_at);
-        match self.gate.stop() {
-            Ok(()) => {}
-            Err(Halt::Fenced) => return self.halted(Halt::Fenced, ctx),
-            Err(Halt::Failed(e)) => {
-                tracing::error!(topic = %self.spec.topic, partition = self.spec.partition, error = %e, "close failed; next open recovers");
-            }
+        if self.opening {
+            // Recovery is still writing (claim, seal, manifest, sweep):
+            // answer only once it is done and the log is closed, so a
+            // successor never opens the files while we still touch them.
+            let (tx, rx) = oneshot::channel();
+            self.stop_waiters.push(tx);
+            return Box::pin(async move {
+                let _ = rx.await;
+            });
         }
-        self.stopping = true;
-        *self.reader.write().unwrap() = None;
-        self.last_error = Some(PartitionError::NotLeader("partition leader stopped".into()));
-        // A supervised actor restarts while anyone holds its address; the
-        // restart sees `stopping` and stays dormant, answering NOT_LEADER,
-        // until the last address is dropped.
-        ctx.stop();
+        self.stop_for_good(ctx);
+        Box::pin(async {})
     }
 }
-
 impl crate::registry::Owner for PartitionHandle {
     fn stop(self) -> futures::future::LocalBoxFuture<'static, ()> {
         Box::pin(async move {
@@ -381,5 +453,125 @@ impl crate::registry::Owner for PartitionHandle {
                 })
                 .await;
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fs::{Fs, ReadFile, RealFs, WriteFile};
+    use std::path::Path;
+    use std::time::Instant;
+
+    /// The real filesystem, with listings of any path containing "slow"
+    /// taking `delay` (a long recovery: a CRC scan over a slow volume).
+    struct SlowFs(Duration, std::sync::atomic::AtomicBool);
+
+    impl Fs for SlowFs {
+        fn open_read(&self, p: &Path) -> std::io::Result<Arc<dyn ReadFile>> {
+            RealFs.open_read(p)
+        }
+        fn create_exclusive(&self, p: &Path) -> std::io::Result<Arc<dyn WriteFile>> {
+            RealFs.create_exclusive(p)
+        }
+        fn open_write(&self, p: &Path) -> std::io::Result<Arc<dyn WriteFile>> {
+            RealFs.open_write(p)
+        }
+        fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
+            RealFs.rename(from, to)
+        }
+        fn remove_file(&self, p: &Path) -> std::io::Result<()> {
+            RealFs.remove_file(p)
+        }
+        fn create_dir_all(&self, p: &Path) -> std::io::Result<()> {
+            RealFs.create_dir_all(p)
+        }
+        fn remove_dir(&self, p: &Path) -> std::io::Result<()> {
+            RealFs.remove_dir(p)
+        }
+        fn list(&self, dir: &Path) -> std::io::Result<Vec<String>> {
+            if dir.to_string_lossy().contains("slow") && !self.1.swap(true, Ordering::AcqRel) {
+                std::thread::sleep(self.0);
+            }
+            RealFs.list(dir)
+        }
+        fn is_dir(&self, p: &Path) -> bool {
+            RealFs.is_dir(p)
+        }
+        fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
+            RealFs.sync_dir(dir)
+        }
+    }
+
+    fn spec(root: &Path, topic: &str) -> LeaderSpec {
+        let dir = root.join(topic).join("0");
+        std::fs::create_dir_all(&dir).unwrap();
+        LeaderSpec {
+            topic: topic.into(),
+            partition: 0,
+            dir,
+            epoch: 1,
+            cfg: LogConfig::default(),
+            retention_check: Duration::from_secs(60),
+            lease: None,
+            owner: None,
+            on_fenced: None,
+        }
+    }
+
+    async fn produce(h: &PartitionHandle) -> Result<i64, PartitionError> {
+        let (records, infos) = super::super::commit::tests::batch(1);
+        let t = h
+            .addr
+            .send(AppendBatches {
+                records,
+                infos,
+                wait_durable: true,
+                sent_at: Instant::now(),
+            })
+            .await
+            .unwrap()?;
+        t.durable.unwrap().await.unwrap()
+    }
+
+    /// Catches: recovery run inline on the arbiter, where one partition's
+    /// slow open stalls every partition sharing the thread.
+    #[actix_rt::test]
+    async fn a_slow_recovery_does_not_stall_a_partition_on_the_same_arbiter() {
+        let d = tempfile::tempdir().unwrap();
+        let delay = Duration::from_millis(1500);
+        let fs: SharedFs = Arc::new(SlowFs(delay, Default::default()));
+        let arbiter = actix::Arbiter::new();
+        let slow = PartitionLeader::start(spec(d.path(), "slow"), fs.clone(), &arbiter.handle());
+        let fast = PartitionLeader::start(spec(d.path(), "fast"), fs, &arbiter.handle());
+        let t0 = Instant::now();
+        let mut hw = Err(PartitionError::TooLarge);
+        while t0.elapsed() < delay {
+            hw = produce(&fast).await;
+            if hw.is_ok() {
+                break;
+            }
+            actix_rt::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(
+            hw,
+            Ok(1),
+            "the fast partition served while the slow one recovered"
+        );
+        assert!(t0.elapsed() < delay);
+        assert_eq!(
+            produce(&slow).await,
+            Err(PartitionError::Storage("partition is recovering".into())),
+            "the recovering one answers retriably meanwhile"
+        );
+        // A stop during recovery returns only once the open finished.
+        slow.addr
+            .send(StopLeader {
+                sent_at: Instant::now(),
+            })
+            .await
+            .unwrap();
+        assert!(t0.elapsed() >= delay, "stop waited for the open in flight");
+        arbiter.stop();
     }
 }
