@@ -3,10 +3,13 @@
 //! the volume's names and the substrate checker live in `kaas-volume`; they
 //! are re-exported here so existing `crate::fs::…` paths keep resolving.
 
+pub mod clock;
 pub mod cluster;
 pub mod controller;
 pub mod partition;
+pub mod producer_id_blocks;
 pub mod producer_ids;
+pub mod registry;
 pub mod telemetry;
 pub mod topic;
 

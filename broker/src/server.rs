@@ -11,7 +11,7 @@ use anyhow::Context as _;
 use kaas_actors::cluster::controller::{ControllerActor, HandoffPending, IsController, Resign};
 use kaas_actors::cluster::membership::{self, Beat, JoinConfig, Membership};
 use kaas_actors::cluster::watcher::AssignmentWatcher;
-use kaas_actors::producer_ids::ProducerIdAllocator;
+use kaas_actors::producer_id_blocks::ProducerIdBlocks;
 use kaas_actors::topic::TopicCatalog;
 use kaas_volume::fs::{RealFs, SharedFs};
 use std::sync::atomic::Ordering;
@@ -51,6 +51,7 @@ pub fn run(args: BrokerArgs) -> anyhow::Result<()> {
             cluster_dir: cluster_dir.clone(),
             advertised: args.advertised(),
             timing,
+            clock: kaas_actors::clock::real(),
         },
     )
     .context("joining the cluster")?;
@@ -65,7 +66,8 @@ pub fn run(args: BrokerArgs) -> anyhow::Result<()> {
         let catalog = TopicCatalog::start_in_arbiter(&catalog_arbiter.handle(), |_| catalog);
         let arbiters: Vec<actix::Arbiter> = (0..threads).map(|_| actix::Arbiter::new()).collect();
         let handles = arbiters.iter().map(|a| a.handle()).collect();
-        let pids = ProducerIdAllocator::new(fs.clone(), &cluster_dir, args.broker_id);
+        // Claiming a block is an O_EXCL create + fsync: its own thread.
+        let pids = ProducerIdBlocks::start(fs.clone(), cluster_dir.clone(), args.broker_id);
         let broker = Arc::new(Broker::new(
             args.clone(),
             fs.clone(),

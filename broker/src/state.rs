@@ -1,8 +1,10 @@
-//! The broker's shared context: configuration, the metadata cache fed by
-//! the assignment, and the registry of partition leaders this broker runs.
-//! Leaders are started and stopped only by the assignment watcher (through
-//! [`LeaderSink`]); requests look them up and get NOT_LEADER for anything
-//! this incarnation was not granted.
+//! The broker's shared context: configuration and the metadata cache fed by
+//! the assignment. The partition leaders this broker runs live in an
+//! [`OwnerRegistry`] (in `actors`), started and stopped by grant only by the
+//! assignment watcher (through [`LeaderSink`]); this module says what a
+//! grant means for this broker (which partitions, with what settings) and
+//! requests look leaders up here, getting NOT_LEADER for anything this
+//! incarnation was not granted.
 
 use crate::config::BrokerArgs;
 use futures::future::LocalBoxFuture;
@@ -13,23 +15,24 @@ use kaas_actors::cluster::watcher::LeaderSink;
 use kaas_actors::partition::claim::ClaimOwner;
 use kaas_actors::partition::leader::{LeaderSpec, OnFenced, PartitionHandle, PartitionLeader};
 use kaas_actors::partition::log::LogConfig;
-use kaas_actors::partition::messages::StopLeader;
-use kaas_actors::producer_ids::ProducerIdAllocator;
+use kaas_actors::producer_id_blocks::ProducerIdBlocks;
+use kaas_actors::registry::OwnerRegistry;
 use kaas_actors::topic::{TopicCatalog, TopicStamp, TopicsView};
 use kaas_volume::fs::{ReadFs, ReadOnly, SharedFs};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+/// A partition grant: the topic id and the leader epoch. A re-created topic
+/// or a new grant never reuses a leader.
+type Grant = (uuid::Uuid, i32);
 
 /// A partition this broker leads.
 #[derive(Clone)]
 pub struct Led {
     /// The leader actor.
     pub handle: PartitionHandle,
-    /// Its leader epoch.
-    pub epoch: i32,
-    topic_id: uuid::Uuid,
 }
 
 /// Shared by every connection.
@@ -50,15 +53,13 @@ pub struct Broker {
     pub topics: TopicsView,
     /// The topic catalog actor (creates and deletes topic directories).
     pub catalog: actix::Addr<TopicCatalog>,
-    /// Producer ids, from persisted blocks.
-    pub pids: Mutex<ProducerIdAllocator>,
+    /// The owner of the producer-id blocks.
+    pub pids: actix::Addr<ProducerIdBlocks>,
     /// The newest assignment applied (metadata cache).
     meta: RwLock<Arc<Assignment>>,
-    /// Leaders by (topic, partition), with the topic id and epoch they were
-    /// granted: a re-created topic or a new grant never reuses a leader.
-    leaders: Mutex<HashMap<(String, i32), Led>>,
-    /// Topics being deleted: no leader may start for them meanwhile.
-    deleting: Mutex<HashSet<String>>,
+    /// Leaders by (topic, partition), with the grant they run under. Topics
+    /// being deleted are held: no leader may start for them meanwhile.
+    leaders: OwnerRegistry<(String, i32), Grant, PartitionHandle>,
     arbiters: Vec<actix::ArbiterHandle>,
     next_arbiter: AtomicUsize,
     /// This broker's controller actor (elected or not).
@@ -82,7 +83,7 @@ impl Broker {
         shared: Arc<Shared>,
         cluster_id: String,
         catalog: actix::Addr<TopicCatalog>,
-        pids: ProducerIdAllocator,
+        pids: actix::Addr<ProducerIdBlocks>,
         arbiters: Vec<actix::ArbiterHandle>,
     ) -> Self {
         Self {
@@ -93,10 +94,9 @@ impl Broker {
             cluster_id,
             topics: Arc::default(),
             catalog,
-            pids: Mutex::new(pids),
+            pids,
             meta: RwLock::new(Arc::default()),
-            leaders: Mutex::new(HashMap::new()),
-            deleting: Mutex::new(Default::default()),
+            leaders: OwnerRegistry::new(),
             arbiters,
             next_arbiter: AtomicUsize::new(0),
             controller: std::sync::OnceLock::new(),
@@ -159,7 +159,7 @@ impl Broker {
     /// to this incarnation, lease valid, leader started.
     pub fn partition(&self, topic: &str, partition: i32) -> Result<Led, LookupError> {
         let e = self.entry(topic, partition).ok_or(LookupError::Unknown)?;
-        if self.deleting.lock().unwrap().contains(topic) {
+        if self.leaders.is_held(topic) {
             return Err(LookupError::Unknown);
         }
         let lease = &self.shared.lease;
@@ -169,13 +169,8 @@ impl Broker {
         {
             return Err(LookupError::NotLeader);
         }
-        match self
-            .leaders
-            .lock()
-            .unwrap()
-            .get(&(topic.to_owned(), partition))
-        {
-            Some(l) if l.epoch == e.epoch => Ok(l.clone()),
+        match self.leaders.get(&(topic.to_owned(), partition)) {
+            Some(((_, epoch), handle)) if epoch == e.epoch => Ok(Led { handle }),
             _ => Err(LookupError::NotLeader),
         }
     }
@@ -200,10 +195,16 @@ impl Broker {
 
     /// How many partitions this broker leads.
     pub fn leading(&self) -> usize {
-        self.leaders.lock().unwrap().len()
+        self.leaders.len()
     }
 
-    fn start_leader(&self, topic: &str, partition: i32, epoch: i32, inc: u64) -> Option<Led> {
+    fn start_leader(
+        &self,
+        topic: &str,
+        partition: i32,
+        epoch: i32,
+        inc: u64,
+    ) -> Option<PartitionHandle> {
         let t = self.topic(topic)?;
         let i = self.next_arbiter.fetch_add(1, Ordering::Relaxed) % self.arbiters.len();
         let spec = LeaderSpec {
@@ -235,52 +236,22 @@ impl Broker {
                 }))
             }),
         };
-        let handle = PartitionLeader::start(spec, self.leader_fs.clone(), &self.arbiters[i]);
-        Some(Led {
-            handle,
-            epoch,
-            topic_id: t.topic_id,
-        })
+        Some(PartitionLeader::start(
+            spec,
+            self.leader_fs.clone(),
+            &self.arbiters[i],
+        ))
     }
 
     /// Mark `topic` as being deleted (no new leaders) or clear the mark.
     pub fn set_deleting(&self, topic: &str, on: bool) {
-        let _leaders = self.leaders.lock().unwrap();
-        let mut d = self.deleting.lock().unwrap();
-        if on {
-            d.insert(topic.to_owned());
-        } else {
-            d.remove(topic);
-        }
+        self.leaders.hold(topic, on);
     }
 
     /// Stop the leaders of `topic` (before deletion) or of every topic.
     pub async fn stop_leaders(&self, topic: Option<&str>) {
-        let stopping: Vec<PartitionHandle> = {
-            let mut leaders = self.leaders.lock().unwrap();
-            let keys: Vec<_> = leaders
-                .keys()
-                .filter(|(t, _)| topic.is_none_or(|x| x == t))
-                .cloned()
-                .collect();
-            keys.into_iter()
-                .filter_map(|k| leaders.remove(&k).map(|l| l.handle))
-                .collect()
-        };
-        stop_all(stopping).await;
+        self.leaders.stop_group(topic).await;
     }
-}
-
-async fn stop_all(handles: Vec<PartitionHandle>) {
-    let stops = handles.into_iter().map(|h| async move {
-        let _ = h
-            .addr
-            .send(StopLeader {
-                sent_at: Instant::now(),
-            })
-            .await;
-    });
-    futures::future::join_all(stops).await;
 }
 
 /// The watcher's view of the broker.
@@ -307,19 +278,7 @@ impl LeaderSink for BrokerSink {
             // Stop what we lost first, awaiting the final fsync and close: a
             // partition whose epoch changed is stopped before the leader of
             // the new epoch opens its files.
-            let stopping: Vec<PartitionHandle> = {
-                let mut leaders = b.leaders.lock().unwrap();
-                let lost: Vec<(String, i32)> = leaders
-                    .iter()
-                    .filter(|(k, l)| wanted.get(*k) != Some(&(l.topic_id, l.epoch)))
-                    .map(|(k, _)| k.clone())
-                    .collect();
-                lost.into_iter()
-                    .filter_map(|k| leaders.remove(&k).map(|l| l.handle))
-                    .collect()
-            };
-            let stopped = stopping.len();
-            stop_all(stopping).await;
+            let stopped = b.leaders.stop_lost(&wanted).await;
             // Fenced-at-open reports are answered once the grant is above
             // the epoch found (or gone).
             if lead {
@@ -329,20 +288,9 @@ impl LeaderSink for BrokerSink {
                     })
                 });
             }
-            let mut started = 0;
-            {
-                let mut leaders = b.leaders.lock().unwrap();
-                let deleting = b.deleting.lock().unwrap();
-                for ((t, p), (_, epoch)) in wanted {
-                    if leaders.contains_key(&(t.clone(), p)) || deleting.contains(&t) {
-                        continue;
-                    }
-                    if let Some(l) = b.start_leader(&t, p, epoch, inc) {
-                        leaders.insert((t, p), l);
-                        started += 1;
-                    }
-                }
-            }
+            let started = b.leaders.start_granted(wanted, |(t, p), (_, epoch)| {
+                b.start_leader(t, *p, *epoch, inc)
+            });
             if stopped + started > 0 {
                 tracing::info!(
                     version = a.version,

@@ -14,12 +14,17 @@
 //! its own clock), scans topic stamps, runs [`plan`], and writes a new
 //! assignment version when anything changed. A new controller trusts nobody
 //! dead until it has itself watched a heartbeat stand still for lease + grace.
+//!
+//! The logic lives in [`ControllerState`] (plain Rust: the clock and the
+//! volume are inputs, a pass returns whether it published a version);
+//! [`ControllerActor`] is the actix glue that polls it and nudges the
+//! watcher.
 
-use super::lease::boot_now;
 use super::membership::Shared;
 use super::plan::{plan, BrokerView, TopicInfo};
 use super::records::{read_json, write_json, Assignment, BrokerRecord, ASSIGNMENT, BROKERS_DIR};
 use super::watcher::{AssignmentWatcher, Nudge};
+use crate::clock::SharedClock;
 use crate::controller::{claim_exists, highest_claim, try_claim, EpochClaim};
 use crate::fs::SharedFs;
 use crate::partition::claim::parse_claim_name;
@@ -58,12 +63,12 @@ struct Leading {
     topics: HashMap<String, (TopicInfo, Duration)>,
 }
 
-/// See module docs.
-pub struct ControllerActor {
+/// The controller's logic without actix (see module docs).
+pub struct ControllerState {
     fs: SharedFs,
     shared: Arc<Shared>,
+    clock: SharedClock,
     data_dir: PathBuf,
-    watcher: Option<Addr<AssignmentWatcher>>,
     /// Candidate: the claim we are timing, the seq last seen, since when.
     watching: Option<(i32, Option<u64>, Duration)>,
     leading: Option<Leading>,
@@ -71,25 +76,69 @@ pub struct ControllerActor {
     resigned: bool,
 }
 
-impl ControllerActor {
-    /// Start on `arbiter`.
-    pub fn start(
-        fs: SharedFs,
-        shared: Arc<Shared>,
-        data_dir: PathBuf,
-        watcher: Option<Addr<AssignmentWatcher>>,
-        arbiter: &ArbiterHandle,
-    ) -> Addr<Self> {
-        ControllerActor::start_in_arbiter(arbiter, move |_| ControllerActor {
+/// A broker as the controller currently sees it (tests and the dashboard).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Liveness {
+    /// Not yet dead: its record moved within lease + grace of our clock.
+    pub alive: bool,
+    /// Silent for longer than a lease: not advertised, no new grants.
+    pub suspect: bool,
+}
+
+impl ControllerState {
+    /// A candidate that has observed nothing yet.
+    pub fn new(fs: SharedFs, shared: Arc<Shared>, data_dir: PathBuf) -> Self {
+        let clock = shared.clock().clone();
+        Self {
             fs,
             shared,
+            clock,
             data_dir,
-            watcher,
             watching: None,
             leading: None,
             writes: 0,
             resigned: false,
+        }
+    }
+
+    /// The controller epoch we hold, if elected.
+    pub fn epoch(&self) -> Option<i32> {
+        self.leading.as_ref().map(|l| l.epoch)
+    }
+
+    /// How this controller judges broker `id` now, if it has observed it.
+    pub fn liveness(&self, id: i32) -> Option<Liveness> {
+        let l = self.leading.as_ref()?;
+        let o = l.observed.get(&id)?;
+        Some(Liveness {
+            alive: o.still <= self.shared.timing.dead_after(),
+            suspect: o.still > self.shared.timing.lease,
         })
+    }
+
+    /// See [`HandoffPending`].
+    pub fn handoff_pending(&self) -> bool {
+        let Some(l) = &self.leading else { return false };
+        let me = self.shared.broker_id;
+        let dead_after = self.shared.timing.dead_after();
+        let someone_eligible = l.observed.iter().any(|(id, o)| {
+            *id != me && o.still <= dead_after && !o.record.shutting_down && !o.record.clean_exit
+        });
+        let vacant = l
+            .prev
+            .topics
+            .values()
+            .flat_map(|t| t.partitions.iter())
+            .any(|e| e.leader < 0);
+        someone_eligible && vacant
+    }
+
+    /// See [`Resign`].
+    pub fn resign_for_shutdown(&mut self) -> Option<i32> {
+        self.resigned = true;
+        let epoch = self.epoch();
+        self.resign("controlled shutdown");
+        epoch
     }
 
     fn cluster_dir(&self) -> &std::path::Path {
@@ -103,19 +152,20 @@ impl ControllerActor {
         }
     }
 
-    fn tick(&mut self) {
-        self.shared.controller_tick.store(
-            boot_now().as_nanos() as u64,
-            std::sync::atomic::Ordering::Release,
-        );
+    /// One poll: campaign, or (while elected) observe and reconcile.
+    /// Returns whether a new assignment version was written.
+    pub fn tick(&mut self) -> bool {
+        self.shared
+            .controller_tick
+            .store(self.shared.now_ns(), std::sync::atomic::Ordering::Release);
         if self.resigned {
-            return;
+            return false;
         }
         let lease = &self.shared.lease;
         let inc = lease.incarnation();
         if !lease.valid_for(inc) {
             self.resign("lease not valid");
-            return;
+            return false;
         }
         let released = self.shared.state.lock().unwrap().controller_released;
         if let Some(l) = &self.leading {
@@ -123,20 +173,27 @@ impl ControllerActor {
                 self.resign("new incarnation");
             } else if released == Some(l.epoch) {
                 self.resign("released for shutdown");
-                return;
+                return false;
             } else if claim_exists(&self.fs, self.cluster_dir(), l.epoch + 1) {
                 self.resign("a higher controller epoch exists");
             }
         }
         if self.leading.is_some() {
-            if let Err(e) = self.lead() {
-                tracing::warn!(error = %e, "controller pass failed; retrying next poll");
+            match self.lead() {
+                Ok(wrote) => return wrote,
+                Err(e) => {
+                    tracing::warn!(error = %e, "controller pass failed; retrying next poll")
+                }
             }
         } else if released.is_none() && !self.shared.state.lock().unwrap().shutting_down {
-            if let Err(e) = self.campaign(inc) {
-                tracing::warn!(error = %e, "controller election pass failed; retrying next poll");
+            match self.campaign(inc) {
+                Ok(wrote) => return wrote,
+                Err(e) => {
+                    tracing::warn!(error = %e, "controller election pass failed; retrying next poll")
+                }
             }
         }
+        false
     }
 
     /// Whether the holder of `claim` has been seen standing still long
@@ -148,15 +205,15 @@ impl ControllerActor {
                 read_start.saturating_sub(since) >= self.shared.timing.dead_after()
             }
             _ => {
-                self.watching = Some((claim.epoch, seq, boot_now()));
+                self.watching = Some((claim.epoch, seq, self.clock.now()));
                 false
             }
         }
     }
 
-    fn campaign(&mut self, inc: u64) -> std::io::Result<()> {
+    fn campaign(&mut self, inc: u64) -> std::io::Result<bool> {
         let me = self.shared.broker_id;
-        let read_start = boot_now();
+        let read_start = self.clock.now();
         let claim = highest_claim(&self.fs, self.cluster_dir())?;
         let (next, gone) = match &claim {
             None => (1, true),
@@ -177,17 +234,17 @@ impl ControllerActor {
             }
         };
         if !gone {
-            return Ok(());
+            return Ok(false);
         }
         if try_claim(&self.fs, self.cluster_dir(), next, me, inc)? {
             self.elected(next, inc)
         } else {
             tracing::info!(epoch = next, "lost the controller election");
-            Ok(())
+            Ok(false)
         }
     }
 
-    fn elected(&mut self, epoch: i32, incarnation: u64) -> std::io::Result<()> {
+    fn elected(&mut self, epoch: i32, incarnation: u64) -> std::io::Result<bool> {
         let prev = read_json::<Assignment>(self.fs.as_ref(), &self.cluster_dir().join(ASSIGNMENT))?
             .unwrap_or_default();
         tracing::info!(epoch, version = prev.version, "elected controller");
@@ -227,9 +284,10 @@ impl ControllerActor {
         ids.retain(|id| *id >= 0);
         ids.sort_unstable();
         ids.dedup();
+        let clock = self.clock.clone();
         for id in ids {
             let path = super::records::broker_record_path(&self.shared.cluster_dir, id);
-            let read_start = boot_now();
+            let read_start = clock.now();
             let r = match read_json::<BrokerRecord>(self.fs.as_ref(), &path) {
                 Ok(Some(r)) => {
                     l.missing.remove(&id);
@@ -275,7 +333,7 @@ impl ControllerActor {
                 }
             };
             // Timed after the read returned: no earlier than the write.
-            let now = boot_now();
+            let now = clock.now();
             match l.observed.get_mut(&id) {
                 Some(o) if o.record.seq == r.seq && o.record.incarnation == r.incarnation => {
                     o.record = r;
@@ -318,7 +376,7 @@ impl ControllerActor {
     /// Topic stamps by exact name; the listing only discovers names.
     fn scan_topics(&mut self) -> std::io::Result<BTreeMap<String, TopicInfo>> {
         let names = self.fs.list(&self.data_dir)?;
-        let now = boot_now();
+        let now = self.clock.now();
         let fs = self.fs.clone();
         let data_dir = self.data_dir.clone();
         let l = self.leading.as_mut().expect("leading");
@@ -371,7 +429,7 @@ impl ControllerActor {
         Ok(out)
     }
 
-    fn lead(&mut self) -> std::io::Result<()> {
+    fn lead(&mut self) -> std::io::Result<bool> {
         let brokers = self.observe()?;
         let topics = self.scan_topics()?;
         let path = self.cluster_dir().join(ASSIGNMENT);
@@ -383,7 +441,7 @@ impl ControllerActor {
         let mut foreign = on_disk != l.prev;
         if foreign && on_disk.controller_epoch > l.epoch {
             self.resign("assignment written by a newer controller");
-            return Ok(());
+            return Ok(false);
         }
         if foreign && on_disk.controller_epoch == l.epoch && on_disk.version > l.prev.version {
             // Our own write, which landed although it reported an error:
@@ -455,13 +513,13 @@ impl ControllerActor {
                 version: base.version + 1,
                 ..base
             },
-            None => return Ok(()),
+            None => return Ok(false),
         };
         // The controller's lease is its broker lease: check it right before
         // the one rename that publishes the decision.
         if !self.shared.lease.valid_for(l.incarnation) {
             self.resign("lease lapsed before writing the assignment");
-            return Ok(());
+            return Ok(false);
         }
         write_json(self.fs.as_ref(), &path, &next)?;
         self.writes += 1;
@@ -483,10 +541,37 @@ impl ControllerActor {
                 handled: self.writes,
             },
         );
-        if let Some(w) = &self.watcher {
-            w.do_send(Nudge);
+        Ok(true)
+    }
+}
+
+/// See module docs.
+pub struct ControllerActor {
+    state: ControllerState,
+    watcher: Option<Addr<AssignmentWatcher>>,
+}
+
+impl ControllerActor {
+    /// Start on `arbiter`.
+    pub fn start(
+        fs: SharedFs,
+        shared: Arc<Shared>,
+        data_dir: PathBuf,
+        watcher: Option<Addr<AssignmentWatcher>>,
+        arbiter: &ArbiterHandle,
+    ) -> Addr<Self> {
+        ControllerActor::start_in_arbiter(arbiter, move |_| ControllerActor {
+            state: ControllerState::new(fs, shared, data_dir),
+            watcher,
+        })
+    }
+
+    fn tick(&mut self) {
+        if self.state.tick() {
+            if let Some(w) = &self.watcher {
+                w.do_send(Nudge);
+            }
         }
-        Ok(())
     }
 }
 
@@ -495,7 +580,7 @@ impl Actor for ControllerActor {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         self.tick();
-        ctx.run_interval(self.shared.timing.poll, |a, _| a.tick());
+        ctx.run_interval(self.state.shared.timing.poll, |a, _| a.tick());
     }
 }
 
@@ -507,7 +592,7 @@ pub struct IsController;
 impl Handler<IsController> for ControllerActor {
     type Result = Option<i32>;
     fn handle(&mut self, _: IsController, _: &mut Context<Self>) -> Option<i32> {
-        self.leading.as_ref().map(|l| l.epoch)
+        self.state.epoch()
     }
 }
 
@@ -522,19 +607,7 @@ pub struct HandoffPending;
 impl Handler<HandoffPending> for ControllerActor {
     type Result = bool;
     fn handle(&mut self, _: HandoffPending, _: &mut Context<Self>) -> bool {
-        let Some(l) = &self.leading else { return false };
-        let me = self.shared.broker_id;
-        let dead_after = self.shared.timing.dead_after();
-        let someone_eligible = l.observed.iter().any(|(id, o)| {
-            *id != me && o.still <= dead_after && !o.record.shutting_down && !o.record.clean_exit
-        });
-        let vacant = l
-            .prev
-            .topics
-            .values()
-            .flat_map(|t| t.partitions.iter())
-            .any(|e| e.leader < 0);
-        someone_eligible && vacant
+        self.state.handoff_pending()
     }
 }
 
@@ -548,10 +621,7 @@ pub struct Resign;
 impl Handler<Resign> for ControllerActor {
     type Result = Option<i32>;
     fn handle(&mut self, _: Resign, _: &mut Context<Self>) -> Option<i32> {
-        self.resigned = true;
-        let epoch = self.leading.as_ref().map(|l| l.epoch);
-        self.resign("controlled shutdown");
-        epoch
+        self.state.resign_for_shutdown()
     }
 }
 

@@ -17,14 +17,11 @@
 //! controller's decision by at least `grace`, which absorbs clock-rate
 //! differences between hosts. No two hosts' clocks are compared.
 
+use crate::clock::{self, SharedClock};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-/// Nanoseconds on CLOCK_BOOTTIME.
-pub fn boot_now() -> Duration {
-    let ts = rustix::time::clock_gettime(rustix::time::ClockId::Boottime);
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-}
+pub use crate::clock::boot_now;
 
 /// See module docs.
 #[derive(Debug)]
@@ -37,17 +34,31 @@ pub struct Lease {
     deadline: AtomicU64,
     /// Set once the current incarnation's lease lapsed.
     lapsed: AtomicBool,
+    /// The clock the lease is measured on (CLOCK_BOOTTIME outside tests).
+    clock: SharedClock,
 }
 
 impl Lease {
-    /// A lease not yet granted.
+    /// A lease not yet granted, on the real clock.
     pub fn new(length: Duration, incarnation: u64) -> Self {
+        Self::with_clock(length, incarnation, clock::real())
+    }
+
+    /// A lease not yet granted, measured on `clock`.
+    pub fn with_clock(length: Duration, incarnation: u64, clock: SharedClock) -> Self {
         Self {
             length,
             incarnation: AtomicU64::new(incarnation),
             deadline: AtomicU64::new(0),
             lapsed: AtomicBool::new(false),
+            clock,
         }
+    }
+
+    /// The clock this lease is measured on; everything that times a
+    /// heartbeat or an observation against it must read the same clock.
+    pub fn clock(&self) -> &SharedClock {
+        &self.clock
     }
 
     /// Current incarnation.
@@ -66,7 +77,7 @@ impl Lease {
             // lend the new incarnation's deadline to the old one)
             return false;
         }
-        if (boot_now().as_nanos() as u64) < d {
+        if (self.clock.now().as_nanos() as u64) < d {
             return true;
         }
         self.lapsed.store(true, Ordering::Release);
@@ -122,7 +133,7 @@ impl Lease {
         if !self.valid() {
             return Duration::ZERO;
         }
-        Duration::from_nanos(self.deadline.load(Ordering::Acquire)).saturating_sub(boot_now())
+        Duration::from_nanos(self.deadline.load(Ordering::Acquire)).saturating_sub(self.clock.now())
     }
 }
 
@@ -150,6 +161,21 @@ mod tests {
         assert!(!l.valid_for(1));
         assert!(l.renewed(2, boot_now(), boot_now()));
         assert!(l.valid_for(2) && !l.valid_for(1));
+    }
+
+    #[test]
+    fn a_lease_on_a_fake_clock_lapses_exactly_at_its_end() {
+        use crate::clock::Clock;
+        let c = crate::clock::FakeClock::new();
+        let l = Lease::with_clock(Duration::from_secs(3), 7, c.clone());
+        let t0 = c.now();
+        assert!(l.renewed(7, t0, c.now()));
+        c.advance(Duration::from_millis(2999));
+        assert!(l.valid_for(7));
+        assert_eq!(l.remaining(), Duration::from_millis(1));
+        c.advance(Duration::from_millis(1));
+        assert!(!l.valid_for(7));
+        assert!(l.lapsed());
     }
 
     #[test]

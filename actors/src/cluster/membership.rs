@@ -10,9 +10,14 @@
 //! [`super::watcher::AssignmentWatcher`] has stopped every leader of the
 //! spent incarnation, then takes a new random incarnation, so the controller
 //! may re-grant those partitions at once: nothing of the old one still runs.
+//!
+//! The decisions live in [`MembershipState`] (plain Rust, driven by a
+//! [`crate::clock::Clock`] and the filesystem seam, tested below);
+//! [`Membership`] is the actix glue around it.
 
-use super::lease::{boot_now, Lease};
+use super::lease::Lease;
 use super::records::{broker_record_path, read_json, write_json, BrokerRecord, FencedAt};
+use crate::clock::SharedClock;
 use crate::fs::SharedFs;
 use crate::telemetry::{self, ActorInfo};
 use actix::prelude::*;
@@ -85,15 +90,38 @@ pub struct Shared {
     pub timing: Timing,
 }
 
-/// See module docs.
-pub struct Membership {
-    fs: SharedFs,
-    shared: Arc<Shared>,
-    seq: u64,
-    failures: u64,
-    /// Every incarnation this process has used: a record showing any other
-    /// means a second process runs with our broker id.
-    mine: Vec<u64>,
+impl Shared {
+    /// Shared state around `lease` (which carries the clock every cluster
+    /// actor times itself on).
+    pub fn new(
+        broker_id: i32,
+        lease: Arc<Lease>,
+        cluster_dir: PathBuf,
+        advertised: (String, i32),
+        timing: Timing,
+    ) -> Self {
+        Self {
+            broker_id,
+            lease,
+            state: Mutex::new(SelfState::default()),
+            fenced_incarnation: AtomicU64::new(0),
+            watcher_tick: AtomicU64::new(0),
+            controller_tick: AtomicU64::new(0),
+            cluster_dir,
+            advertised,
+            timing,
+        }
+    }
+
+    /// The clock leases and observations are timed on.
+    pub fn clock(&self) -> &SharedClock {
+        self.lease.clock()
+    }
+
+    /// Monotonic nanoseconds now, for the poll ticks.
+    pub fn now_ns(&self) -> u64 {
+        self.clock().now().as_nanos() as u64
+    }
 }
 
 fn incarnation() -> u64 {
@@ -111,7 +139,9 @@ pub fn join(fs: &SharedFs, shared_cfg: JoinConfig) -> io::Result<(Arc<Shared>, u
         cluster_dir,
         advertised,
         timing,
+        clock,
     } = shared_cfg;
+    let boot_now = || clock.now();
     let path = broker_record_path(&cluster_dir, broker_id);
     fs.create_dir_all(path.parent().expect("has parent"))?;
     let mut seq = 0;
@@ -153,17 +183,13 @@ pub fn join(fs: &SharedFs, shared_cfg: JoinConfig) -> io::Result<(Arc<Shared>, u
         }
     }
     let inc = incarnation();
-    let shared = Arc::new(Shared {
+    let shared = Arc::new(Shared::new(
         broker_id,
-        lease: Arc::new(Lease::new(timing.lease, inc)),
-        state: Mutex::new(SelfState::default()),
-        fenced_incarnation: AtomicU64::new(0),
-        watcher_tick: AtomicU64::new(0),
-        controller_tick: AtomicU64::new(0),
+        Arc::new(Lease::with_clock(timing.lease, inc, clock.clone())),
         cluster_dir,
         advertised,
         timing,
-    });
+    ));
     let seq = seq + 1;
     let started = boot_now();
     write_json(fs.as_ref(), &path, &record(&shared, inc, seq))?;
@@ -187,6 +213,9 @@ pub struct JoinConfig {
     pub advertised: (String, i32),
     /// Timing.
     pub timing: Timing,
+    /// The clock the lease is measured on ([`crate::clock::RealClock`]
+    /// outside tests).
+    pub clock: SharedClock,
 }
 
 fn record(shared: &Shared, inc: u64, seq: u64) -> BrokerRecord {
@@ -206,26 +235,67 @@ fn record(shared: &Shared, inc: u64, seq: u64) -> BrokerRecord {
     }
 }
 
-impl Membership {
-    /// Start on `arbiter` after [`join`].
-    pub fn start(
-        fs: SharedFs,
-        shared: Arc<Shared>,
-        seq: u64,
-        arbiter: &ArbiterHandle,
-    ) -> Addr<Membership> {
+/// What one heartbeat pass decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BeatOutcome {
+    /// The record was rewritten; `lease_valid` is the lease afterwards.
+    Written {
+        /// Whether the lease is valid after the heartbeat.
+        lease_valid: bool,
+    },
+    /// The write failed; the lease runs down unless a later one lands.
+    WriteFailed,
+    /// The watcher or the controller actor stopped polling: no heartbeat,
+    /// so the lease lapses and the broker is fenced rather than half-alive.
+    Withheld,
+    /// The lease lapsed and the watcher has not yet stopped every leader of
+    /// the spent incarnation: wait before taking a new one.
+    AwaitingFence,
+    /// Our record shows an incarnation this process never used: another
+    /// process has our broker id. The lease is revoked; the caller exits.
+    Impostor {
+        /// The incarnation found in the record.
+        theirs: u64,
+    },
+}
+
+/// The heartbeat logic of [`Membership`], without actix: it reads the clock
+/// through the lease and the volume through the seam, and returns what it
+/// decided.
+pub struct MembershipState {
+    fs: SharedFs,
+    shared: Arc<Shared>,
+    seq: u64,
+    failures: u64,
+    /// Every incarnation this process has used: a record showing any other
+    /// means a second process runs with our broker id.
+    mine: Vec<u64>,
+    new_incarnation: fn() -> u64,
+}
+
+impl MembershipState {
+    /// State after [`join`] wrote heartbeat `seq`.
+    pub fn new(fs: SharedFs, shared: Arc<Shared>, seq: u64) -> Self {
         let mine = vec![shared.lease.incarnation()];
-        Membership::start_in_arbiter(arbiter, move |_| Membership {
+        Self {
             fs,
             shared,
             seq,
             failures: 0,
             mine,
-        })
+            new_incarnation: incarnation,
+        }
     }
 
-    fn beat(&mut self) {
+    /// The last heartbeat sequence number written (or attempted).
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// One heartbeat pass.
+    pub fn beat(&mut self) -> BeatOutcome {
         let lease = &self.shared.lease;
+        let clock = lease.clock().clone();
         let path = broker_record_path(&self.shared.cluster_dir, self.shared.broker_id);
         // Only we write our record. If it shows an incarnation we never
         // used, another process has our broker id (a replacement started
@@ -234,31 +304,28 @@ impl Membership {
         if let Ok(Some(r)) = read_json::<BrokerRecord>(self.fs.as_ref(), &path) {
             if !self.mine.contains(&r.incarnation) {
                 lease.revoke();
-                tracing::error!(
-                    broker_id = self.shared.broker_id,
-                    theirs = r.incarnation,
-                    "another process heartbeats as this broker id; exiting"
-                );
-                std::process::exit(3);
+                return BeatOutcome::Impostor {
+                    theirs: r.incarnation,
+                };
             }
         }
-        let now = boot_now().as_nanos() as u64;
+        let now = clock.now().as_nanos() as u64;
         let stale = |t: &AtomicU64| {
             let t = t.load(Ordering::Acquire);
             t != 0 && now.saturating_sub(t) > (self.shared.timing.lease * 2).as_nanos() as u64
         };
         if stale(&self.shared.watcher_tick) || stale(&self.shared.controller_tick) {
             tracing::error!(broker_id = self.shared.broker_id, "assignment watcher or controller actor stopped polling; withholding heartbeats so the lease lapses");
-            return;
+            return BeatOutcome::Withheld;
         }
         let mut inc = lease.incarnation();
         let leaving = self.shared.state.lock().unwrap().clean_exit;
         if lease.lapsed() && !leaving {
             // Spent: wait until the watcher stopped every leader of it.
             if self.shared.fenced_incarnation.load(Ordering::Acquire) != inc {
-                return;
+                return BeatOutcome::AwaitingFence;
             }
-            let new = incarnation();
+            let new = (self.new_incarnation)();
             tracing::error!(
                 broker_id = self.shared.broker_id,
                 old = inc,
@@ -272,26 +339,29 @@ impl Membership {
             inc = new;
         }
         self.seq += 1;
-        let started = boot_now();
-        match write_json(
+        let started = clock.now();
+        let outcome = match write_json(
             self.fs.as_ref(),
             &path,
             &record(&self.shared, inc, self.seq),
         ) {
             Ok(()) => {
                 self.failures = 0;
-                if !lease.renewed(inc, started, boot_now()) {
+                let lease_valid = lease.renewed(inc, started, clock.now());
+                if !lease_valid {
                     tracing::error!(
                         broker_id = self.shared.broker_id,
                         "heartbeat completed after the lease ended: fenced"
                     );
                 }
+                BeatOutcome::Written { lease_valid }
             }
             Err(e) => {
                 self.failures += 1;
                 tracing::warn!(error = %e, failures = self.failures, remaining_ms = lease.remaining().as_millis() as u64, "heartbeat write failed");
+                BeatOutcome::WriteFailed
             }
-        }
+        };
         telemetry::global().upsert_actor(
             "membership".into(),
             ActorInfo {
@@ -302,6 +372,39 @@ impl Membership {
                 handled: self.seq,
             },
         );
+        outcome
+    }
+}
+
+/// See module docs.
+pub struct Membership {
+    state: MembershipState,
+    shared: Arc<Shared>,
+}
+
+impl Membership {
+    /// Start on `arbiter` after [`join`].
+    pub fn start(
+        fs: SharedFs,
+        shared: Arc<Shared>,
+        seq: u64,
+        arbiter: &ArbiterHandle,
+    ) -> Addr<Membership> {
+        Membership::start_in_arbiter(arbiter, move |_| Membership {
+            state: MembershipState::new(fs, shared.clone(), seq),
+            shared,
+        })
+    }
+
+    fn beat(&mut self) {
+        if let BeatOutcome::Impostor { theirs } = self.state.beat() {
+            tracing::error!(
+                broker_id = self.shared.broker_id,
+                theirs,
+                "another process heartbeats as this broker id; exiting"
+            );
+            std::process::exit(3);
+        }
     }
 }
 

@@ -20,4 +20,6 @@ pub mod records;
 pub mod watcher;
 
 #[cfg(test)]
+mod logic_tests;
+#[cfg(test)]
 mod tests;

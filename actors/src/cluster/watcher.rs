@@ -10,6 +10,10 @@
 //! When the lease lapses it stops every leader of the spent incarnation and
 //! marks it fenced, which lets [`super::membership::Membership`] start a
 //! new one.
+//!
+//! The decisions live in [`WatcherState`] (plain Rust: it reads the file and
+//! says what to apply); [`AssignmentWatcher`] is the actix glue that runs
+//! the [`LeaderSink`] and reports back.
 
 use super::membership::{Beat, Membership, Shared};
 use super::records::{read_json, Assignment, ASSIGNMENT};
@@ -34,17 +38,126 @@ pub trait LeaderSink: Send + Sync + 'static {
     ) -> LocalBoxFuture<'static, ()>;
 }
 
-/// See module docs.
-pub struct AssignmentWatcher {
+/// One application of an assignment to the [`LeaderSink`].
+#[derive(Debug, Clone)]
+pub struct Apply {
+    /// The assignment (empty when `lead` is false).
+    pub assignment: Arc<Assignment>,
+    /// The incarnation it is applied for.
+    pub incarnation: u64,
+    /// False: the lease lapsed; stop every leader of `incarnation`.
+    pub lead: bool,
+}
+
+/// The watcher's logic without actix: which assignment to apply, and what
+/// applying it means for the broker's published state.
+pub struct WatcherState {
     fs: SharedFs,
     shared: Arc<Shared>,
-    sink: Arc<dyn LeaderSink>,
-    membership: Addr<Membership>,
     /// (controller epoch, version, incarnation) last applied.
     applied: Option<(i32, u64, u64)>,
     busy: bool,
     failures: u64,
     ticks: u64,
+}
+
+impl WatcherState {
+    /// Nothing applied yet.
+    pub fn new(fs: SharedFs, shared: Arc<Shared>) -> Self {
+        Self {
+            fs,
+            shared,
+            applied: None,
+            busy: false,
+            failures: 0,
+            ticks: 0,
+        }
+    }
+
+    /// (controller epoch, version, incarnation) last applied.
+    pub fn applied(&self) -> Option<(i32, u64, u64)> {
+        self.applied
+    }
+
+    /// One poll: what to apply now, if anything. While an application is in
+    /// flight nothing new starts; [`Self::done`] ends it.
+    pub fn poll(&mut self) -> Option<Apply> {
+        self.shared
+            .watcher_tick
+            .store(self.shared.now_ns(), Ordering::Release);
+        if self.busy {
+            return None;
+        }
+        let lease = self.shared.lease.clone();
+        let inc = lease.incarnation();
+        if !lease.valid_for(inc) {
+            if lease.lapsed() && self.shared.fenced_incarnation.load(Ordering::Acquire) != inc {
+                // Drop every leader of the spent incarnation (the metadata
+                // cache is kept: the volume may be unreachable right now).
+                return Some(self.start(Arc::default(), inc, false));
+            }
+            return None;
+        }
+        let path = self.shared.cluster_dir.join(ASSIGNMENT);
+        let a = match read_json::<Assignment>(self.fs.as_ref(), &path) {
+            Ok(Some(a)) => a,
+            Ok(None) => return None,
+            Err(e) => {
+                self.failures += 1;
+                if self.failures % 50 == 1 {
+                    tracing::warn!(error = %e, "assignment unreadable; keeping the last applied one");
+                }
+                return None;
+            }
+        };
+        let newer = match self.applied {
+            None => true,
+            Some((e, v, i)) => a.newer_than(e, v) || i != inc,
+        };
+        // Re-apply the same version now and then: applying is idempotent,
+        // and it restarts a leader that a failed topic deletion stopped.
+        self.ticks += 1;
+        if newer || self.ticks.is_multiple_of(20) {
+            return Some(self.start(Arc::new(a), inc, true));
+        }
+        None
+    }
+
+    fn start(&mut self, assignment: Arc<Assignment>, incarnation: u64, lead: bool) -> Apply {
+        self.busy = true;
+        Apply {
+            assignment,
+            incarnation,
+            lead,
+        }
+    }
+
+    /// The sink finished applying `a`: record it (and publish it for the
+    /// next heartbeat), or — after a lapse — mark the incarnation fenced so
+    /// Membership may start a new one. Returns whether to heartbeat now.
+    pub fn done(&mut self, a: &Apply) -> bool {
+        self.busy = false;
+        if a.lead {
+            let (e, v) = (a.assignment.controller_epoch, a.assignment.version);
+            self.applied = Some((e, v, a.incarnation));
+            self.shared.state.lock().unwrap().applied = (e, v);
+            true
+        } else {
+            self.shared
+                .fenced_incarnation
+                .store(a.incarnation, Ordering::Release);
+            self.applied = None;
+            false
+        }
+    }
+}
+
+/// See module docs.
+pub struct AssignmentWatcher {
+    state: WatcherState,
+    shared: Arc<Shared>,
+    sink: Arc<dyn LeaderSink>,
+    membership: Addr<Membership>,
 }
 
 impl AssignmentWatcher {
@@ -57,78 +170,23 @@ impl AssignmentWatcher {
         arbiter: &ArbiterHandle,
     ) -> Addr<Self> {
         AssignmentWatcher::start_in_arbiter(arbiter, move |_| AssignmentWatcher {
-            fs,
+            state: WatcherState::new(fs, shared.clone()),
             shared,
             sink,
             membership,
-            applied: None,
-            busy: false,
-            failures: 0,
-            ticks: 0,
         })
     }
 
     fn tick(&mut self, ctx: &mut Context<Self>) {
-        self.shared.watcher_tick.store(
-            super::lease::boot_now().as_nanos() as u64,
-            Ordering::Release,
-        );
-        if self.busy {
+        let Some(apply) = self.state.poll() else {
             return;
-        }
-        let lease = self.shared.lease.clone();
-        let inc = lease.incarnation();
-        if !lease.valid_for(inc) {
-            if lease.lapsed() && self.shared.fenced_incarnation.load(Ordering::Acquire) != inc {
-                // Drop every leader of the spent incarnation (the metadata
-                // cache is kept: the volume may be unreachable right now).
-                self.run(ctx, Arc::default(), inc, false, None);
-            }
-            return;
-        }
-        let path = self.shared.cluster_dir.join(ASSIGNMENT);
-        let a = match read_json::<Assignment>(self.fs.as_ref(), &path) {
-            Ok(Some(a)) => a,
-            Ok(None) => return,
-            Err(e) => {
-                self.failures += 1;
-                if self.failures % 50 == 1 {
-                    tracing::warn!(error = %e, "assignment unreadable; keeping the last applied one");
-                }
-                return;
-            }
         };
-        let newer = match self.applied {
-            None => true,
-            Some((e, v, i)) => a.newer_than(e, v) || i != inc,
-        };
-        // Re-apply the same version now and then: applying is idempotent,
-        // and it restarts a leader that a failed topic deletion stopped.
-        self.ticks += 1;
-        if newer || self.ticks.is_multiple_of(20) {
-            self.run(ctx, Arc::new(a), inc, true, Some(()));
-        }
-    }
-
-    fn run(
-        &mut self,
-        ctx: &mut Context<Self>,
-        a: Arc<Assignment>,
-        inc: u64,
-        lead: bool,
-        report: Option<()>,
-    ) {
-        self.busy = true;
-        let fut = self.sink.apply(a.clone(), inc, lead);
+        let fut = self
+            .sink
+            .apply(apply.assignment.clone(), apply.incarnation, apply.lead);
         ctx.spawn(fut.into_actor(self).map(move |_, act, ctx| {
-            act.busy = false;
-            if report.is_some() {
-                act.applied = Some((a.controller_epoch, a.version, inc));
-                act.shared.state.lock().unwrap().applied = (a.controller_epoch, a.version);
+            if act.state.done(&apply) {
                 act.membership.do_send(Beat);
-            } else {
-                act.shared.fenced_incarnation.store(inc, Ordering::Release);
-                act.applied = None;
             }
             // Something newer may have arrived meanwhile.
             ctx.notify(Nudge);

@@ -1,22 +1,27 @@
 //! `PartitionLeader`: the actor that owns one partition's writable files.
 //!
-//! It is a thin actix adapter around [`PartitionLog`]: appends go to the page
-//! cache on the actor's arbiter, fsyncs run on the blocking pool (group
-//! commit: whatever was appended while one fsync ran is covered by the next),
-//! and acknowledgements are released only when the fsync covering them
-//! returns. Any I/O error stops the actor; its [`actix::Supervisor`] restarts
-//! it, and `started` re-opens the log, which re-runs recovery from the files:
-//! that is the re-drive. Restarts are counted in telemetry.
+//! It is a thin actix adapter around [`CommitGate`] (the waiter queue, the
+//! ack-only-under-lease gate and the one lease-checked path of every write)
+//! and [`PartitionLog`]: appends go to the page cache on the actor's arbiter,
+//! fsyncs run on the blocking pool (group commit: whatever was appended while
+//! one fsync ran is covered by the next), and their results are fed back to
+//! the gate. Any I/O error stops the actor; its [`actix::Supervisor`]
+//! restarts it, and `started` re-opens the log, which re-runs recovery from
+//! the files: that is the re-drive. The open runs on the blocking pool, so a
+//! long recovery never stalls the partitions sharing this arbiter; until it
+//! returns, requests answer "recovering" and a stop waits for it. Restarts
+//! are counted in telemetry.
 
 use super::claim::ClaimOwner;
+use super::commit::{storage, CommitGate, Halt, Refused};
 use super::log::{LogConfig, LogError, PartitionLog};
 use super::messages::{AppendBatches, AppendTicket, EnforceRetention, PartitionError, StopLeader};
 use super::reader::PartitionReader;
+use crate::clock::{self, SharedClock};
 use crate::cluster::lease::Lease;
 use crate::fs::SharedFs;
 use crate::telemetry::{self, ActorInfo, HandleTimer, KindStats};
 use actix::prelude::*;
-use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, RwLock};
@@ -83,56 +88,71 @@ impl std::fmt::Debug for OnFenced {
 pub struct PartitionLeader {
     spec: LeaderSpec,
     fs: SharedFs,
-    log: Option<PartitionLog>,
-    waiters: VecDeque<(i64, oneshot::Sender<Result<i64, PartitionError>>)>,
-    syncing: bool,
+    gate: CommitGate,
     stopping: bool,
-    hw_tx: watch::Sender<i64>,
     reader: ReaderSlot,
     kind: Arc<KindStats>,
     restarts: u64,
     failures: u32,
     last_error: Option<PartitionError>,
     handled: u64,
-    /// Set when this owner failed mid-write: (base, durable size) of the
-    /// active segment, so the restart never trusts bytes after it.
-    failed_at: Option<(i64, u64)>,
+    /// An open (recovery) is running on the blocking pool; its result comes
+    /// back as [`Opened`].
+    opening: bool,
+    /// [`StopLeader`] callers waiting for an open in flight to finish: a
+    /// leader is stopped only once nothing of it can still touch the files.
+    stop_waiters: Vec<oneshot::Sender<()>>,
 }
+
+/// The result of an open run on the blocking pool.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Opened(Result<PartitionLog, LogError>);
 
 /// Wall-clock milliseconds (segment ages and retention only; never compared
 /// across hosts).
 pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
+    clock::wall_ms()
 }
 
 impl PartitionLeader {
-    /// Start a supervised leader on `arbiter`.
+    /// Start a supervised leader on `arbiter`, on the real clock.
     pub fn start(
         spec: LeaderSpec,
         fs: SharedFs,
+        arbiter: &actix::ArbiterHandle,
+    ) -> PartitionHandle {
+        let clock = spec
+            .lease
+            .as_ref()
+            .map(|(l, _)| l.clock().clone())
+            .unwrap_or_else(clock::real);
+        Self::start_with_clock(spec, fs, clock, arbiter)
+    }
+
+    /// Start a supervised leader on `arbiter`, timing segment ages on `clock`.
+    pub fn start_with_clock(
+        spec: LeaderSpec,
+        fs: SharedFs,
+        clock: SharedClock,
         arbiter: &actix::ArbiterHandle,
     ) -> PartitionHandle {
         let (hw_tx, hw) = watch::channel(-1);
         let reader: ReaderSlot = Arc::new(RwLock::new(None));
         let slot = reader.clone();
         let addr = Supervisor::start_in_arbiter(arbiter, move |_| PartitionLeader {
+            gate: CommitGate::new(spec.lease.clone(), clock, hw_tx),
             spec,
             fs,
-            log: None,
-            waiters: VecDeque::new(),
-            syncing: false,
             stopping: false,
-            hw_tx,
             reader: slot,
             kind: telemetry::global().kind(KIND),
             restarts: 0,
             failures: 0,
             last_error: None,
             handled: 0,
-            failed_at: None,
+            opening: false,
+            stop_waiters: Vec::new(),
         });
         PartitionHandle { addr, reader, hw }
     }
@@ -154,26 +174,21 @@ impl PartitionLeader {
         );
     }
 
-    fn lease_valid(&self) -> bool {
-        self.spec
-            .lease
-            .as_ref()
-            .is_none_or(|(l, inc)| l.valid_for(*inc))
-    }
-
-    /// The lease lapsed: another broker may own the partition by now. Drop
-    /// everything unacknowledged (it may or may not survive in the file;
-    /// it was never promised) and go dormant; the watcher stops us.
-    fn fenced(&mut self, ctx: &mut Context<Self>) {
-        tracing::error!(topic = %self.spec.topic, partition = self.spec.partition, epoch = self.spec.epoch, "lease lapsed: acknowledging nothing more");
-        let err = PartitionError::NotLeader("broker lease lapsed".into());
-        for (_, tx) in self.waiters.drain(..) {
-            let _ = tx.send(Err(err.clone()));
+    /// The gate halted: fenced (lease lapsed) stays down for good; a failure
+    /// stops so that the supervisor restarts and recovery re-drives.
+    fn halted(&mut self, h: Halt, ctx: &mut Context<Self>) {
+        match h {
+            Halt::Fenced => {
+                tracing::error!(topic = %self.spec.topic, partition = self.spec.partition, epoch = self.spec.epoch, "lease lapsed: acknowledging nothing more");
+                *self.reader.write().unwrap() = None;
+                self.stopping = true;
+                self.last_error = Some(PartitionError::NotLeader("broker lease lapsed".into()));
+            }
+            Halt::Failed(err) => {
+                tracing::error!(topic = %self.spec.topic, partition = self.spec.partition, error = %err, "partition leader failed; restarting");
+                self.last_error = Some(err);
+            }
         }
-        *self.reader.write().unwrap() = None;
-        self.log = None;
-        self.stopping = true;
-        self.last_error = Some(err);
         ctx.stop();
     }
 
@@ -183,115 +198,31 @@ impl PartitionLeader {
             .unwrap_or_else(|| PartitionError::Storage("partition is recovering".into()))
     }
 
-    /// Fail every waiter and stop: the supervisor restarts us, and the
-    /// restart recovers from what is durable. Never retry a failed fsync.
-    fn fail(&mut self, err: PartitionError, ctx: &mut Context<Self>) {
-        tracing::error!(topic = %self.spec.topic, partition = self.spec.partition, error = %err, "partition leader failed; restarting");
-        for (_, tx) in self.waiters.drain(..) {
-            let _ = tx.send(Err(err.clone()));
-        }
-        if let Some(log) = &self.log {
-            self.failed_at = Some(log.durable_point());
-        }
-        self.last_error = Some(err);
-        ctx.stop();
-    }
-
-    /// Acknowledge what is durable. Every acknowledgement passes here, and
-    /// none is sent unless the lease is valid *now* — after the fsync that
-    /// made it durable, whichever path ran it (group commit, roll, stop).
-    /// Returns false, releasing nothing, if the lease has lapsed.
-    #[must_use]
-    fn release(&mut self) -> bool {
-        if !self.lease_valid() {
-            return false;
-        }
-        let Some(log) = &self.log else { return true };
-        let hw = log.high_watermark();
-        while let Some((last, _)) = self.waiters.front() {
-            if *last >= hw {
-                break;
-            }
-            let (_, tx) = self.waiters.pop_front().expect("front exists");
-            let _ = tx.send(Ok(hw));
-        }
-        self.hw_tx.send_replace(hw);
-        true
-    }
-
     fn kick_sync(&mut self, ctx: &mut Context<Self>) {
-        if self.syncing {
-            return;
-        }
-        let Some(t) = self.log.as_ref().and_then(|l| l.sync_target()) else {
+        let Some(t) = self.gate.begin_sync() else {
             return;
         };
-        self.syncing = true;
         let job = actix_rt::task::spawn_blocking(move || {
             let r = t.file.sync_data();
             (t, r)
         });
         ctx.spawn(job.into_actor(self).map(|res, act, ctx| {
-            act.syncing = false;
-            match res {
-                Ok((_, Ok(()))) if !act.lease_valid() => act.fenced(ctx),
-                Ok((t, Ok(()))) => {
-                    telemetry::global().fsyncs.fetch_add(1, Ordering::Relaxed);
-                    if let Some(log) = act.log.as_mut() {
-                        log.complete_sync(t);
+            let res = match res {
+                Ok((t, r)) => {
+                    if r.is_ok() {
+                        telemetry::global().fsyncs.fetch_add(1, Ordering::Relaxed);
                     }
-                    act.after_durable(ctx);
+                    act.gate.synced(t, r)
                 }
-                Ok((_, Err(e))) => act.fail(PartitionError::Storage(format!("fsync: {e}")), ctx),
-                Err(e) => act.fail(PartitionError::Storage(format!("fsync task: {e}")), ctx),
+                Err(e) => Err(act
+                    .gate
+                    .fail(PartitionError::Storage(format!("fsync task: {e}")))),
+            };
+            match res {
+                Ok(()) => act.kick_sync(ctx),
+                Err(h) => act.halted(h, ctx),
             }
         }));
-    }
-
-    fn after_durable(&mut self, ctx: &mut Context<Self>) {
-        if !self.release() {
-            return self.fenced(ctx);
-        }
-        let now = now_ms();
-        if let Some(log) = self.log.as_mut() {
-            let res = if log.roll_due(now) {
-                log.roll(now)
-            } else if log.checkpoint_due() && !log.dirty() {
-                log.checkpoint()
-            } else {
-                Ok(())
-            };
-            if let Err(e) = res {
-                return self.fail(storage(e), ctx);
-            }
-        }
-        // A roll fsyncs inline: release() re-checks the lease.
-        if !self.release() {
-            return self.fenced(ctx);
-        }
-        self.kick_sync(ctx);
-    }
-
-    fn tick(&mut self, ctx: &mut Context<Self>) {
-        if self.syncing {
-            return;
-        }
-        let now = now_ms();
-        if let Some(log) = self.log.as_mut() {
-            if !log.dirty() && log.roll_due(now) {
-                if let Err(e) = log.roll(now) {
-                    self.fail(storage(e), ctx);
-                }
-            }
-        }
-    }
-}
-
-fn storage(e: LogError) -> PartitionError {
-    match e {
-        LogError::Fenced { .. } => PartitionError::NotLeader(e.to_string()),
-        LogError::Overflow => PartitionError::TooLarge,
-        e => PartitionError::Storage(e.to_string()),
     }
 }
 
@@ -304,7 +235,7 @@ impl Actor for PartitionLeader {
         if self.stopping {
             return;
         }
-        if !self.lease_valid() {
+        if !self.gate.lease_valid() {
             // Never open (and sweep) under a lapsed lease: a newer leader
             // may own the files by now.
             self.stopping = true;
@@ -312,22 +243,50 @@ impl Actor for PartitionLeader {
             return;
         }
         self.publish_info();
-        match PartitionLog::open_as(
+        if self.opening {
+            // A restart while an open is in flight: its result is on the way.
+            return;
+        }
+        // Recovery (a CRC scan of up to a segment, a seal, a sweep) runs on
+        // the blocking pool, not on this arbiter: the partitions sharing the
+        // thread keep serving meanwhile, and requests to this one answer
+        // "recovering" until `Opened` arrives.
+        self.opening = true;
+        let (fs, dir, epoch, owner, cfg) = (
             self.fs.clone(),
-            &self.spec.dir,
+            self.spec.dir.clone(),
             self.spec.epoch,
             self.spec.owner,
             self.spec.cfg.clone(),
-            now_ms(),
-            self.failed_at,
-        ) {
+        );
+        let (now, failed_at) = (self.gate.clock().now_ms(), self.gate.failed_at());
+        let addr = ctx.address();
+        actix_rt::task::spawn_blocking(move || {
+            let res = PartitionLog::open_as(fs, &dir, epoch, owner, cfg, now, failed_at);
+            addr.do_send(Opened(res));
+        });
+    }
+
+    fn stopping(&mut self, _ctx: &mut Context<Self>) -> Running {
+        Running::Stop
+    }
+
+    fn stopped(&mut self, _ctx: &mut Context<Self>) {
+        self.kind.live.fetch_sub(1, Ordering::Relaxed);
+        if self.stopping {
+            telemetry::global().remove_actor(&self.id());
+        }
+    }
+}
+
+impl PartitionLeader {
+    fn opened(&mut self, res: Result<PartitionLog, LogError>, ctx: &mut Context<Self>) {
+        match res {
             Ok(log) => {
-                self.failed_at = None;
                 tracing::info!(topic = %self.spec.topic, partition = self.spec.partition, epoch = self.spec.epoch, hw = log.high_watermark(), "partition leader open");
                 *self.reader.write().unwrap() =
                     Some(PartitionReader::new(self.fs.clone(), log.view()));
-                self.hw_tx.send_replace(log.high_watermark());
-                self.log = Some(log);
+                self.gate.install(log);
                 self.failures = 0;
                 self.last_error = None;
             }
@@ -355,32 +314,60 @@ impl Actor for PartitionLeader {
                 return;
             }
         }
-        ctx.run_interval(Duration::from_millis(500), |a, ctx| a.tick(ctx));
-        ctx.run_interval(self.spec.retention_check, |a, ctx| {
-            let now = now_ms();
-            if !a.lease_valid() {
-                return a.fenced(ctx);
+        ctx.run_interval(Duration::from_millis(500), |a, ctx| {
+            if let Err(h) = a.gate.tick() {
+                a.halted(h, ctx);
             }
-            if let Some(log) = a.log.as_mut() {
-                match log.enforce_retention(now) {
-                    Ok(0) => {}
-                    Ok(n) => {
-                        tracing::info!(topic = %a.spec.topic, partition = a.spec.partition, segments = n, log_start = log.log_start_offset(), "retention removed segments");
-                    }
-                    Err(e) => a.fail(storage(e), ctx),
+        });
+        ctx.run_interval(self.spec.retention_check, |a, ctx| {
+            match a.gate.enforce_retention() {
+                Ok(None | Some(0)) => {}
+                Ok(Some(n)) => {
+                    let log_start = a.gate.log().map(|l| l.log_start_offset());
+                    tracing::info!(topic = %a.spec.topic, partition = a.spec.partition, segments = n, log_start, "retention removed segments");
                 }
+                Err(h) => a.halted(h, ctx),
             }
         });
     }
 
-    fn stopping(&mut self, _ctx: &mut Context<Self>) -> Running {
-        Running::Stop
+    /// Stop for good (see [`StopLeader`]); the gate checks the lease.
+    fn stop_for_good(&mut self, ctx: &mut Context<Self>) {
+        match self.gate.stop() {
+            Ok(()) => {}
+            Err(Halt::Fenced) => return self.halted(Halt::Fenced, ctx),
+            Err(Halt::Failed(e)) => {
+                tracing::error!(topic = %self.spec.topic, partition = self.spec.partition, error = %e, "close failed; next open recovers");
+            }
+        }
+        self.stopping = true;
+        *self.reader.write().unwrap() = None;
+        self.last_error = Some(PartitionError::NotLeader("partition leader stopped".into()));
+        // A supervised actor restarts while anyone holds its address; the
+        // restart sees `stopping` and stays dormant, answering NOT_LEADER,
+        // until the last address is dropped.
+        ctx.stop();
     }
+}
 
-    fn stopped(&mut self, _ctx: &mut Context<Self>) {
-        self.kind.live.fetch_sub(1, Ordering::Relaxed);
+impl Handler<Opened> for PartitionLeader {
+    type Result = ();
+
+    fn handle(&mut self, msg: Opened, ctx: &mut Context<Self>) {
+        self.opening = false;
+        let stops = std::mem::take(&mut self.stop_waiters);
         if self.stopping {
-            telemetry::global().remove_actor(&self.id());
+            // Stopped (or fenced) while recovering: drop what was opened
+            // without another write; the next owner's open recovers it.
+            drop(msg.0);
+        } else {
+            self.opened(msg.0, ctx);
+            if !stops.is_empty() {
+                self.stop_for_good(ctx);
+            }
+        }
+        for tx in stops {
+            let _ = tx.send(());
         }
     }
 }
@@ -393,12 +380,8 @@ impl Supervised for PartitionLeader {
         self.restarts += 1;
         self.kind.restarts.fetch_add(1, Ordering::Relaxed);
         *self.reader.write().unwrap() = None;
-        self.log = None;
-        self.syncing = false;
         let err = self.unavailable();
-        for (_, tx) in self.waiters.drain(..) {
-            let _ = tx.send(Err(err.clone()));
-        }
+        self.gate.reset(err);
     }
 }
 
@@ -408,39 +391,20 @@ impl Handler<AppendBatches> for PartitionLeader {
     fn handle(&mut self, msg: AppendBatches, ctx: &mut Context<Self>) -> Self::Result {
         let _t = HandleTimer::start(&self.kind, "append_batches", msg.sent_at);
         self.handled += 1;
-        if !self.lease_valid() {
-            self.fenced(ctx);
-            return Err(self.unavailable());
-        }
-        let Some(log) = self.log.as_mut() else {
-            return Err(self.unavailable());
-        };
-        let appended = match log.append(&msg.records, &msg.infos) {
-            Ok(a) => a,
-            Err(LogError::Overflow) => return Err(PartitionError::TooLarge),
-            Err(e) => {
-                let err = storage(e);
-                self.fail(err.clone(), ctx);
-                return Err(err);
+        let ticket = match self.gate.append(&msg.records, &msg.infos, msg.wait_durable) {
+            Ok(t) => t,
+            Err(Refused::NotOpen) => return Err(self.unavailable()),
+            Err(Refused::TooLarge) => return Err(PartitionError::TooLarge),
+            Err(Refused::Halted(h)) => {
+                self.halted(h, ctx);
+                return Err(self.unavailable());
             }
         };
         telemetry::global()
             .produce_bytes
             .fetch_add(msg.records.len() as u64, Ordering::Relaxed);
-        let log_start_offset = log.log_start_offset();
-        let durable = if msg.wait_durable {
-            let (tx, rx) = oneshot::channel();
-            self.waiters.push_back((appended.last_offset, tx));
-            Some(rx)
-        } else {
-            None
-        };
         self.kick_sync(ctx);
-        Ok(AppendTicket {
-            base_offset: appended.base_offset,
-            log_start_offset,
-            durable,
-        })
+        Ok(ticket)
     }
 }
 
@@ -449,53 +413,166 @@ impl Handler<EnforceRetention> for PartitionLeader {
 
     fn handle(&mut self, msg: EnforceRetention, ctx: &mut Context<Self>) -> Self::Result {
         let _t = HandleTimer::start(&self.kind, "enforce_retention", msg.sent_at);
-        if !self.lease_valid() {
-            self.fenced(ctx);
-            return Err(self.unavailable());
-        }
-        let Some(log) = self.log.as_mut() else {
-            return Err(self.unavailable());
-        };
-        match log.enforce_retention(now_ms()) {
-            Ok(n) => Ok(n),
-            Err(e) => {
-                let err = storage(e);
-                self.fail(err.clone(), ctx);
-                Err(err)
+        match self.gate.enforce_retention() {
+            Ok(Some(n)) => Ok(n),
+            Ok(None) => Err(self.unavailable()),
+            Err(h) => {
+                self.halted(h, ctx);
+                Err(self.unavailable())
             }
         }
     }
 }
 
 impl Handler<StopLeader> for PartitionLeader {
-    type Result = ();
+    type Result = ResponseFuture<()>;
 
-    fn handle(&mut self, msg: StopLeader, ctx: &mut Context<Self>) {
+    fn handle(&mut self, msg: StopLeader, ctx: &mut Context<Self>) -> ResponseFuture<()> {
         let _t = HandleTimer::start(&self.kind, "stop_leader", msg.sent_at);
-        if !self.lease_valid() {
-            return self.fenced(ctx);
+        if self.opening {
+            // Recovery is still writing (claim, seal, manifest, sweep):
+            // answer only once it is done and the log is closed, so a
+            // successor never opens the files while we still touch them.
+            let (tx, rx) = oneshot::channel();
+            self.stop_waiters.push(tx);
+            return Box::pin(async move {
+                let _ = rx.await;
+            });
         }
-        self.stopping = true;
-        if let Some(mut log) = self.log.take() {
-            let res = log.sync_now().map(|_| ());
-            // Waiters covered by that sync are durable: release them (not
-            // if the lease lapsed meanwhile: they are failed below).
-            self.log = Some(log);
-            let _ = self.release();
-            let log = self.log.take().expect("just put back");
-            if let Err(e) = res.and_then(|_| log.close()) {
-                tracing::error!(topic = %self.spec.topic, partition = self.spec.partition, error = %e, "close failed; next open recovers");
+        self.stop_for_good(ctx);
+        Box::pin(async {})
+    }
+}
+impl crate::registry::Owner for PartitionHandle {
+    fn stop(self) -> futures::future::LocalBoxFuture<'static, ()> {
+        Box::pin(async move {
+            let _ = self
+                .addr
+                .send(StopLeader {
+                    sent_at: std::time::Instant::now(),
+                })
+                .await;
+        })
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests build fixtures with raw std::fs calls
+mod tests {
+    use super::*;
+    use crate::fs::{Fs, ReadFile, RealFs, WriteFile};
+    use std::path::Path;
+    use std::time::Instant;
+
+    /// The real filesystem, with listings of any path containing "slow"
+    /// taking `delay` (a long recovery: a CRC scan over a slow volume).
+    struct SlowFs(Duration, std::sync::atomic::AtomicBool);
+
+    impl Fs for SlowFs {
+        fn open_read(&self, p: &Path) -> std::io::Result<Arc<dyn ReadFile>> {
+            RealFs.open_read(p)
+        }
+        fn create_exclusive(&self, p: &Path) -> std::io::Result<Arc<dyn WriteFile>> {
+            RealFs.create_exclusive(p)
+        }
+        fn open_write(&self, p: &Path) -> std::io::Result<Arc<dyn WriteFile>> {
+            RealFs.open_write(p)
+        }
+        fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
+            RealFs.rename(from, to)
+        }
+        fn remove_file(&self, p: &Path) -> std::io::Result<()> {
+            RealFs.remove_file(p)
+        }
+        fn create_dir_all(&self, p: &Path) -> std::io::Result<()> {
+            RealFs.create_dir_all(p)
+        }
+        fn remove_dir(&self, p: &Path) -> std::io::Result<()> {
+            RealFs.remove_dir(p)
+        }
+        fn list(&self, dir: &Path) -> std::io::Result<Vec<String>> {
+            if dir.to_string_lossy().contains("slow") && !self.1.swap(true, Ordering::AcqRel) {
+                std::thread::sleep(self.0);
             }
+            RealFs.list(dir)
         }
-        *self.reader.write().unwrap() = None;
-        let err = PartitionError::NotLeader("partition leader stopped".into());
-        for (_, tx) in self.waiters.drain(..) {
-            let _ = tx.send(Err(err.clone()));
+        fn is_dir(&self, p: &Path) -> bool {
+            RealFs.is_dir(p)
         }
-        self.last_error = Some(err);
-        // A supervised actor restarts while anyone holds its address; the
-        // restart sees `stopping` and stays dormant, answering NOT_LEADER,
-        // until the last address is dropped.
-        ctx.stop();
+        fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
+            RealFs.sync_dir(dir)
+        }
+    }
+
+    fn spec(root: &Path, topic: &str) -> LeaderSpec {
+        let dir = root.join(topic).join("0");
+        std::fs::create_dir_all(&dir).unwrap();
+        LeaderSpec {
+            topic: topic.into(),
+            partition: 0,
+            dir,
+            epoch: 1,
+            cfg: LogConfig::default(),
+            retention_check: Duration::from_secs(60),
+            lease: None,
+            owner: None,
+            on_fenced: None,
+        }
+    }
+
+    async fn produce(h: &PartitionHandle) -> Result<i64, PartitionError> {
+        let (records, infos) = super::super::commit::tests::batch(1);
+        let t = h
+            .addr
+            .send(AppendBatches {
+                records,
+                infos,
+                wait_durable: true,
+                sent_at: Instant::now(),
+            })
+            .await
+            .unwrap()?;
+        t.durable.unwrap().await.unwrap()
+    }
+
+    /// Catches: recovery run inline on the arbiter, where one partition's
+    /// slow open stalls every partition sharing the thread.
+    #[actix_rt::test]
+    async fn a_slow_recovery_does_not_stall_a_partition_on_the_same_arbiter() {
+        let d = tempfile::tempdir().unwrap();
+        let delay = Duration::from_millis(1500);
+        let fs: SharedFs = Arc::new(SlowFs(delay, Default::default()));
+        let arbiter = actix::Arbiter::new();
+        let slow = PartitionLeader::start(spec(d.path(), "slow"), fs.clone(), &arbiter.handle());
+        let fast = PartitionLeader::start(spec(d.path(), "fast"), fs, &arbiter.handle());
+        let t0 = Instant::now();
+        let mut hw = Err(PartitionError::TooLarge);
+        while t0.elapsed() < delay {
+            hw = produce(&fast).await;
+            if hw.is_ok() {
+                break;
+            }
+            actix_rt::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(
+            hw,
+            Ok(1),
+            "the fast partition served while the slow one recovered"
+        );
+        assert!(t0.elapsed() < delay);
+        assert_eq!(
+            produce(&slow).await,
+            Err(PartitionError::Storage("partition is recovering".into())),
+            "the recovering one answers retriably meanwhile"
+        );
+        // A stop during recovery returns only once the open finished.
+        slow.addr
+            .send(StopLeader {
+                sent_at: Instant::now(),
+            })
+            .await
+            .unwrap();
+        assert!(t0.elapsed() >= delay, "stop waited for the open in flight");
+        arbiter.stop();
     }
 }

@@ -1,8 +1,10 @@
 //! One partition: its on-disk log ([`log`]), indexes ([`index`]), manifest
-//! ([`manifest`]), the read path ([`reader`]) and the actor that owns the
-//! files ([`leader`]).
+//! ([`manifest`]), the read path ([`reader`]), the commit gate ([`commit`]:
+//! the leader's logic without actix) and the actor that owns the files
+//! ([`leader`]).
 
 pub mod claim;
+pub mod commit;
 pub mod index;
 pub mod leader;
 pub mod log;

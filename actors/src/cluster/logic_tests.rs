@@ -1,0 +1,304 @@
+//! The cluster actors' logic driven without actix: [`MembershipState`],
+//! [`WatcherState`] and [`ControllerState`] on a [`FakeClock`], over the real
+//! filesystem in a tempdir (or the fault-injecting seam where a write must
+//! fail). Time moves only when a test advances it, so "lease + grace of the
+//! controller's own observation" is checked to the millisecond.
+
+#![allow(clippy::disallowed_methods)] // tests build fixtures with raw std::fs calls
+
+use super::controller::{ControllerState, Liveness};
+use super::lease::Lease;
+use super::membership::{BeatOutcome, MembershipState, Shared, Timing};
+use super::records::{
+    broker_record_path, write_json, Assignment, BrokerRecord, ASSIGNMENT, BROKERS_DIR,
+};
+use super::watcher::WatcherState;
+use crate::clock::{Clock, FakeClock};
+use crate::fs::fault::FaultFs;
+use crate::fs::{RealFs, SharedFs};
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+const TIMING: Timing = Timing {
+    heartbeat: Duration::from_millis(500),
+    lease: Duration::from_secs(3),
+    grace: Duration::from_secs(1),
+    poll: Duration::from_millis(100),
+};
+
+fn real() -> SharedFs {
+    Arc::new(RealFs)
+}
+
+/// Broker `id` of incarnation `inc`, with a lease on `clock` not yet granted.
+fn shared(cluster: &Path, id: i32, inc: u64, clock: &Arc<FakeClock>) -> Arc<Shared> {
+    std::fs::create_dir_all(cluster.join(BROKERS_DIR)).unwrap();
+    Arc::new(Shared::new(
+        id,
+        Arc::new(Lease::with_clock(TIMING.lease, inc, clock.clone())),
+        cluster.to_path_buf(),
+        ("127.0.0.1".into(), 9092 + id),
+        TIMING,
+    ))
+}
+
+fn record(id: i32, inc: u64, seq: u64) -> BrokerRecord {
+    BrokerRecord {
+        broker_id: id,
+        incarnation: inc,
+        seq,
+        host: "127.0.0.1".into(),
+        port: 9092 + id,
+        applied_controller_epoch: 0,
+        applied_version: 0,
+        shutting_down: false,
+        clean_exit: false,
+        controller_released: None,
+        fenced: Vec::new(),
+    }
+}
+
+fn beat(fs: SharedFs, s: &Arc<Shared>) -> MembershipState {
+    let mut m = MembershipState::new(fs, s.clone(), 0);
+    assert_eq!(m.beat(), BeatOutcome::Written { lease_valid: true });
+    m
+}
+
+#[test]
+fn the_lease_lapses_when_heartbeats_stop_being_written() {
+    let d = tempfile::tempdir().unwrap();
+    let clock = FakeClock::new();
+    let s = shared(d.path(), 1, 11, &clock);
+    let ffs = FaultFs::new();
+    let mut m = beat(Arc::new(ffs.clone()), &s);
+    // Heartbeats keep it alive indefinitely.
+    for _ in 0..20 {
+        clock.advance(TIMING.heartbeat);
+        assert_eq!(m.beat(), BeatOutcome::Written { lease_valid: true });
+    }
+    // The volume stops taking writes: the lease runs out one lease after the
+    // start of the last heartbeat that landed, and not a moment earlier.
+    ffs.crash_at(ffs.ops() + 1);
+    let mut elapsed = Duration::ZERO;
+    while elapsed + TIMING.heartbeat < TIMING.lease {
+        clock.advance(TIMING.heartbeat);
+        elapsed += TIMING.heartbeat;
+        assert_eq!(m.beat(), BeatOutcome::WriteFailed);
+        assert!(
+            s.lease.valid(),
+            "lapsed early, {elapsed:?} after the last heartbeat"
+        );
+    }
+    clock.advance(TIMING.lease - elapsed);
+    assert!(
+        !s.lease.valid(),
+        "still valid a full lease after the last heartbeat"
+    );
+    assert!(s.lease.lapsed());
+    // Spent: no new incarnation until the watcher stopped every leader.
+    assert_eq!(m.beat(), BeatOutcome::AwaitingFence);
+}
+
+#[test]
+fn a_spent_incarnation_is_replaced_only_after_the_watcher_fenced_it() {
+    let d = tempfile::tempdir().unwrap();
+    let clock = FakeClock::new();
+    let s = shared(d.path(), 1, 11, &clock);
+    let mut m = beat(real(), &s);
+    let mut w = WatcherState::new(real(), s.clone());
+    clock.advance(TIMING.lease);
+    assert_eq!(m.beat(), BeatOutcome::AwaitingFence);
+    // The watcher stops every leader of incarnation 11...
+    let apply = w.poll().expect("stop everything");
+    assert!(!apply.lead);
+    assert_eq!(apply.incarnation, 11);
+    assert!(w.poll().is_none(), "one application at a time");
+    assert!(!w.done(&apply));
+    assert_eq!(s.fenced_incarnation.load(Ordering::Acquire), 11);
+    // ...and only then does membership take a new incarnation.
+    assert_eq!(m.beat(), BeatOutcome::Written { lease_valid: true });
+    assert_ne!(s.lease.incarnation(), 11);
+    assert!(!s.lease.valid_for(11));
+}
+
+#[test]
+fn a_record_of_an_incarnation_never_ours_is_an_impostor() {
+    let d = tempfile::tempdir().unwrap();
+    let clock = FakeClock::new();
+    let s = shared(d.path(), 1, 11, &clock);
+    let mut m = beat(real(), &s);
+    write_json(
+        real().as_ref(),
+        &broker_record_path(d.path(), 1),
+        &record(1, 99, 50),
+    )
+    .unwrap();
+    assert_eq!(m.beat(), BeatOutcome::Impostor { theirs: 99 });
+    assert!(!s.lease.valid(), "revoked");
+}
+
+#[test]
+fn the_watcher_applies_only_newer_versions() {
+    let d = tempfile::tempdir().unwrap();
+    let clock = FakeClock::new();
+    let s = shared(d.path(), 1, 11, &clock);
+    let _m = beat(real(), &s);
+    let mut w = WatcherState::new(real(), s.clone());
+    assert!(w.poll().is_none(), "no assignment yet");
+    let write = |epoch: i32, version: u64| {
+        let a = Assignment {
+            controller_epoch: epoch,
+            version,
+            ..Assignment::default()
+        };
+        write_json(real().as_ref(), &d.path().join(ASSIGNMENT), &a).unwrap();
+    };
+    write(2, 5);
+    let a = w.poll().expect("first version applies");
+    assert!(a.lead);
+    assert!(w.done(&a), "heartbeat to report it");
+    assert_eq!(s.state.lock().unwrap().applied, (2, 5));
+    assert!(w.poll().is_none(), "the same version again");
+    // A deposed controller's late write: an older epoch, or an older version.
+    write(1, 9);
+    assert!(w.poll().is_none(), "older controller epoch");
+    write(2, 4);
+    assert!(w.poll().is_none(), "older version");
+    assert_eq!(w.applied(), Some((2, 5, 11)));
+    write(2, 6);
+    let a = w.poll().expect("newer version applies");
+    assert_eq!(a.assignment.version, 6);
+    assert!(w.poll().is_none(), "busy until the sink is done");
+    w.done(&a);
+    write(3, 1);
+    let a = w
+        .poll()
+        .expect("a newer controller epoch applies at any version");
+    w.done(&a);
+    assert_eq!(w.applied(), Some((3, 1, 11)));
+}
+
+/// Catches: a controller that counts a broker's silence from the broker's
+/// own write time (which it cannot know) or from before it started
+/// watching, instead of from its own first observation.
+#[test]
+fn the_controller_declares_no_broker_dead_before_lease_plus_grace_of_its_own_observation() {
+    let d = tempfile::tempdir().unwrap();
+    let cluster = d.path().join("__cluster");
+    let data = d.path().to_path_buf();
+    std::fs::create_dir_all(cluster.join(BROKERS_DIR)).unwrap();
+    let clock = FakeClock::new();
+    // Broker 2 wrote one heartbeat long ago and then went silent.
+    write_json(
+        real().as_ref(),
+        &broker_record_path(&cluster, 2),
+        &record(2, 22, 7),
+    )
+    .unwrap();
+    clock.advance(Duration::from_secs(60));
+    let s = shared(&cluster, 1, 11, &clock);
+    let mut m = beat(real(), &s);
+    let mut c = ControllerState::new(real(), s.clone(), data);
+    assert!(
+        c.tick(),
+        "elected on an empty volume and published version 1"
+    );
+    assert_eq!(c.epoch(), Some(1));
+    let first_seen = clock.now();
+    assert_eq!(
+        c.liveness(2),
+        Some(Liveness {
+            alive: true,
+            suspect: false
+        }),
+        "a silence the controller has not timed itself counts for nothing"
+    );
+    let step = TIMING.poll;
+    let mut suspect_at = None;
+    while clock.now() - first_seen < TIMING.dead_after() {
+        clock.advance(step);
+        if (clock.now() - first_seen)
+            .as_millis()
+            .is_multiple_of(TIMING.heartbeat.as_millis())
+        {
+            m.beat();
+        }
+        c.tick();
+        let l = c.liveness(2).unwrap();
+        assert!(
+            l.alive,
+            "declared dead {:?} after the first observation",
+            clock.now() - first_seen
+        );
+        if l.suspect && suspect_at.is_none() {
+            suspect_at = Some(clock.now() - first_seen);
+        }
+    }
+    assert_eq!(
+        suspect_at,
+        Some(TIMING.lease + step),
+        "suspect (not advertised) once silent for more than a lease"
+    );
+    clock.advance(step);
+    m.beat();
+    c.tick();
+    assert!(!c.liveness(2).unwrap().alive, "dead after lease + grace");
+    // Its own record kept moving: the controller itself is alive.
+    assert!(c.liveness(1).unwrap().alive);
+}
+
+/// Advance `d` in poll steps, heartbeating (which keeps the controller's own
+/// lease) and running a controller pass at each.
+fn run(clock: &FakeClock, m: &mut MembershipState, c: &mut ControllerState, d: Duration) {
+    let mut t = Duration::ZERO;
+    while t < d {
+        let step = TIMING.poll.min(d - t);
+        clock.advance(step);
+        t += step;
+        m.beat();
+        c.tick();
+    }
+}
+
+#[test]
+fn a_heartbeat_seen_moving_restarts_the_controllers_count() {
+    let d = tempfile::tempdir().unwrap();
+    let cluster = d.path().join("__cluster");
+    std::fs::create_dir_all(cluster.join(BROKERS_DIR)).unwrap();
+    let clock = FakeClock::new();
+    let s = shared(&cluster, 1, 11, &clock);
+    let mut m = beat(real(), &s);
+    let two = broker_record_path(&cluster, 2);
+    write_json(real().as_ref(), &two, &record(2, 22, 1)).unwrap();
+    let mut c = ControllerState::new(real(), s.clone(), d.path().to_path_buf());
+    c.tick();
+    // Nearly dead, then one heartbeat lands: a full lease + grace again.
+    run(&clock, &mut m, &mut c, TIMING.dead_after());
+    assert!(c.liveness(2).unwrap().alive);
+    write_json(real().as_ref(), &two, &record(2, 22, 2)).unwrap();
+    c.tick();
+    run(&clock, &mut m, &mut c, TIMING.dead_after());
+    assert!(c.liveness(2).unwrap().alive);
+    run(&clock, &mut m, &mut c, Duration::from_millis(1));
+    assert!(!c.liveness(2).unwrap().alive);
+}
+
+#[test]
+fn a_controller_whose_lease_lapsed_writes_nothing() {
+    let d = tempfile::tempdir().unwrap();
+    let cluster = d.path().join("__cluster");
+    std::fs::create_dir_all(cluster.join(BROKERS_DIR)).unwrap();
+    let clock = FakeClock::new();
+    let s = shared(&cluster, 1, 11, &clock);
+    let _m = beat(real(), &s);
+    let ffs = FaultFs::new();
+    let mut c = ControllerState::new(Arc::new(ffs.clone()), s.clone(), d.path().to_path_buf());
+    assert!(c.tick());
+    clock.advance(TIMING.lease);
+    let ops = ffs.ops();
+    assert!(!c.tick());
+    assert_eq!(c.epoch(), None, "stepped down");
+    assert_eq!(ffs.ops(), ops, "no write after the lease is gone");
+}

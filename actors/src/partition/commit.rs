@@ -1,0 +1,546 @@
+//! `CommitGate`: the partition leader's logic without actix — the waiter
+//! queue, the ack-only-under-lease gate, and the one path by which the
+//! leader writes to its log.
+//!
+//! Two rules hold by construction here, because the open log is a private
+//! field and only two methods reach it:
+//!
+//! * every write (append, the post-fsync bookkeeping, roll, checkpoint,
+//!   retention, the final sync and close of a stop) goes through
+//!   [`CommitGate::writable`], which checks the lease first and, if it has
+//!   lapsed, fences: fails every waiter with NOT_LEADER and drops the log, so
+//!   a deposed owner (a paused zombie that woke up) writes nothing more;
+//! * every acknowledgement goes through `release`, which re-checks the lease
+//!   *after* the fsync that made the bytes durable, and releases waiters in
+//!   offset order up to the high watermark.
+//!
+//! [`super::leader::PartitionLeader`] is the actix adapter: it runs the
+//! fsync on the blocking pool and feeds the result back here, and turns a
+//! [`Halt`] into a stop of the actor.
+
+use super::log::{LogError, PartitionLog, SyncTarget};
+use super::messages::{AppendTicket, PartitionError};
+use crate::clock::SharedClock;
+use crate::cluster::lease::Lease;
+use std::collections::VecDeque;
+use std::io;
+use std::sync::Arc;
+use tokio::sync::{oneshot, watch};
+
+type Waiter = (i64, oneshot::Sender<Result<i64, PartitionError>>);
+
+/// Why the gate stopped serving; the adapter stops the actor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Halt {
+    /// The lease lapsed: every waiter was failed with NOT_LEADER and the log
+    /// dropped without another write. Stay down for good.
+    Fenced,
+    /// The volume failed: every waiter was failed with this error; restart
+    /// and recover from what is durable (a failed fsync is never retried).
+    Failed(PartitionError),
+}
+
+/// Why an append was refused.
+#[derive(Debug)]
+pub enum Refused {
+    /// No log open (recovering, fenced at open, stopped).
+    NotOpen,
+    /// The batch would overflow offsets or a segment; nothing was written.
+    TooLarge,
+    /// See [`Halt`].
+    Halted(Halt),
+}
+
+/// See module docs.
+pub struct CommitGate {
+    log: Option<PartitionLog>,
+    waiters: VecDeque<Waiter>,
+    /// The broker lease and the incarnation this leadership was granted to.
+    /// `None` only in unit tests of the log itself.
+    lease: Option<(Arc<Lease>, u64)>,
+    clock: SharedClock,
+    hw_tx: watch::Sender<i64>,
+    syncing: bool,
+    /// Set when this owner failed mid-write: (base, durable size) of the
+    /// active segment, so the next open never trusts bytes after it.
+    failed_at: Option<(i64, u64)>,
+}
+
+/// Map a log error to what a client is told.
+pub fn storage(e: LogError) -> PartitionError {
+    match e {
+        LogError::Fenced { .. } => PartitionError::NotLeader(e.to_string()),
+        LogError::Overflow => PartitionError::TooLarge,
+        e => PartitionError::Storage(e.to_string()),
+    }
+}
+
+impl CommitGate {
+    /// A gate with no log open yet.
+    pub fn new(
+        lease: Option<(Arc<Lease>, u64)>,
+        clock: SharedClock,
+        hw_tx: watch::Sender<i64>,
+    ) -> Self {
+        Self {
+            log: None,
+            waiters: VecDeque::new(),
+            lease,
+            clock,
+            hw_tx,
+            syncing: false,
+            failed_at: None,
+        }
+    }
+
+    /// Whether the lease this leadership was granted under is valid now.
+    pub fn lease_valid(&self) -> bool {
+        self.lease.as_ref().is_none_or(|(l, inc)| l.valid_for(*inc))
+    }
+
+    /// The clock (wall milliseconds for segment ages and retention).
+    pub fn clock(&self) -> &SharedClock {
+        &self.clock
+    }
+
+    /// Where the previous owner of this gate failed mid-write, if it did.
+    pub fn failed_at(&self) -> Option<(i64, u64)> {
+        self.failed_at
+    }
+
+    /// A freshly opened (recovered) log becomes the one served.
+    pub fn install(&mut self, log: PartitionLog) {
+        self.failed_at = None;
+        self.hw_tx.send_replace(log.high_watermark());
+        self.log = Some(log);
+    }
+
+    /// Read-only access to the open log.
+    pub fn log(&self) -> Option<&PartitionLog> {
+        self.log.as_ref()
+    }
+
+    /// Waiters not yet answered.
+    pub fn pending(&self) -> usize {
+        self.waiters.len()
+    }
+
+    /// Whether an fsync is in flight.
+    pub fn syncing(&self) -> bool {
+        self.syncing
+    }
+
+    /// The choke point of every write: the log, only while the lease is
+    /// valid. A lapsed lease fences here (see module docs). `Ok(None)`: no
+    /// log open, nothing to write to.
+    fn writable(&mut self) -> Result<Option<&mut PartitionLog>, Halt> {
+        if !self.lease_valid() {
+            return Err(self.fence());
+        }
+        Ok(self.log.as_mut())
+    }
+
+    /// The lease lapsed: another broker may own the partition by now. Drop
+    /// everything unacknowledged (it may or may not survive in the file; it
+    /// was never promised) and the log itself, without another write.
+    fn fence(&mut self) -> Halt {
+        self.fail_waiters(PartitionError::NotLeader("broker lease lapsed".into()));
+        self.log = None;
+        self.syncing = false;
+        Halt::Fenced
+    }
+
+    /// Fail every waiter and remember where the file stopped being
+    /// trustworthy; the adapter stops and the restart recovers.
+    pub fn fail(&mut self, err: PartitionError) -> Halt {
+        self.fail_waiters(err.clone());
+        if let Some(log) = &self.log {
+            self.failed_at = Some(log.durable_point());
+        }
+        Halt::Failed(err)
+    }
+
+    /// Forget the log (a supervisor restart) and fail the waiters with `err`.
+    pub fn reset(&mut self, err: PartitionError) {
+        self.log = None;
+        self.syncing = false;
+        self.fail_waiters(err);
+    }
+
+    fn fail_waiters(&mut self, err: PartitionError) {
+        for (_, tx) in self.waiters.drain(..) {
+            let _ = tx.send(Err(err.clone()));
+        }
+    }
+
+    /// Acknowledge what is durable. Every acknowledgement passes here, and
+    /// none is sent unless the lease is valid *now* — after the fsync that
+    /// made it durable, whichever path ran it (group commit, roll, stop).
+    /// Returns false, releasing nothing, if the lease has lapsed.
+    #[must_use]
+    fn release(&mut self) -> bool {
+        if !self.lease_valid() {
+            return false;
+        }
+        let Some(log) = &self.log else { return true };
+        let hw = log.high_watermark();
+        while let Some((last, _)) = self.waiters.front() {
+            if *last >= hw {
+                break;
+            }
+            let (_, tx) = self.waiters.pop_front().expect("front exists");
+            let _ = tx.send(Ok(hw));
+        }
+        self.hw_tx.send_replace(hw);
+        true
+    }
+
+    /// Append validated batches; with `wait_durable` the ticket carries a
+    /// receiver answered once an fsync covers them (under a valid lease).
+    pub fn append(
+        &mut self,
+        records: &[u8],
+        infos: &[kaas_protocol::batch::BatchInfo],
+        wait_durable: bool,
+    ) -> Result<AppendTicket, Refused> {
+        let Some(log) = self.writable().map_err(Refused::Halted)? else {
+            return Err(Refused::NotOpen);
+        };
+        let appended = match log.append(records, infos) {
+            Ok(a) => a,
+            Err(LogError::Overflow) => return Err(Refused::TooLarge),
+            Err(e) => return Err(Refused::Halted(self.fail(storage(e)))),
+        };
+        let log_start_offset = log.log_start_offset();
+        let durable = wait_durable.then(|| {
+            let (tx, rx) = oneshot::channel();
+            self.waiters.push_back((appended.last_offset, tx));
+            rx
+        });
+        Ok(AppendTicket {
+            base_offset: appended.base_offset,
+            log_start_offset,
+            durable,
+        })
+    }
+
+    /// What the next group-commit fsync must cover, if one is not already in
+    /// flight and anything was written. The caller runs `sync_data` on it
+    /// (off the actor's thread) and hands the result to [`Self::synced`].
+    pub fn begin_sync(&mut self) -> Option<SyncTarget> {
+        if self.syncing {
+            return None;
+        }
+        let t = self.log.as_ref()?.sync_target()?;
+        self.syncing = true;
+        Some(t)
+    }
+
+    /// An fsync started by [`Self::begin_sync`] returned. On success (under
+    /// a valid lease) the high watermark moves, waiters it covers are
+    /// released, and a due roll or checkpoint runs; the caller then starts
+    /// the next fsync. An fsync that returns after the lease lapsed
+    /// releases nothing.
+    pub fn synced(&mut self, t: SyncTarget, res: io::Result<()>) -> Result<(), Halt> {
+        self.syncing = false;
+        if let Err(e) = res {
+            return Err(self.fail(PartitionError::Storage(format!("fsync: {e}"))));
+        }
+        if let Some(log) = self.writable()? {
+            log.complete_sync(t);
+        }
+        if !self.release() {
+            return Err(self.fence());
+        }
+        let now = self.clock.now_ms();
+        if let Some(log) = self.writable()? {
+            let res = if log.roll_due(now) {
+                log.roll(now)
+            } else if log.checkpoint_due() && !log.dirty() {
+                log.checkpoint()
+            } else {
+                Ok(())
+            };
+            if let Err(e) = res {
+                return Err(self.fail(storage(e)));
+            }
+        }
+        // A roll fsyncs inline: release() re-checks the lease.
+        if !self.release() {
+            return Err(self.fence());
+        }
+        Ok(())
+    }
+
+    /// The periodic timer: roll a segment that is due by age. Only between
+    /// fsyncs, and only under a valid lease.
+    pub fn tick(&mut self) -> Result<(), Halt> {
+        if self.syncing {
+            return Ok(());
+        }
+        let now = self.clock.now_ms();
+        let due = self
+            .log
+            .as_ref()
+            .is_some_and(|l| !l.dirty() && l.roll_due(now));
+        if !due {
+            return Ok(());
+        }
+        if let Some(log) = self.writable()? {
+            if let Err(e) = log.roll(now) {
+                return Err(self.fail(storage(e)));
+            }
+        }
+        Ok(())
+    }
+
+    /// Delete segments past retention; the number removed.
+    pub fn enforce_retention(&mut self) -> Result<Option<usize>, Halt> {
+        let now = self.clock.now_ms();
+        let Some(log) = self.writable()? else {
+            return Ok(None);
+        };
+        match log.enforce_retention(now) {
+            Ok(n) => Ok(Some(n)),
+            Err(e) => Err(self.fail(storage(e))),
+        }
+    }
+
+    /// Stop for good: a final fsync, release what it covered (only under a
+    /// valid lease), close (checkpoint) only if the lease still holds, and
+    /// fail whatever is left with NOT_LEADER. Errors are logged by the
+    /// caller; the next open recovers.
+    pub fn stop(&mut self) -> Result<(), Halt> {
+        let Some(log) = self.writable()? else {
+            self.fail_waiters(PartitionError::NotLeader("partition leader stopped".into()));
+            return Ok(());
+        };
+        let res = log.sync_now().map(|_| ());
+        // Waiters covered by that sync are durable: release them (not if
+        // the lease lapsed meanwhile: they are failed below).
+        let valid = self.release();
+        let log = self.log.take().expect("writable returned it");
+        self.syncing = false;
+        let res = if valid {
+            res.and_then(|_| log.close())
+        } else {
+            // Dropped unclosed: the checkpoint would be a write by an owner
+            // whose lease is gone. The next open recovers.
+            res
+        };
+        self.fail_waiters(PartitionError::NotLeader("partition leader stopped".into()));
+        if !valid {
+            return Err(Halt::Fenced);
+        }
+        res.map_err(|e| Halt::Failed(storage(e)))
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::clock::{Clock, FakeClock};
+    use crate::fs::fault::FaultFs;
+    use crate::fs::SharedFs;
+    use crate::partition::log::LogConfig;
+    use bytes::{Bytes, BytesMut};
+    use kaas_protocol::batch::{validate_batches, BatchInfo};
+    use kaas_protocol::kafka_protocol::records::{
+        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    };
+    use std::time::Duration;
+
+    const LEASE: Duration = Duration::from_secs(3);
+
+    pub(crate) fn batch(n: usize) -> (Bytes, Vec<BatchInfo>) {
+        let records: Vec<Record> = (0..n)
+            .map(|i| Record {
+                transactional: false,
+                control: false,
+                delete_horizon: false,
+                partition_leader_epoch: -1,
+                producer_id: -1,
+                producer_epoch: -1,
+                timestamp_type: TimestampType::Creation,
+                offset: i as i64,
+                sequence: -1,
+                timestamp: 1_700_000_000_000,
+                key: None,
+                value: Some(Bytes::from_static(b"v")),
+                headers: Default::default(),
+            })
+            .collect();
+        let mut buf = BytesMut::new();
+        RecordBatchEncoder::encode(
+            &mut buf,
+            &records,
+            &RecordEncodeOptions {
+                version: 2,
+                compression: Compression::None,
+            },
+        )
+        .unwrap();
+        let b = buf.freeze();
+        let infos = validate_batches(&b).unwrap();
+        (b, infos)
+    }
+
+    struct Rig {
+        _dir: tempfile::TempDir,
+        clock: Arc<FakeClock>,
+        fs: FaultFs,
+        gate: CommitGate,
+        hw: watch::Receiver<i64>,
+    }
+
+    fn rig(cfg: LogConfig) -> Rig {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = FakeClock::new();
+        let lease = Arc::new(Lease::with_clock(LEASE, 1, clock.clone()));
+        assert!(lease.renewed(1, clock.now(), clock.now()));
+        let fs = FaultFs::new();
+        let shared: SharedFs = Arc::new(fs.clone());
+        let pdir = dir.path().join("t").join("0");
+        shared.create_dir_all(&pdir).unwrap();
+        let log = PartitionLog::open_as(shared, &pdir, 1, None, cfg, clock.now_ms(), None).unwrap();
+        let (hw_tx, hw) = watch::channel(-1);
+        let mut gate = CommitGate::new(Some((lease, 1)), clock.clone(), hw_tx);
+        gate.install(log);
+        Rig {
+            _dir: dir,
+            clock,
+            fs,
+            gate,
+            hw,
+        }
+    }
+
+    fn append(r: &mut Rig, n: usize) -> oneshot::Receiver<Result<i64, PartitionError>> {
+        let (b, infos) = batch(n);
+        r.gate.append(&b, &infos, true).unwrap().durable.unwrap()
+    }
+
+    fn fsync(r: &mut Rig) -> Result<(), Halt> {
+        let t = r.gate.begin_sync().expect("something to sync");
+        let res = t.file.sync_data();
+        r.gate.synced(t, res)
+    }
+
+    #[test]
+    fn waiters_are_released_in_offset_order_up_to_the_high_watermark() {
+        let mut r = rig(LogConfig::default());
+        let mut a = append(&mut r, 2); // offsets 0..=1
+        let t = r.gate.begin_sync().unwrap(); // covers 0..=1 only
+        assert!(r.gate.begin_sync().is_none(), "one fsync in flight");
+        let mut b = append(&mut r, 3); // offsets 2..=4, after the fsync began
+        let res = t.file.sync_data();
+        r.gate.synced(t, res).unwrap();
+        assert_eq!(a.try_recv().unwrap(), Ok(2));
+        assert!(b.try_recv().is_err(), "not covered by that fsync");
+        assert_eq!(*r.hw.borrow(), 2);
+        fsync(&mut r).unwrap();
+        assert_eq!(b.try_recv().unwrap(), Ok(5));
+        assert_eq!(r.gate.pending(), 0);
+    }
+
+    #[test]
+    fn lease_expiry_releases_nothing() {
+        let mut r = rig(LogConfig::default());
+        let mut a = append(&mut r, 1);
+        r.clock.advance(LEASE);
+        let ops = r.fs.ops();
+        let (b, infos) = batch(1);
+        assert!(matches!(
+            r.gate.append(&b, &infos, true),
+            Err(Refused::Halted(Halt::Fenced))
+        ));
+        assert_eq!(r.fs.ops(), ops, "an append after the lease wrote nothing");
+        assert!(matches!(
+            a.try_recv().unwrap(),
+            Err(PartitionError::NotLeader(_))
+        ));
+        assert!(r.gate.log().is_none());
+        assert_eq!(*r.hw.borrow(), 0, "the high watermark never moved");
+    }
+
+    #[test]
+    fn an_fsync_that_returns_after_the_lease_lapsed_releases_nothing() {
+        let mut r = rig(LogConfig::default());
+        let mut a = append(&mut r, 1);
+        let mut b = append(&mut r, 1);
+        let t = r.gate.begin_sync().unwrap();
+        let res = t.file.sync_data();
+        // The fsync stalled past the end of the lease.
+        r.clock.advance(LEASE + Duration::from_millis(1));
+        assert_eq!(r.gate.synced(t, res), Err(Halt::Fenced));
+        for rx in [&mut a, &mut b] {
+            assert!(matches!(
+                rx.try_recv().unwrap(),
+                Err(PartitionError::NotLeader(_))
+            ));
+        }
+        assert_eq!(*r.hw.borrow(), 0, "nothing became visible either");
+    }
+
+    #[test]
+    fn a_tick_after_the_lease_lapsed_writes_nothing() {
+        // segment.ms elapsed and the lease lapsed while the leader was paused
+        // (SIGSTOP): on waking, the time-based roll would write index files
+        // and a manifest into a partition another leader may own now.
+        let cfg = LogConfig {
+            segment_ms: 1000,
+            ..LogConfig::default()
+        };
+        let mut r = rig(cfg);
+        let _rx = append(&mut r, 1);
+        fsync(&mut r).unwrap();
+        r.clock.advance(LEASE * 2);
+        assert!(r.gate.log().unwrap().roll_due(r.clock.now_ms()));
+        let ops = r.fs.ops();
+        assert_eq!(r.gate.tick(), Err(Halt::Fenced));
+        assert_eq!(r.fs.ops(), ops, "no write after the lease is gone");
+        assert_eq!(r.gate.enforce_retention(), Err(Halt::Fenced));
+        assert_eq!(r.gate.stop(), Err(Halt::Fenced));
+        assert_eq!(r.fs.ops(), ops);
+    }
+
+    #[test]
+    fn a_tick_under_a_valid_lease_rolls_a_due_segment() {
+        let cfg = LogConfig {
+            segment_ms: 1000,
+            ..LogConfig::default()
+        };
+        let mut r = rig(cfg);
+        let _rx = append(&mut r, 1);
+        fsync(&mut r).unwrap();
+        r.clock.advance(Duration::from_millis(1500));
+        let ops = r.fs.ops();
+        r.gate.tick().unwrap();
+        assert!(r.fs.ops() > ops, "the roll wrote");
+        assert!(!r.gate.log().unwrap().roll_due(r.clock.now_ms()));
+    }
+
+    #[test]
+    fn stop_releases_what_the_final_sync_covered() {
+        let mut r = rig(LogConfig::default());
+        let mut a = append(&mut r, 2);
+        r.gate.stop().unwrap();
+        assert_eq!(a.try_recv().unwrap(), Ok(2));
+        assert!(r.gate.log().is_none());
+        assert_eq!(*r.hw.borrow(), 2);
+    }
+
+    #[test]
+    fn a_failed_fsync_fails_the_waiters_and_remembers_the_durable_point() {
+        let mut r = rig(LogConfig::default());
+        let mut a = append(&mut r, 1);
+        let t = r.gate.begin_sync().unwrap();
+        let err = r.gate.synced(t, Err(io::Error::other("eio")));
+        assert!(matches!(err, Err(Halt::Failed(PartitionError::Storage(_)))));
+        assert!(matches!(
+            a.try_recv().unwrap(),
+            Err(PartitionError::Storage(_))
+        ));
+        assert!(r.gate.failed_at().is_some());
+    }
+}
