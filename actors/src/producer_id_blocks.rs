@@ -9,9 +9,9 @@
 //! only this thread, never a connection's. The claim and the file format are
 //! [`ProducerIdAllocator`]'s; this module is only its home.
 
-use crate::fs::SharedFs;
 use crate::producer_ids::ProducerIdAllocator;
 use actix::prelude::*;
+use kaas_volume::fs::SharedFs;
 use std::io;
 use std::path::PathBuf;
 
@@ -51,8 +51,8 @@ impl Handler<AllocateProducerId> for ProducerIdBlocks {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fs::RealFs;
     use crate::producer_ids::BLOCK_SIZE;
+    use kaas_volume::fs::RealFs;
     use std::sync::Arc;
 
     #[actix_rt::test]

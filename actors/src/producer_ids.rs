@@ -4,7 +4,7 @@
 //! block instead of resuming an old one, so an id is never reissued onto a
 //! dead producer's sequence history (names are not identities).
 
-use crate::fs::SharedFs;
+use kaas_volume::fs::SharedFs;
 use kaas_volume::identity::{create_with_identity, Claimed, CreateError, JsonIdentity, Policy};
 use kaas_volume::layout;
 use serde::{Deserialize, Serialize};
@@ -94,7 +94,7 @@ impl ProducerIdAllocator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fs::{Fs, RealFs};
+    use kaas_volume::fs::{Fs, RealFs};
     use std::sync::Arc;
 
     #[test]
@@ -114,7 +114,7 @@ mod tests {
     #[test]
     fn a_lost_reply_to_a_block_create_takes_the_next_block() {
         let d = tempfile::tempdir().unwrap();
-        let ffs = crate::fs::fault::FaultFs::new();
+        let ffs = kaas_volume::fs::fault::FaultFs::new();
         ffs.lose_create_reply(1);
         let mut a = ProducerIdAllocator::new(Arc::new(ffs), d.path(), 7);
         assert_eq!(a.allocate().unwrap(), BLOCK_SIZE, "block 0 is skipped");

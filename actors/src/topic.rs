@@ -8,8 +8,8 @@
 //! with the operator; this actor serialises them for one broker, keeps the
 //! read view request handlers use, and runs the janitor every 30 s.
 
-use crate::fs::SharedFs;
 use actix::prelude::*;
+use kaas_volume::fs::SharedFs;
 use kaas_volume::topic_dir::{self, Janitor};
 pub use kaas_volume::topic_dir::{validate_configs, validate_name, TopicError, TopicStamp};
 use std::collections::BTreeMap;
@@ -144,8 +144,8 @@ impl Handler<DeleteTopic> for TopicCatalog {
 #[allow(clippy::disallowed_methods)] // tests build fixtures with std::fs
 mod tests {
     use super::*;
-    use crate::fs::fault::FaultFs;
-    use crate::fs::RealFs;
+    use kaas_volume::fs::fault::FaultFs;
+    use kaas_volume::fs::RealFs;
     use std::sync::Arc;
 
     #[test]

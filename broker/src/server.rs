@@ -9,7 +9,7 @@ use crate::state::BrokerSink;
 use actix::Actor;
 use anyhow::Context as _;
 use kaas_actors::cluster::controller::{ControllerActor, HandoffPending, IsController, Resign};
-use kaas_actors::cluster::membership::{self, Beat, JoinConfig, Membership};
+use kaas_actors::cluster::membership::{self, HeartbeatNow, JoinConfig, Membership};
 use kaas_actors::cluster::watcher::AssignmentWatcher;
 use kaas_actors::producer_id_blocks::ProducerIdBlocks;
 use kaas_actors::topic::TopicCatalog;
@@ -165,7 +165,7 @@ async fn controlled_shutdown(
         std::time::Instant::now() + std::time::Duration::from_millis(b.args.shutdown_timeout_ms);
     let others = |b: &Broker| b.assignment().brokers.iter().any(|x| x.id != me);
     b.shared.state.lock().unwrap().shutting_down = true;
-    let _ = membership.send(Beat).await;
+    let _ = membership.send(HeartbeatNow).await;
     if others(b) {
         // The controller vacates our partitions; the watcher stops them and
         // reports the version applied; the controller grants them elsewhere.
@@ -194,7 +194,7 @@ async fn controlled_shutdown(
         }
         let _ = controller.send(Resign).await;
         b.shared.state.lock().unwrap().controller_released = Some(epoch);
-        let _ = membership.send(Beat).await;
+        let _ = membership.send(HeartbeatNow).await;
         tracing::info!(epoch, "released the controller role");
     }
     // Flush, checkpoint and close whatever is still open, then end the
@@ -203,7 +203,7 @@ async fn controlled_shutdown(
     b.stop_leaders(None).await;
     b.shared.lease.revoke();
     b.shared.state.lock().unwrap().clean_exit = true;
-    let _ = membership.send(Beat).await;
+    let _ = membership.send(HeartbeatNow).await;
 }
 
 async fn accept_loop(b: Arc<Broker>, listener: TcpListener) {

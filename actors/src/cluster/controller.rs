@@ -23,15 +23,17 @@
 use super::membership::Shared;
 use super::plan::{plan, BrokerView, TopicInfo};
 use super::records::{read_json, write_json, Assignment, BrokerRecord, ASSIGNMENT, BROKERS_DIR};
-use super::watcher::{AssignmentWatcher, Nudge};
+use super::watcher::{AssignmentWatcher, PollNow};
 use crate::clock::SharedClock;
-use crate::controller::{claim_exists, highest_claim, try_claim, EpochClaim};
-use crate::fs::SharedFs;
+use crate::cluster::election::{
+    controller_epoch_exists, highest_controller_epoch, try_win_controller_epoch, ControllerEpoch,
+};
 use crate::partition::claim::parse_claim_name;
 use crate::partition::manifest::{parse_manifest_name, parse_segment_name};
 use crate::telemetry::{self, ActorInfo};
 use crate::topic::{validate_name, TopicStamp, STAMP};
 use actix::prelude::*;
+use kaas_volume::fs::SharedFs;
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -174,7 +176,7 @@ impl ControllerState {
             } else if released == Some(l.epoch) {
                 self.resign("released for shutdown");
                 return false;
-            } else if claim_exists(&self.fs, self.cluster_dir(), l.epoch + 1) {
+            } else if controller_epoch_exists(&self.fs, self.cluster_dir(), l.epoch + 1) {
                 self.resign("a higher controller epoch exists");
             }
         }
@@ -199,7 +201,12 @@ impl ControllerState {
     /// Whether the holder of `claim` has been seen standing still long
     /// enough: from the first read that showed `seq` (timed after it) to the
     /// start of the read that still shows it (`read_start`).
-    fn still_for(&mut self, claim: &EpochClaim, seq: Option<u64>, read_start: Duration) -> bool {
+    fn still_for(
+        &mut self,
+        claim: &ControllerEpoch,
+        seq: Option<u64>,
+        read_start: Duration,
+    ) -> bool {
         match self.watching {
             Some((e, s, since)) if e == claim.epoch && s == seq => {
                 read_start.saturating_sub(since) >= self.shared.timing.dead_after()
@@ -214,7 +221,7 @@ impl ControllerState {
     fn campaign(&mut self, inc: u64) -> std::io::Result<bool> {
         let me = self.shared.broker_id;
         let read_start = self.clock.now();
-        let claim = highest_claim(&self.fs, self.cluster_dir())?;
+        let claim = highest_controller_epoch(&self.fs, self.cluster_dir())?;
         let (next, gone) = match &claim {
             None => (1, true),
             Some(c) if c.broker_id == me && c.incarnation == inc => {
@@ -236,7 +243,7 @@ impl ControllerState {
         if !gone {
             return Ok(false);
         }
-        if try_claim(&self.fs, self.cluster_dir(), next, me, inc)? {
+        if try_win_controller_epoch(&self.fs, self.cluster_dir(), next, me, inc)? {
             self.elected(next, inc)
         } else {
             tracing::info!(epoch = next, "lost the controller election");
@@ -569,7 +576,7 @@ impl ControllerActor {
     fn tick(&mut self) {
         if self.state.tick() {
             if let Some(w) = &self.watcher {
-                w.do_send(Nudge);
+                w.do_send(PollNow);
             }
         }
     }
@@ -628,11 +635,11 @@ impl Handler<Resign> for ControllerActor {
 /// Run a pass now (a topic was created here).
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct Poke;
+pub struct ReconcileNow;
 
-impl Handler<Poke> for ControllerActor {
+impl Handler<ReconcileNow> for ControllerActor {
     type Result = ();
-    fn handle(&mut self, _: Poke, _: &mut Context<Self>) {
+    fn handle(&mut self, _: ReconcileNow, _: &mut Context<Self>) {
         self.tick();
     }
 }

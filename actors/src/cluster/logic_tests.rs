@@ -14,8 +14,8 @@ use super::records::{
 };
 use super::watcher::WatcherState;
 use crate::clock::{Clock, FakeClock};
-use crate::fs::fault::FaultFs;
-use crate::fs::{RealFs, SharedFs};
+use kaas_volume::fs::fault::FaultFs;
+use kaas_volume::fs::{RealFs, SharedFs};
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

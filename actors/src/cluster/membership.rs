@@ -18,9 +18,9 @@
 use super::lease::Lease;
 use super::records::{broker_record_path, read_json, write_json, BrokerRecord, FencedAt};
 use crate::clock::SharedClock;
-use crate::fs::SharedFs;
 use crate::telemetry::{self, ActorInfo};
 use actix::prelude::*;
+use kaas_volume::fs::SharedFs;
 use std::io;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -419,11 +419,11 @@ impl Actor for Membership {
 /// Write a heartbeat now (state changed: applied a version, shutting down).
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct Beat;
+pub struct HeartbeatNow;
 
-impl Handler<Beat> for Membership {
+impl Handler<HeartbeatNow> for Membership {
     type Result = ();
-    fn handle(&mut self, _: Beat, _: &mut Context<Self>) {
+    fn handle(&mut self, _: HeartbeatNow, _: &mut Context<Self>) {
         self.beat();
     }
 }

@@ -13,6 +13,7 @@
 //! comparing clocks, and the takeover procedure.
 
 pub mod controller;
+pub mod election;
 pub mod lease;
 pub mod membership;
 pub mod plan;

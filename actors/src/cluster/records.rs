@@ -12,8 +12,8 @@
 //! discovered through a listing. The only listing is of `brokers/`, used to
 //! discover brokers that joined; a stale listing delays a join, nothing else.
 
-use crate::fs::{write_atomic, Fs};
 use crate::partition::claim::ClaimOwner;
+use kaas_volume::fs::{write_atomic, Fs};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io;

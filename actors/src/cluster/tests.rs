@@ -9,9 +9,11 @@ use super::records::{
     read_json, write_json, Assignment, BrokerEndpoint, PartitionAssignment, TopicAssignment,
     ASSIGNMENT,
 };
-use crate::controller::{claim_exists, highest_claim, try_claim};
-use crate::fs::fault::FaultFs;
-use crate::fs::{remove_stale_temps, RealFs, SharedFs, TEMP_PREFIX};
+use crate::cluster::election::{
+    controller_epoch_exists, highest_controller_epoch, try_win_controller_epoch,
+};
+use kaas_volume::fs::fault::FaultFs;
+use kaas_volume::fs::{remove_stale_temps, RealFs, SharedFs, TEMP_PREFIX};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -33,7 +35,7 @@ fn epoch_path(cluster: &Path, epoch: i32) -> PathBuf {
 /// A cluster directory whose controller epoch 1 is held by broker 0.
 fn cluster_with_epoch_1() -> tempfile::TempDir {
     let d = tempfile::tempdir().unwrap();
-    assert!(try_claim(&real(), d.path(), 1, 0, INC0).unwrap());
+    assert!(try_win_controller_epoch(&real(), d.path(), 1, 0, INC0).unwrap());
     d
 }
 
@@ -47,7 +49,14 @@ fn crash_at_every_step_of_controller_takeover() {
     let clean = FaultFs::new();
     {
         let d = cluster_with_epoch_1();
-        assert!(try_claim(&(Arc::new(clean.clone()) as SharedFs), d.path(), 2, 1, INC1).unwrap());
+        assert!(try_win_controller_epoch(
+            &(Arc::new(clean.clone()) as SharedFs),
+            d.path(),
+            2,
+            1,
+            INC1
+        )
+        .unwrap());
     }
     let steps = clean.ops();
     assert!(
@@ -61,13 +70,13 @@ fn crash_at_every_step_of_controller_takeover() {
         let dir = d.path();
         let ffs = FaultFs::new();
         ffs.crash_at(n);
-        let res = try_claim(&(Arc::new(ffs.clone()) as SharedFs), dir, 2, 1, INC1);
+        let res = try_win_controller_epoch(&(Arc::new(ffs.clone()) as SharedFs), dir, 2, 1, INC1);
         if !ffs.crashed() {
             assert!(res.unwrap(), "clean run of step count {n} must win");
             assert_eq!(n, steps + 1, "step count changed between runs");
             // A won claim is durable: it survives a power cut right after.
             ffs.power_loss();
-            let h = highest_claim(&real(), dir).unwrap().unwrap();
+            let h = highest_controller_epoch(&real(), dir).unwrap().unwrap();
             assert_eq!((h.epoch, h.broker_id, h.incarnation), (2, 1, INC1));
             break;
         }
@@ -79,19 +88,19 @@ fn crash_at_every_step_of_controller_takeover() {
         ffs.power_loss();
 
         let rfs = real();
-        let h = highest_claim(&rfs, dir)
-            .unwrap_or_else(|e| panic!("step {n}: highest_claim failed: {e}"))
+        let h = highest_controller_epoch(&rfs, dir)
+            .unwrap_or_else(|e| panic!("step {n}: highest_controller_epoch failed: {e}"))
             .unwrap_or_else(|| panic!("step {n}: epoch 1 vanished"));
         match (h.epoch, h.broker_id) {
             // Crashed before the create: epoch 1 still rules.
             (1, 0) => {
                 assert_eq!(h.incarnation, INC0, "step {n}: {h:?}");
-                assert!(!claim_exists(&rfs, dir, 2), "step {n}");
+                assert!(!controller_epoch_exists(&rfs, dir, 2), "step {n}");
             }
             // The claim made it to disk whole.
             (2, 1) => assert_eq!(h.incarnation, INC1, "step {n}: {h:?}"),
             // Created, content lost: owned by nobody (candidates wait it out).
-            (2, -1) => assert!(claim_exists(&rfs, dir, 2), "step {n}"),
+            (2, -1) => assert!(controller_epoch_exists(&rfs, dir, 2), "step {n}"),
             _ => panic!("step {n}: impossible highest claim {h:?}"),
         }
         outcomes.insert((h.epoch, h.broker_id));
@@ -99,23 +108,26 @@ fn crash_at_every_step_of_controller_takeover() {
         // Convergence: a third broker claims the epoch after the highest.
         let next = h.epoch + 1;
         assert!(
-            try_claim(&rfs, dir, next, 2, INC2).unwrap(),
+            try_win_controller_epoch(&rfs, dir, next, 2, INC2).unwrap(),
             "step {n}: broker 2 could not claim epoch {next} over {h:?}"
         );
-        let now = highest_claim(&rfs, dir).unwrap().unwrap();
+        let now = highest_controller_epoch(&rfs, dir).unwrap().unwrap();
         assert_eq!(
             (now.epoch, now.broker_id, now.incarnation),
             (next, 2, INC2),
             "step {n}"
         );
         // One winner per epoch: neither a late racer of `next`...
-        assert!(!try_claim(&rfs, dir, next, 3, 7).unwrap(), "step {n}");
+        assert!(
+            !try_win_controller_epoch(&rfs, dir, next, 3, 7).unwrap(),
+            "step {n}"
+        );
         // ...nor broker 1 retrying epoch 2 (which exists in every case now)
         // can win or rewrite a claim that is not its own.
         let e2 = epoch_path(dir, 2);
         let before = std::fs::read(&e2).unwrap();
         let owner = claim_owner(&before);
-        let retry = try_claim(&rfs, dir, 2, 1, INC1).unwrap();
+        let retry = try_win_controller_epoch(&rfs, dir, 2, 1, INC1).unwrap();
         if owner != Some((1, INC1)) {
             assert!(!retry, "step {n}: broker 1 won epoch 2 owned by {owner:?}");
         }
@@ -124,7 +136,11 @@ fn crash_at_every_step_of_controller_takeover() {
             before,
             "step {n}: retry rewrote epoch 2"
         );
-        assert_eq!(highest_claim(&rfs, dir).unwrap().unwrap(), now, "step {n}");
+        assert_eq!(
+            highest_controller_epoch(&rfs, dir).unwrap().unwrap(),
+            now,
+            "step {n}"
+        );
     }
     // The loop reached every state a crash can leave.
     assert_eq!(
@@ -136,7 +152,7 @@ fn crash_at_every_step_of_controller_takeover() {
 
 /// (broker, incarnation) of an epoch file's content, if it parses.
 fn claim_owner(bytes: &[u8]) -> Option<(i32, u64)> {
-    serde_json::from_slice::<crate::controller::EpochClaim>(bytes)
+    serde_json::from_slice::<crate::cluster::election::ControllerEpoch>(bytes)
         .ok()
         .map(|c| (c.broker_id, c.incarnation))
 }
@@ -156,15 +172,24 @@ fn lost_create_reply_to_a_claim_never_yields_a_second_winner() {
     // epoch is claimable. NFSv4.1 exclusive create carries a verifier, so a
     // retransmitted create normally succeeds; this is the rare remainder,
     // and it costs one lease + grace without a controller, never two.
-    let won = try_claim(&(Arc::new(ffs) as SharedFs), dir, 2, 1, INC1).unwrap();
+    let won = try_win_controller_epoch(&(Arc::new(ffs) as SharedFs), dir, 2, 1, INC1).unwrap();
     assert!(!won, "a claim with no body must not count as won");
     let rfs = real();
-    assert!(claim_exists(&rfs, dir, 2));
-    assert_eq!(highest_claim(&rfs, dir).unwrap().unwrap().broker_id, -1);
-    assert!(!try_claim(&rfs, dir, 2, 2, INC2).unwrap(), "two winners");
-    let h = highest_claim(&rfs, dir).unwrap().unwrap();
+    assert!(controller_epoch_exists(&rfs, dir, 2));
+    assert_eq!(
+        highest_controller_epoch(&rfs, dir)
+            .unwrap()
+            .unwrap()
+            .broker_id,
+        -1
+    );
+    assert!(
+        !try_win_controller_epoch(&rfs, dir, 2, 2, INC2).unwrap(),
+        "two winners"
+    );
+    let h = highest_controller_epoch(&rfs, dir).unwrap().unwrap();
     assert_eq!(h.epoch, 2);
-    assert!(try_claim(&rfs, dir, 3, 2, INC2).unwrap());
+    assert!(try_win_controller_epoch(&rfs, dir, 3, 2, INC2).unwrap());
 }
 
 fn assignment(version: u64) -> Assignment {

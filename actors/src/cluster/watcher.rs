@@ -15,11 +15,11 @@
 //! says what to apply); [`AssignmentWatcher`] is the actix glue that runs
 //! the [`LeaderSink`] and reports back.
 
-use super::membership::{Beat, Membership, Shared};
+use super::membership::{HeartbeatNow, Membership, Shared};
 use super::records::{read_json, Assignment, ASSIGNMENT};
-use crate::fs::SharedFs;
 use actix::prelude::*;
 use futures::future::LocalBoxFuture;
+use kaas_volume::fs::SharedFs;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -186,10 +186,10 @@ impl AssignmentWatcher {
             .apply(apply.assignment.clone(), apply.incarnation, apply.lead);
         ctx.spawn(fut.into_actor(self).map(move |_, act, ctx| {
             if act.state.done(&apply) {
-                act.membership.do_send(Beat);
+                act.membership.do_send(HeartbeatNow);
             }
             // Something newer may have arrived meanwhile.
-            ctx.notify(Nudge);
+            ctx.notify(PollNow);
         }));
     }
 }
@@ -205,11 +205,11 @@ impl Actor for AssignmentWatcher {
 /// Poll now (the in-process controller just wrote).
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct Nudge;
+pub struct PollNow;
 
-impl Handler<Nudge> for AssignmentWatcher {
+impl Handler<PollNow> for AssignmentWatcher {
     type Result = ();
-    fn handle(&mut self, _: Nudge, ctx: &mut Context<Self>) {
+    fn handle(&mut self, _: PollNow, ctx: &mut Context<Self>) {
         self.tick(ctx);
     }
 }

@@ -23,7 +23,7 @@
 //! (3) the claim is the single-writer fence itself; (4) the name carries the
 //! epoch, the content the owner's identity.
 
-use crate::fs::Fs;
+use kaas_volume::fs::Fs;
 use kaas_volume::identity::{self, create_with_identity, Found, JsonIdentity, Policy};
 use kaas_volume::layout;
 use serde::{Deserialize, Serialize};

@@ -340,14 +340,14 @@ impl CommitGate {
 pub(crate) mod tests {
     use super::*;
     use crate::clock::{Clock, FakeClock};
-    use crate::fs::fault::FaultFs;
-    use crate::fs::SharedFs;
     use crate::partition::log::LogConfig;
     use bytes::{Bytes, BytesMut};
     use kaas_protocol::batch::{validate_batches, BatchInfo};
     use kaas_protocol::kafka_protocol::records::{
         Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
     };
+    use kaas_volume::fs::fault::FaultFs;
+    use kaas_volume::fs::SharedFs;
     use std::time::Duration;
 
     const LEASE: Duration = Duration::from_secs(3);

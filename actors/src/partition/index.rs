@@ -8,8 +8,8 @@
 //! stores the running maximum *before* the entry so a lookup by timestamp can
 //! never skip the first batch at or after the target.
 
-use crate::fs::ReadFile;
 use kaas_protocol::batch::{read_batch_header, BatchHeader, BATCH_HEADER_LEN, LOG_OVERHEAD};
+use kaas_volume::fs::ReadFile;
 use std::io;
 
 /// One sparse index entry.

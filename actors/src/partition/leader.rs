@@ -19,9 +19,9 @@ use super::messages::{AppendBatches, AppendTicket, EnforceRetention, PartitionEr
 use super::reader::PartitionReader;
 use crate::clock::{self, SharedClock};
 use crate::cluster::lease::Lease;
-use crate::fs::SharedFs;
 use crate::telemetry::{self, ActorInfo, HandleTimer, KindStats};
 use actix::prelude::*;
+use kaas_volume::fs::SharedFs;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, RwLock};
@@ -460,7 +460,7 @@ impl crate::registry::Owner for PartitionHandle {
 #[allow(clippy::disallowed_methods)] // tests build fixtures with raw std::fs calls
 mod tests {
     use super::*;
-    use crate::fs::{Fs, ReadFile, RealFs, WriteFile};
+    use kaas_volume::fs::{Fs, ReadFile, RealFs, WriteFile};
     use std::path::Path;
     use std::time::Instant;
 

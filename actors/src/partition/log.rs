@@ -20,10 +20,10 @@
 use super::claim::{self, claim, parse_claim_name, ClaimOwner, Claimed};
 use super::index::{header_at, scan, Index, Scan, ScanStart};
 use super::manifest::{manifest_name, parse_manifest_name, write_manifest, Manifest, SegmentEntry};
-use crate::fs::{
+use kaas_protocol::batch::{patch_batch, BatchInfo};
+use kaas_volume::fs::{
     remove_if_exists, remove_stale_temps, write_atomic, Fs, ReadFile, SharedFs, WriteFile,
 };
-use kaas_protocol::batch::{patch_batch, BatchInfo};
 use kaas_volume::layout::{self, SegmentKind};
 use std::io;
 use std::path::{Path, PathBuf};
@@ -32,7 +32,7 @@ use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 /// Who claimed `epoch` of the partition in `dir`, if readable: named in a
 /// fence so the controller can release that leader before granting above.
-fn claim_owner(fs: &dyn crate::fs::Fs, dir: &Path, epoch: i32) -> Option<ClaimOwner> {
+fn claim_owner(fs: &dyn kaas_volume::fs::Fs, dir: &Path, epoch: i32) -> Option<ClaimOwner> {
     claim::owner_of(fs, dir, epoch).ok().flatten().flatten()
 }
 
@@ -379,7 +379,7 @@ impl PartitionLog {
         // leader's is normally epoch - 1). Only NotFound means absent: any
         // other error fails the open (the supervisor retries), since
         // guessing "absent" could make us sweep a newer leader's files.
-        if crate::fs::exists(
+        if kaas_volume::fs::exists(
             fs.as_ref(),
             &dir.join(manifest_name(epoch.saturating_add(1))),
         )? {
@@ -387,7 +387,7 @@ impl PartitionLog {
         } else {
             let floor = found.unwrap_or(0);
             for k in (floor.saturating_add(1)..=epoch).rev().take(64) {
-                if crate::fs::exists(fs.as_ref(), &dir.join(manifest_name(k)))? {
+                if kaas_volume::fs::exists(fs.as_ref(), &dir.join(manifest_name(k)))? {
                     found = Some(k);
                     break;
                 }
@@ -594,7 +594,7 @@ impl PartitionLog {
         write_manifest(fs.as_ref(), dir, epoch, &manifest)?;
         // Last check before deleting anything: a leader of a later epoch
         // may have opened meanwhile (we may be a paused zombie).
-        if crate::fs::exists(
+        if kaas_volume::fs::exists(
             fs.as_ref(),
             &dir.join(manifest_name(epoch.saturating_add(1))),
         )? {
@@ -642,7 +642,7 @@ impl PartitionLog {
 
     /// Remove older manifests and any segment file of our epoch or older
     /// that the manifest does not list.
-    fn sweep(fs: &dyn crate::fs::Fs, dir: &Path, m: &Manifest, epoch: i32) -> io::Result<()> {
+    fn sweep(fs: &dyn kaas_volume::fs::Fs, dir: &Path, m: &Manifest, epoch: i32) -> io::Result<()> {
         for name in fs.list(dir)? {
             let stale = if let Some(e) = parse_manifest_name(&name) {
                 e < epoch

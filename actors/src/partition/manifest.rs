@@ -4,10 +4,10 @@
 //! a zombie of an older epoch can only rewrite its own, ignored, manifest.
 //!
 //! It is always written temp → fsync → rename → directory fsync
-//! ([`crate::fs::write_atomic`]), never edited in place, and only through
+//! ([`kaas_volume::fs::write_atomic`]), never edited in place, and only through
 //! [`write_manifest`].
 
-use crate::fs::{write_atomic, Fs};
+use kaas_volume::fs::{write_atomic, Fs};
 use kaas_volume::layout;
 use serde::{Deserialize, Serialize};
 use std::io;

@@ -8,9 +8,9 @@
 
 use super::index::header_at;
 use super::log::{LogView, SegView};
-use crate::fs::SharedFs;
 use bytes::Bytes;
 use kaas_protocol::batch::record_timestamps;
+use kaas_volume::fs::SharedFs;
 use std::io;
 use std::sync::{Arc, RwLock};
 

@@ -10,13 +10,13 @@
 
 use super::log::{LogConfig, PartitionLog};
 use super::reader::PartitionReader;
-use crate::fs::fault::FaultFs;
-use crate::fs::{RealFs, SharedFs};
 use bytes::{Bytes, BytesMut};
 use kaas_protocol::batch::{read_batch_header, validate_batches};
 use kaas_protocol::kafka_protocol::records::{
     Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
+use kaas_volume::fs::fault::FaultFs;
+use kaas_volume::fs::{RealFs, SharedFs};
 use std::path::Path;
 use std::sync::Arc;
 

@@ -264,7 +264,7 @@ pub(crate) fn live_brokers(b: &Broker) -> (Vec<(i32, String, i32)>, i32) {
 /// led, so a client's next request finds a leader.
 pub(crate) async fn await_topic_ready(b: &Broker, name: &str, id: Uuid, timeout: Duration) -> bool {
     if let Some(c) = b.controller.get() {
-        c.do_send(kaas_actors::cluster::controller::Poke);
+        c.do_send(kaas_actors::cluster::controller::ReconcileNow);
     }
     let deadline = Instant::now() + timeout;
     loop {

@@ -5,7 +5,7 @@
 //! after the highest one it can see, and only once that epoch's holder is
 //! provably fenced; losing the race is an EEXIST and a re-read.
 
-use crate::fs::SharedFs;
+use kaas_volume::fs::SharedFs;
 use kaas_volume::identity::{create_with_identity, Claimed, CreateError, JsonIdentity, Policy};
 use kaas_volume::layout;
 use serde::{Deserialize, Serialize};
@@ -15,7 +15,7 @@ use std::path::Path;
 /// Contents of an epoch file: the creator's identity, so that an EEXIST
 /// caused by a lost reply to our own create can be recognised as ours.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct EpochClaim {
+pub struct ControllerEpoch {
     /// The epoch.
     pub epoch: i32,
     /// Broker that created it.
@@ -27,14 +27,17 @@ pub struct EpochClaim {
     pub incarnation: u64,
 }
 
-impl JsonIdentity for EpochClaim {}
+impl JsonIdentity for ControllerEpoch {}
 
 use layout::{controller_epoch as epoch_name, parse_controller_epoch as parse_epoch};
 
 /// The highest controller epoch claim. The listing suggests a start; exact
 /// opens of the following epochs (close-to-open) find claims a stale
 /// listing misses.
-pub fn highest_claim(fs: &SharedFs, cluster_dir: &Path) -> io::Result<Option<EpochClaim>> {
+pub fn highest_controller_epoch(
+    fs: &SharedFs,
+    cluster_dir: &Path,
+) -> io::Result<Option<ControllerEpoch>> {
     let dir = cluster_dir.join(layout::CONTROLLER_DIR);
     fs.create_dir_all(&dir)?;
     let mut best = fs
@@ -44,7 +47,7 @@ pub fn highest_claim(fs: &SharedFs, cluster_dir: &Path) -> io::Result<Option<Epo
         .max()
         .unwrap_or(0);
     for _ in 0..1000 {
-        if !crate::fs::exists(fs.as_ref(), &dir.join(epoch_name(best + 1)))? {
+        if !kaas_volume::fs::exists(fs.as_ref(), &dir.join(epoch_name(best + 1)))? {
             break;
         }
         best += 1;
@@ -56,16 +59,18 @@ pub fn highest_claim(fs: &SharedFs, cluster_dir: &Path) -> io::Result<Option<Epo
     // A claim created but not yet written (or its writer crashed between
     // create and write) has no owner: report broker -1, which candidates
     // treat as gone only after lease + grace of observing it.
-    Ok(Some(serde_json::from_slice(&b).unwrap_or(EpochClaim {
-        epoch: best,
-        broker_id: -1,
-        nonce: 0,
-        incarnation: 0,
-    })))
+    Ok(Some(serde_json::from_slice(&b).unwrap_or(
+        ControllerEpoch {
+            epoch: best,
+            broker_id: -1,
+            nonce: 0,
+            incarnation: 0,
+        },
+    )))
 }
 
 /// Whether a claim file for `epoch` exists (exact open).
-pub fn claim_exists(fs: &SharedFs, cluster_dir: &Path, epoch: i32) -> bool {
+pub fn controller_epoch_exists(fs: &SharedFs, cluster_dir: &Path, epoch: i32) -> bool {
     fs.open_read(
         &cluster_dir
             .join(layout::CONTROLLER_DIR)
@@ -81,7 +86,7 @@ pub fn claim_exists(fs: &SharedFs, cluster_dir: &Path, epoch: i32) -> bool {
 /// waited out like a dead holder (one lease + grace without a controller,
 /// never two winners). A failure to read the claim after EEXIST is not a win
 /// either.
-pub fn try_claim(
+pub fn try_win_controller_epoch(
     fs: &SharedFs,
     cluster_dir: &Path,
     epoch: i32,
@@ -90,7 +95,7 @@ pub fn try_claim(
 ) -> io::Result<bool> {
     let dir = cluster_dir.join(layout::CONTROLLER_DIR);
     fs.create_dir_all(&dir)?;
-    let claim = EpochClaim {
+    let claim = ControllerEpoch {
         epoch,
         broker_id,
         nonce: rand::random(),
@@ -108,7 +113,7 @@ pub fn try_claim(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fs::RealFs;
+    use kaas_volume::fs::RealFs;
     use std::sync::Arc;
 
     #[test]
@@ -121,7 +126,7 @@ mod tests {
                     let fs = fs.clone();
                     let p = d.path().to_path_buf();
                     std::thread::spawn(move || {
-                        try_claim(&fs, &p, epoch, b, 100 + b as u64).unwrap()
+                        try_win_controller_epoch(&fs, &p, epoch, b, 100 + b as u64).unwrap()
                     })
                 })
                 .collect();
@@ -131,7 +136,7 @@ mod tests {
                 .filter_map(|(i, h)| h.join().unwrap().then_some(i))
                 .collect();
             assert_eq!(winners.len(), 1, "epoch {epoch}: winners {winners:?}");
-            let h = highest_claim(&fs, d.path()).unwrap().unwrap();
+            let h = highest_controller_epoch(&fs, d.path()).unwrap().unwrap();
             assert_eq!((h.epoch, h.broker_id), (epoch, winners[0] as i32));
         }
     }
