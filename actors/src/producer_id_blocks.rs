@@ -10,6 +10,7 @@
 //! [`ProducerIdAllocator`]'s; this module is only its home.
 
 use crate::producer_ids::ProducerIdAllocator;
+use crate::telemetry::{ActorStats, Mailbox, MessageName};
 use actix::prelude::*;
 use kaas_volume::fs::SharedFs;
 use std::io;
@@ -23,10 +24,19 @@ pub struct ProducerIdBlocks {
 impl ProducerIdBlocks {
     /// Start the owner on its own thread. One thread only: a multi-thread
     /// `SyncArbiter` would run several owners of the same files.
-    pub fn start(fs: SharedFs, cluster_dir: PathBuf, broker_id: i32) -> Addr<Self> {
-        SyncArbiter::start(1, move || ProducerIdBlocks {
+    pub fn start(fs: SharedFs, cluster_dir: PathBuf, broker_id: i32) -> Mailbox<Self> {
+        let stats = ActorStats::register(
+            "producer_id_blocks",
+            broker_id.to_string(),
+            cluster_dir
+                .join(kaas_volume::layout::PRODUCER_IDS_DIR)
+                .display()
+                .to_string(),
+        );
+        let addr = SyncArbiter::start(1, move || ProducerIdBlocks {
             alloc: ProducerIdAllocator::new(fs.clone(), &cluster_dir, broker_id),
-        })
+        });
+        Mailbox::new(addr, stats)
     }
 }
 
@@ -39,6 +49,12 @@ impl Actor for ProducerIdBlocks {
 #[derive(Message)]
 #[rtype(result = "io::Result<i64>")]
 pub struct AllocateProducerId;
+
+impl MessageName for AllocateProducerId {
+    const NAME: &'static str = "allocate_producer_id";
+}
+
+crate::instrumented!(ProducerIdBlocks: AllocateProducerId);
 
 impl Handler<AllocateProducerId> for ProducerIdBlocks {
     type Result = io::Result<i64>;

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub mod mailbox;
 pub use mailbox::{ActorStats, Mailbox, MessageName, Traced};
@@ -88,22 +88,7 @@ impl KindStats {
     }
 }
 
-/// What the dashboard shows for one actor.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct ActorInfo {
-    /// Actor kind, e.g. `partition_leader`.
-    pub kind: &'static str,
-    /// The file (or directory) it owns.
-    pub owns: String,
-    /// Epoch it writes under.
-    pub epoch: i64,
-    /// Restarts of this actor.
-    pub restarts: u64,
-    /// Messages handled by this actor.
-    pub handled: u64,
-}
-
-/// What the dashboard shows for an actor instrumented through [`mailbox`].
+/// What the dashboard shows for one actor (see [`mailbox::ActorStats`]).
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct ActorRow {
     /// Actor kind, e.g. `partition_leader`.
@@ -126,8 +111,7 @@ pub struct ActorRow {
 #[derive(Default)]
 pub struct Telemetry {
     kinds: Mutex<BTreeMap<&'static str, Arc<KindStats>>>,
-    actors: Mutex<BTreeMap<String, ActorInfo>>,
-    /// Actors instrumented through [`mailbox`], by (kind, id).
+    /// Live actors, by (kind, id).
     live: Mutex<BTreeMap<(&'static str, String), Arc<ActorStats>>>,
     /// fsync calls that completed.
     pub fsyncs: AtomicU64,
@@ -151,32 +135,14 @@ impl Telemetry {
         self.kinds.lock().unwrap().entry(kind).or_default().clone()
     }
 
-    /// Insert or update an actor's dashboard row.
-    pub fn upsert_actor(&self, id: String, info: ActorInfo) {
-        self.actors.lock().unwrap().insert(id, info);
-    }
-
-    /// Remove an actor's dashboard row.
-    pub fn remove_actor(&self, id: &str) {
-        self.actors.lock().unwrap().remove(id);
-    }
-
     /// Snapshot of per-actor rows.
-    pub fn actors(&self) -> BTreeMap<String, serde_json::Value> {
-        let mut out: BTreeMap<String, serde_json::Value> = self
-            .actors
+    pub fn actors(&self) -> BTreeMap<String, ActorRow> {
+        self.live
             .lock()
             .unwrap()
             .iter()
-            .map(|(k, v)| (k.clone(), serde_json::to_value(v).unwrap_or_default()))
-            .collect();
-        for ((kind, id), s) in self.live.lock().unwrap().iter() {
-            out.insert(
-                format!("{kind}/{id}"),
-                serde_json::to_value(s.info()).unwrap_or_default(),
-            );
-        }
-        out
+            .map(|((kind, id), s)| (format!("{kind}/{id}"), s.info()))
+            .collect()
     }
 
     fn register_actor(&self, s: Arc<ActorStats>) {
@@ -279,55 +245,23 @@ impl Telemetry {
     }
 }
 
-/// Sender-side half of mailbox accounting: call when a message is enqueued.
-pub fn enqueued(kind: &KindStats) -> Instant {
-    kind.mailbox_depth.fetch_add(1, Ordering::Relaxed);
-    Instant::now()
-}
-
-/// Handler-side half: records queue wait now and handling time on drop.
-pub struct HandleTimer {
-    stats: Arc<MessageStats>,
-    start: Instant,
-}
-
-impl HandleTimer {
-    /// Start timing a handler for a message that was sent at `sent_at`.
-    pub fn start(kind: &KindStats, msg: &'static str, sent_at: Instant) -> Self {
-        kind.mailbox_depth.fetch_sub(1, Ordering::Relaxed);
-        let stats = kind.message(msg);
-        let now = Instant::now();
-        stats
-            .queue_wait
-            .observe(now.saturating_duration_since(sent_at));
-        Self { stats, start: now }
-    }
-}
-
-impl Drop for HandleTimer {
-    fn drop(&mut self) {
-        self.stats.handled.fetch_add(1, Ordering::Relaxed);
-        self.stats.handling.observe(self.start.elapsed());
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn renders_histogram_and_depth() {
+    fn renders_histograms_and_depth_by_kind_and_message() {
         let t = Telemetry::default();
         let k = t.kind("partition_leader");
-        let sent = enqueued(&k);
-        {
-            let _h = HandleTimer::start(&k, "append_batches", sent);
-        }
+        let m = k.message("append_batches");
+        m.handled.fetch_add(1, Ordering::Relaxed);
+        m.handling.observe(Duration::from_micros(300));
         let text = t.render_prometheus();
         assert!(text.contains("kaas_actor_mailbox_depth{kind=\"partition_leader\"} 0"));
         assert!(text.contains(
             "kaas_actor_messages_total{kind=\"partition_leader\",message=\"append_batches\"} 1"
         ));
+        assert!(text.contains("kaas_actor_handle_seconds_bucket{kind=\"partition_leader\",message=\"append_batches\",le=\"0.0005\"} 1"));
         assert!(text.contains("kaas_actor_handle_seconds_count{kind=\"partition_leader\",message=\"append_batches\"} 1"));
     }
 }

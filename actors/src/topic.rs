@@ -8,6 +8,7 @@
 //! with the operator; this actor serialises them for one broker, keeps the
 //! read view request handlers use, and runs the janitor every 30 s.
 
+use crate::telemetry::{ActorStats, Mailbox, MessageName};
 use actix::prelude::*;
 use kaas_volume::fs::SharedFs;
 use kaas_volume::topic_dir::{self, Janitor};
@@ -118,6 +119,15 @@ pub struct DeleteTopic {
     pub name: String,
 }
 
+impl TopicCatalog {
+    /// Start the loaded catalog on `arbiter` (its own: topic creation and
+    /// deletion are file I/O).
+    pub fn start(self, data_dir: &Path, arbiter: &ArbiterHandle) -> Mailbox<Self> {
+        let stats = ActorStats::register("topic_catalog", "0", data_dir.display().to_string());
+        Mailbox::new(Self::start_in_arbiter(arbiter, |_| self), stats)
+    }
+}
+
 impl Actor for TopicCatalog {
     type Context = Context<Self>;
 
@@ -125,6 +135,16 @@ impl Actor for TopicCatalog {
         ctx.run_interval(std::time::Duration::from_secs(30), |a, _| a.janitor());
     }
 }
+
+impl MessageName for CreateTopic {
+    const NAME: &'static str = "create_topic";
+}
+
+impl MessageName for DeleteTopic {
+    const NAME: &'static str = "delete_topic";
+}
+
+crate::instrumented!(TopicCatalog: CreateTopic, DeleteTopic);
 
 impl Handler<CreateTopic> for TopicCatalog {
     type Result = Result<TopicStamp, TopicError>;

@@ -6,12 +6,12 @@ use crate::config::BrokerArgs;
 use crate::conn;
 use crate::state::Broker;
 use crate::state::BrokerSink;
-use actix::Actor;
 use anyhow::Context as _;
 use kaas_actors::cluster::controller::{ControllerActor, HandoffPending, IsController, Resign};
 use kaas_actors::cluster::membership::{self, HeartbeatNow, JoinConfig, Membership};
 use kaas_actors::cluster::watcher::AssignmentWatcher;
 use kaas_actors::producer_id_blocks::ProducerIdBlocks;
+use kaas_actors::telemetry::Mailbox;
 use kaas_actors::topic::TopicCatalog;
 use kaas_volume::fs::{RealFs, SharedFs};
 use std::sync::atomic::Ordering;
@@ -63,7 +63,7 @@ pub fn run(args: BrokerArgs) -> anyhow::Result<()> {
         // Topic creation and deletion do file I/O: keep it off the thread
         // that serves connections.
         let catalog_arbiter = actix::Arbiter::new();
-        let catalog = TopicCatalog::start_in_arbiter(&catalog_arbiter.handle(), |_| catalog);
+        let catalog = catalog.start(&args.data_dir, &catalog_arbiter.handle());
         let arbiters: Vec<actix::Arbiter> = (0..threads).map(|_| actix::Arbiter::new()).collect();
         let handles = arbiters.iter().map(|a| a.handle()).collect();
         // Claiming a block is an O_EXCL create + fsync: its own thread.
@@ -156,8 +156,8 @@ pub fn run(args: BrokerArgs) -> anyhow::Result<()> {
 /// broker alive it just closes everything cleanly.
 async fn controlled_shutdown(
     b: &Arc<Broker>,
-    membership: &actix::Addr<Membership>,
-    controller: &actix::Addr<ControllerActor>,
+    membership: &Mailbox<Membership>,
+    controller: &Mailbox<ControllerActor>,
 ) {
     let me = b.args.broker_id;
     let poll = std::time::Duration::from_millis(b.args.poll_ms.max(10));

@@ -17,6 +17,7 @@ use kaas_actors::partition::leader::{LeaderSpec, OnFenced, PartitionHandle, Part
 use kaas_actors::partition::log::LogConfig;
 use kaas_actors::producer_id_blocks::ProducerIdBlocks;
 use kaas_actors::registry::OwnerRegistry;
+use kaas_actors::telemetry::Mailbox;
 use kaas_actors::topic::{TopicCatalog, TopicStamp, TopicsView};
 use kaas_volume::fs::{ReadFs, ReadOnly, SharedFs};
 use std::collections::HashMap;
@@ -52,9 +53,9 @@ pub struct Broker {
     /// Topics of the newest assignment applied.
     pub topics: TopicsView,
     /// The topic catalog actor (creates and deletes topic directories).
-    pub catalog: actix::Addr<TopicCatalog>,
+    pub catalog: Mailbox<TopicCatalog>,
     /// The owner of the producer-id blocks.
-    pub pids: actix::Addr<ProducerIdBlocks>,
+    pub pids: Mailbox<ProducerIdBlocks>,
     /// The newest assignment applied (metadata cache).
     meta: RwLock<Arc<Assignment>>,
     /// Leaders by (topic, partition), with the grant they run under. Topics
@@ -63,7 +64,7 @@ pub struct Broker {
     arbiters: Vec<actix::ArbiterHandle>,
     next_arbiter: AtomicUsize,
     /// This broker's controller actor (elected or not).
-    pub controller: std::sync::OnceLock<actix::Addr<ControllerActor>>,
+    pub controller: std::sync::OnceLock<Mailbox<ControllerActor>>,
 }
 
 /// Why a partition cannot be served.
@@ -82,8 +83,8 @@ impl Broker {
         fs: SharedFs,
         shared: Arc<Shared>,
         cluster_id: String,
-        catalog: actix::Addr<TopicCatalog>,
-        pids: actix::Addr<ProducerIdBlocks>,
+        catalog: Mailbox<TopicCatalog>,
+        pids: Mailbox<ProducerIdBlocks>,
         arbiters: Vec<actix::ArbiterHandle>,
     ) -> Self {
         Self {

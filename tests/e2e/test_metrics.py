@@ -82,3 +82,36 @@ def test_metrics_after_produce(broker, topic_name):
     assert p.flush(30) == 0
     after = parse(broker.metrics())
     assert sum(v for _, v in samples(after, "kaas_fsyncs_total")) > fs_before
+
+
+def test_every_actor_kind_reports_through_one_path(broker, topic_name):
+    """Every actor's messages pass the instrumented mailbox: the topic
+    catalog, the controller and the partition leaders count their messages
+    by type, and /actors lists every live actor with its mailbox depth, the
+    file it owns and its epoch."""
+    import json
+
+    create_topic(broker.bootstrap, topic_name, 2)
+    p = Producer(producer_conf(broker.bootstrap))
+    p.produce(topic_name, value=b"x", partition=0)
+    assert p.flush(30) == 0
+
+    parsed = parse(broker.metrics())
+    msgs = {(l["kind"], l["message"]): v for l, v in samples(parsed, "kaas_actor_messages_total")}
+    assert msgs.get(("topic_catalog", "create_topic"), 0) >= 1, msgs
+    assert msgs.get(("partition_leader", "append_batches"), 0) >= 1, msgs
+    assert msgs.get(("controller", "reconcile_now"), 0) >= 1, msgs
+    kinds = {l["kind"] for l, _ in samples(parsed, "kaas_actors")}
+    assert {"partition_leader", "topic_catalog", "controller", "membership",
+            "assignment_watcher", "producer_id_blocks"} <= kinds, kinds
+
+    base = broker.metrics_url.rsplit("/", 1)[0]
+    with urllib.request.urlopen(base + "/actors", timeout=5) as r:
+        rows = json.loads(r.read())
+    leaders = {k: v for k, v in rows.items() if v["kind"] == "partition_leader"}
+    assert f"partition_leader/{topic_name}-0" in leaders, sorted(rows)
+    row = leaders[f"partition_leader/{topic_name}-0"]
+    assert row["owns"].endswith(f"{topic_name}/0"), row
+    assert row["epoch"] >= 1 and row["mailbox_depth"] >= 0 and row["handled"] >= 1, row
+    controller = [v for v in rows.values() if v["kind"] == "controller"]
+    assert controller and controller[0]["owns"].endswith("assignment.json"), controller

@@ -30,7 +30,7 @@ use crate::cluster::election::{
 };
 use crate::partition::claim::parse_claim_name;
 use crate::partition::manifest::{parse_manifest_name, parse_segment_name};
-use crate::telemetry::{self, ActorInfo};
+use crate::telemetry::{ActorStats, Mailbox, MessageName};
 use crate::topic::{validate_name, TopicStamp, STAMP};
 use actix::prelude::*;
 use kaas_volume::fs::SharedFs;
@@ -74,7 +74,6 @@ pub struct ControllerState {
     /// Candidate: the claim we are timing, the seq last seen, since when.
     watching: Option<(i32, Option<u64>, Duration)>,
     leading: Option<Leading>,
-    writes: u64,
     resigned: bool,
 }
 
@@ -98,7 +97,6 @@ impl ControllerState {
             data_dir,
             watching: None,
             leading: None,
-            writes: 0,
             resigned: false,
         }
     }
@@ -150,8 +148,12 @@ impl ControllerState {
     fn resign(&mut self, why: &str) {
         if let Some(l) = self.leading.take() {
             tracing::warn!(epoch = l.epoch, why, "stepping down as controller");
-            telemetry::global().remove_actor("controller");
         }
+    }
+
+    /// The file this controller writes while elected.
+    pub fn assignment_path(&self) -> PathBuf {
+        self.cluster_dir().join(ASSIGNMENT)
     }
 
     /// One poll: campaign, or (while elected) observe and reconcile.
@@ -529,25 +531,13 @@ impl ControllerState {
             return Ok(false);
         }
         write_json(self.fs.as_ref(), &path, &next)?;
-        self.writes += 1;
         tracing::info!(
             controller_epoch = next.controller_epoch,
             version = next.version,
             brokers = next.brokers.len(),
             "assignment written"
         );
-        let epoch = l.epoch;
         l.prev = next;
-        telemetry::global().upsert_actor(
-            "controller".into(),
-            ActorInfo {
-                kind: "controller",
-                owns: path.display().to_string(),
-                epoch: epoch as i64,
-                restarts: 0,
-                handled: self.writes,
-            },
-        );
         Ok(true)
     }
 }
@@ -555,7 +545,8 @@ impl ControllerState {
 /// See module docs.
 pub struct ControllerActor {
     state: ControllerState,
-    watcher: Option<Addr<AssignmentWatcher>>,
+    watcher: Option<Mailbox<AssignmentWatcher>>,
+    stats: Arc<ActorStats>,
 }
 
 impl ControllerActor {
@@ -564,17 +555,35 @@ impl ControllerActor {
         fs: SharedFs,
         shared: Arc<Shared>,
         data_dir: PathBuf,
-        watcher: Option<Addr<AssignmentWatcher>>,
+        watcher: Option<Mailbox<AssignmentWatcher>>,
         arbiter: &ArbiterHandle,
-    ) -> Addr<Self> {
-        ControllerActor::start_in_arbiter(arbiter, move |_| ControllerActor {
+    ) -> Mailbox<Self> {
+        let stats =
+            ActorStats::register("controller", shared.broker_id.to_string(), "(not elected)");
+        let mine = stats.clone();
+        let addr = ControllerActor::start_in_arbiter(arbiter, move |_| ControllerActor {
             state: ControllerState::new(fs, shared, data_dir),
             watcher,
-        })
+            stats: mine,
+        });
+        Mailbox::new(addr, stats)
     }
 
     fn tick(&mut self) {
-        if self.state.tick() {
+        let wrote = self.state.tick();
+        // While elected it owns assignment.json under its controller epoch.
+        match self.state.epoch() {
+            Some(e) => {
+                self.stats.set_epoch(e as i64);
+                self.stats
+                    .set_owns(self.state.assignment_path().display().to_string());
+            }
+            None => {
+                self.stats.set_epoch(-1);
+                self.stats.set_owns("(not elected)");
+            }
+        }
+        if wrote {
             if let Some(w) = &self.watcher {
                 w.do_send(PollNow);
             }
@@ -596,6 +605,10 @@ impl Actor for ControllerActor {
 #[rtype(result = "Option<i32>")]
 pub struct IsController;
 
+impl MessageName for IsController {
+    const NAME: &'static str = "is_controller";
+}
+
 impl Handler<IsController> for ControllerActor {
     type Result = Option<i32>;
     fn handle(&mut self, _: IsController, _: &mut Context<Self>) -> Option<i32> {
@@ -611,6 +624,10 @@ impl Handler<IsController> for ControllerActor {
 #[rtype(result = "bool")]
 pub struct HandoffPending;
 
+impl MessageName for HandoffPending {
+    const NAME: &'static str = "handoff_pending";
+}
+
 impl Handler<HandoffPending> for ControllerActor {
     type Result = bool;
     fn handle(&mut self, _: HandoffPending, _: &mut Context<Self>) -> bool {
@@ -625,6 +642,10 @@ impl Handler<HandoffPending> for ControllerActor {
 #[rtype(result = "Option<i32>")]
 pub struct Resign;
 
+impl MessageName for Resign {
+    const NAME: &'static str = "resign";
+}
+
 impl Handler<Resign> for ControllerActor {
     type Result = Option<i32>;
     fn handle(&mut self, _: Resign, _: &mut Context<Self>) -> Option<i32> {
@@ -637,9 +658,15 @@ impl Handler<Resign> for ControllerActor {
 #[rtype(result = "()")]
 pub struct ReconcileNow;
 
+impl MessageName for ReconcileNow {
+    const NAME: &'static str = "reconcile_now";
+}
+
 impl Handler<ReconcileNow> for ControllerActor {
     type Result = ();
     fn handle(&mut self, _: ReconcileNow, _: &mut Context<Self>) {
         self.tick();
     }
 }
+
+crate::instrumented!(ControllerActor: IsController, HandoffPending, Resign, ReconcileNow);

@@ -18,7 +18,7 @@
 use super::lease::Lease;
 use super::records::{broker_record_path, read_json, write_json, BrokerRecord, FencedAt};
 use crate::clock::SharedClock;
-use crate::telemetry::{self, ActorInfo};
+use crate::telemetry::{ActorStats, Mailbox, MessageName};
 use actix::prelude::*;
 use kaas_volume::fs::SharedFs;
 use std::io;
@@ -362,16 +362,6 @@ impl MembershipState {
                 BeatOutcome::WriteFailed
             }
         };
-        telemetry::global().upsert_actor(
-            "membership".into(),
-            ActorInfo {
-                kind: "membership",
-                owns: path.display().to_string(),
-                epoch: self.seq as i64,
-                restarts: 0,
-                handled: self.seq,
-            },
-        );
         outcome
     }
 }
@@ -380,6 +370,7 @@ impl MembershipState {
 pub struct Membership {
     state: MembershipState,
     shared: Arc<Shared>,
+    stats: Arc<ActorStats>,
 }
 
 impl Membership {
@@ -389,15 +380,32 @@ impl Membership {
         shared: Arc<Shared>,
         seq: u64,
         arbiter: &ArbiterHandle,
-    ) -> Addr<Membership> {
-        Membership::start_in_arbiter(arbiter, move |_| Membership {
+    ) -> Mailbox<Membership> {
+        let stats = ActorStats::register(
+            "membership",
+            shared.broker_id.to_string(),
+            broker_record_path(&shared.cluster_dir, shared.broker_id)
+                .display()
+                .to_string(),
+        );
+        let mine = stats.clone();
+        let addr = Membership::start_in_arbiter(arbiter, move |_| Membership {
             state: MembershipState::new(fs, shared.clone(), seq),
             shared,
-        })
+            stats: mine,
+        });
+        Mailbox::new(addr, stats)
     }
 
     fn beat(&mut self) {
-        if let BeatOutcome::Impostor { theirs } = self.state.beat() {
+        let outcome = self.state.beat();
+        // The record's sequence is the "epoch" a dashboard shows for it.
+        self.stats.set_epoch(self.state.seq() as i64);
+        self.stats.set_error(match outcome {
+            BeatOutcome::WriteFailed => Some("heartbeat write failed".into()),
+            _ => None,
+        });
+        if let BeatOutcome::Impostor { theirs } = outcome {
             tracing::error!(
                 broker_id = self.shared.broker_id,
                 theirs,
@@ -420,6 +428,12 @@ impl Actor for Membership {
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct HeartbeatNow;
+
+impl MessageName for HeartbeatNow {
+    const NAME: &'static str = "heartbeat_now";
+}
+
+crate::instrumented!(Membership: HeartbeatNow);
 
 impl Handler<HeartbeatNow> for Membership {
     type Result = ();

@@ -17,6 +17,7 @@
 
 use super::membership::{HeartbeatNow, Membership, Shared};
 use super::records::{read_json, Assignment, ASSIGNMENT};
+use crate::telemetry::{ActorStats, Mailbox, MessageName};
 use actix::prelude::*;
 use futures::future::LocalBoxFuture;
 use kaas_volume::fs::SharedFs;
@@ -157,7 +158,7 @@ pub struct AssignmentWatcher {
     state: WatcherState,
     shared: Arc<Shared>,
     sink: Arc<dyn LeaderSink>,
-    membership: Addr<Membership>,
+    membership: Mailbox<Membership>,
 }
 
 impl AssignmentWatcher {
@@ -166,15 +167,22 @@ impl AssignmentWatcher {
         fs: SharedFs,
         shared: Arc<Shared>,
         sink: Arc<dyn LeaderSink>,
-        membership: Addr<Membership>,
+        membership: Mailbox<Membership>,
         arbiter: &ArbiterHandle,
-    ) -> Addr<Self> {
-        AssignmentWatcher::start_in_arbiter(arbiter, move |_| AssignmentWatcher {
+    ) -> Mailbox<Self> {
+        // It writes nothing: it reads the assignment file by exact name.
+        let stats = ActorStats::register(
+            "assignment_watcher",
+            shared.broker_id.to_string(),
+            "(reads assignment.json)",
+        );
+        let addr = AssignmentWatcher::start_in_arbiter(arbiter, move |_| AssignmentWatcher {
             state: WatcherState::new(fs, shared.clone()),
             shared,
             sink,
             membership,
-        })
+        });
+        Mailbox::new(addr, stats)
     }
 
     fn tick(&mut self, ctx: &mut Context<Self>) {
@@ -206,6 +214,12 @@ impl Actor for AssignmentWatcher {
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct PollNow;
+
+impl MessageName for PollNow {
+    const NAME: &'static str = "poll_now";
+}
+
+crate::instrumented!(AssignmentWatcher: PollNow);
 
 impl Handler<PollNow> for AssignmentWatcher {
     type Result = ();

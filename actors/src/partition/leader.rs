@@ -19,7 +19,7 @@ use super::messages::{AppendBatches, AppendTicket, EnforceRetention, PartitionEr
 use super::reader::PartitionReader;
 use crate::clock::{self, SharedClock};
 use crate::cluster::lease::Lease;
-use crate::telemetry::{self, ActorInfo, HandleTimer, KindStats};
+use crate::telemetry::{self, ActorStats, Mailbox};
 use actix::prelude::*;
 use kaas_volume::fs::SharedFs;
 use std::path::PathBuf;
@@ -37,8 +37,8 @@ pub type ReaderSlot = Arc<RwLock<Option<PartitionReader>>>;
 /// Everything a connection needs to talk to one partition.
 #[derive(Clone)]
 pub struct PartitionHandle {
-    /// The leader's address (appends, control).
-    pub addr: Addr<PartitionLeader>,
+    /// The leader's mailbox (appends, control), instrumented.
+    pub addr: Mailbox<PartitionLeader>,
     /// The current reader (fetch, list offsets); `None` while recovering.
     pub reader: ReaderSlot,
     /// High watermark notifications, for fetch long-polling.
@@ -91,11 +91,9 @@ pub struct PartitionLeader {
     gate: CommitGate,
     stopping: bool,
     reader: ReaderSlot,
-    kind: Arc<KindStats>,
-    restarts: u64,
+    stats: Arc<ActorStats>,
     failures: u32,
     last_error: Option<PartitionError>,
-    handled: u64,
     /// An open (recovery) is running on the blocking pool; its result comes
     /// back as [`Opened`].
     opening: bool,
@@ -140,38 +138,35 @@ impl PartitionLeader {
         let (hw_tx, hw) = watch::channel(-1);
         let reader: ReaderSlot = Arc::new(RwLock::new(None));
         let slot = reader.clone();
+        let stats = ActorStats::register(
+            KIND,
+            format!("{}-{}", spec.topic, spec.partition),
+            spec.dir.display().to_string(),
+        );
+        stats.set_epoch(spec.epoch as i64);
+        let mine = stats.clone();
         let addr = Supervisor::start_in_arbiter(arbiter, move |_| PartitionLeader {
             gate: CommitGate::new(spec.lease.clone(), clock, hw_tx),
             spec,
             fs,
             stopping: false,
             reader: slot,
-            kind: telemetry::global().kind(KIND),
-            restarts: 0,
+            stats: mine,
             failures: 0,
             last_error: None,
-            handled: 0,
             opening: false,
             stop_waiters: Vec::new(),
         });
-        PartitionHandle { addr, reader, hw }
+        PartitionHandle {
+            addr: Mailbox::new(addr, stats),
+            reader,
+            hw,
+        }
     }
 
-    fn id(&self) -> String {
-        format!("{}-{}", self.spec.topic, self.spec.partition)
-    }
-
-    fn publish_info(&self) {
-        telemetry::global().upsert_actor(
-            self.id(),
-            ActorInfo {
-                kind: KIND,
-                owns: self.spec.dir.display().to_string(),
-                epoch: self.spec.epoch as i64,
-                restarts: self.restarts,
-                handled: self.handled,
-            },
-        );
+    fn set_error(&mut self, e: Option<PartitionError>) {
+        self.stats.set_error(e.as_ref().map(|e| e.to_string()));
+        self.last_error = e;
     }
 
     /// The gate halted: fenced (lease lapsed) stays down for good; a failure
@@ -182,11 +177,13 @@ impl PartitionLeader {
                 tracing::error!(topic = %self.spec.topic, partition = self.spec.partition, epoch = self.spec.epoch, "lease lapsed: acknowledging nothing more");
                 *self.reader.write().unwrap() = None;
                 self.stopping = true;
-                self.last_error = Some(PartitionError::NotLeader("broker lease lapsed".into()));
+                self.set_error(Some(PartitionError::NotLeader(
+                    "broker lease lapsed".into(),
+                )));
             }
             Halt::Failed(err) => {
                 tracing::error!(topic = %self.spec.topic, partition = self.spec.partition, error = %err, "partition leader failed; restarting");
-                self.last_error = Some(err);
+                self.set_error(Some(err));
             }
         }
         ctx.stop();
@@ -231,7 +228,6 @@ impl Actor for PartitionLeader {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         ctx.set_mailbox_capacity(256);
-        self.kind.live.fetch_add(1, Ordering::Relaxed);
         if self.stopping {
             return;
         }
@@ -239,10 +235,11 @@ impl Actor for PartitionLeader {
             // Never open (and sweep) under a lapsed lease: a newer leader
             // may own the files by now.
             self.stopping = true;
-            self.last_error = Some(PartitionError::NotLeader("broker lease lapsed".into()));
+            self.set_error(Some(PartitionError::NotLeader(
+                "broker lease lapsed".into(),
+            )));
             return;
         }
-        self.publish_info();
         if self.opening {
             // A restart while an open is in flight: its result is on the way.
             return;
@@ -272,10 +269,16 @@ impl Actor for PartitionLeader {
     }
 
     fn stopped(&mut self, _ctx: &mut Context<Self>) {
-        self.kind.live.fetch_sub(1, Ordering::Relaxed);
         if self.stopping {
-            telemetry::global().remove_actor(&self.id());
+            self.stats.deregister();
         }
+    }
+}
+
+impl Drop for PartitionLeader {
+    fn drop(&mut self) {
+        // The supervisor gave up on us (every address dropped): the row goes.
+        self.stats.deregister();
     }
 }
 
@@ -288,7 +291,7 @@ impl PartitionLeader {
                     Some(PartitionReader::new(self.fs.clone(), log.view()));
                 self.gate.install(log);
                 self.failures = 0;
-                self.last_error = None;
+                self.set_error(None);
             }
             Err(LogError::Fenced { ours, found, owner }) => {
                 // Another leader owns the files: stay up, answer NOT_LEADER.
@@ -300,16 +303,16 @@ impl PartitionLeader {
                 if let Some(report) = &self.spec.on_fenced {
                     (report.0)(found, owner);
                 }
-                self.last_error = Some(PartitionError::NotLeader(format!(
+                self.set_error(Some(PartitionError::NotLeader(format!(
                     "epoch {found} owns this partition"
-                )));
+                ))));
             }
             Err(e) => {
                 // Re-drive: stop after a backoff; the supervisor restarts us.
                 self.failures += 1;
                 let backoff = Duration::from_millis(100u64 << self.failures.min(6));
                 tracing::error!(topic = %self.spec.topic, partition = self.spec.partition, error = %e, ?backoff, "partition open failed");
-                self.last_error = Some(storage(e));
+                self.set_error(Some(storage(e)));
                 ctx.run_later(backoff, |_, ctx| ctx.stop());
                 return;
             }
@@ -342,7 +345,9 @@ impl PartitionLeader {
         }
         self.stopping = true;
         *self.reader.write().unwrap() = None;
-        self.last_error = Some(PartitionError::NotLeader("partition leader stopped".into()));
+        self.set_error(Some(PartitionError::NotLeader(
+            "partition leader stopped".into(),
+        )));
         // A supervised actor restarts while anyone holds its address; the
         // restart sees `stopping` and stays dormant, answering NOT_LEADER,
         // until the last address is dropped.
@@ -377,8 +382,7 @@ impl Supervised for PartitionLeader {
         if self.stopping {
             return;
         }
-        self.restarts += 1;
-        self.kind.restarts.fetch_add(1, Ordering::Relaxed);
+        self.stats.restarted();
         *self.reader.write().unwrap() = None;
         let err = self.unavailable();
         self.gate.reset(err);
@@ -389,8 +393,6 @@ impl Handler<AppendBatches> for PartitionLeader {
     type Result = Result<AppendTicket, PartitionError>;
 
     fn handle(&mut self, msg: AppendBatches, ctx: &mut Context<Self>) -> Self::Result {
-        let _t = HandleTimer::start(&self.kind, "append_batches", msg.sent_at);
-        self.handled += 1;
         let ticket = match self.gate.append(&msg.records, &msg.infos, msg.wait_durable) {
             Ok(t) => t,
             Err(Refused::NotOpen) => return Err(self.unavailable()),
@@ -411,8 +413,7 @@ impl Handler<AppendBatches> for PartitionLeader {
 impl Handler<EnforceRetention> for PartitionLeader {
     type Result = Result<usize, PartitionError>;
 
-    fn handle(&mut self, msg: EnforceRetention, ctx: &mut Context<Self>) -> Self::Result {
-        let _t = HandleTimer::start(&self.kind, "enforce_retention", msg.sent_at);
+    fn handle(&mut self, _: EnforceRetention, ctx: &mut Context<Self>) -> Self::Result {
         match self.gate.enforce_retention() {
             Ok(Some(n)) => Ok(n),
             Ok(None) => Err(self.unavailable()),
@@ -427,8 +428,7 @@ impl Handler<EnforceRetention> for PartitionLeader {
 impl Handler<StopLeader> for PartitionLeader {
     type Result = ResponseFuture<()>;
 
-    fn handle(&mut self, msg: StopLeader, ctx: &mut Context<Self>) -> ResponseFuture<()> {
-        let _t = HandleTimer::start(&self.kind, "stop_leader", msg.sent_at);
+    fn handle(&mut self, _: StopLeader, ctx: &mut Context<Self>) -> ResponseFuture<()> {
         if self.opening {
             // Recovery is still writing (claim, seal, manifest, sweep):
             // answer only once it is done and the log is closed, so a
@@ -443,15 +443,12 @@ impl Handler<StopLeader> for PartitionLeader {
         Box::pin(async {})
     }
 }
+crate::instrumented!(PartitionLeader: AppendBatches, EnforceRetention, StopLeader);
+
 impl crate::registry::Owner for PartitionHandle {
     fn stop(self) -> futures::future::LocalBoxFuture<'static, ()> {
         Box::pin(async move {
-            let _ = self
-                .addr
-                .send(StopLeader {
-                    sent_at: std::time::Instant::now(),
-                })
-                .await;
+            let _ = self.addr.send(StopLeader).await;
         })
     }
 }
@@ -528,7 +525,6 @@ mod tests {
                 records,
                 infos,
                 wait_durable: true,
-                sent_at: Instant::now(),
             })
             .await
             .unwrap()?;
@@ -566,12 +562,7 @@ mod tests {
             "the recovering one answers retriably meanwhile"
         );
         // A stop during recovery returns only once the open finished.
-        slow.addr
-            .send(StopLeader {
-                sent_at: Instant::now(),
-            })
-            .await
-            .unwrap();
+        slow.addr.send(StopLeader).await.unwrap();
         assert!(t0.elapsed() >= delay, "stop waited for the open in flight");
         arbiter.stop();
     }

@@ -1,9 +1,9 @@
 //! Messages of the [`super::leader::PartitionLeader`] actor.
 
+use crate::telemetry::MessageName;
 use actix::Message;
 use bytes::Bytes;
 use kaas_protocol::batch::BatchInfo;
-use std::time::Instant;
 use tokio::sync::oneshot;
 
 /// Why a partition operation failed. The broker maps each to a Kafka code.
@@ -31,8 +31,10 @@ pub struct AppendBatches {
     pub infos: Vec<BatchInfo>,
     /// Whether the caller wants a durability notification (acks != 0).
     pub wait_durable: bool,
-    /// When the message was sent (queue-wait telemetry).
-    pub sent_at: Instant,
+}
+
+impl MessageName for AppendBatches {
+    const NAME: &'static str = "append_batches";
 }
 
 /// Reply to [`AppendBatches`].
@@ -49,15 +51,17 @@ pub struct AppendTicket {
 /// Run retention now (tests and the periodic timer).
 #[derive(Message)]
 #[rtype(result = "Result<usize, PartitionError>")]
-pub struct EnforceRetention {
-    /// When the message was sent.
-    pub sent_at: Instant,
+pub struct EnforceRetention;
+
+impl MessageName for EnforceRetention {
+    const NAME: &'static str = "enforce_retention";
 }
 
 /// Flush, checkpoint and stop for good (topic deletion, shutdown).
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct StopLeader {
-    /// When the message was sent.
-    pub sent_at: Instant,
+pub struct StopLeader;
+
+impl MessageName for StopLeader {
+    const NAME: &'static str = "stop_leader";
 }

@@ -114,7 +114,6 @@ pub async fn handle(b: &Arc<Broker>, v: i16, r: ProduceRequest) -> Reply<Produce
                     records,
                     infos,
                     wait_durable: acks != 0,
-                    sent_at: Instant::now(),
                 })
                 .await;
             match sent {
