@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""A/B produce throughput of several broker binaries, in one run.
+
+The machine is shared and noisy, so binaries are compared as ratios of
+medians measured in the same run, with the order rotated every round (the
+first run of a round inherits the page-cache writeback of the previous one).
+
+Usage:
+  bench/ab.py --perf bench/out/rdk-build/examples/rdkafka_performance \\
+      --rounds 4 base=/tmp/kaas-old new=target/release/kaas
+
+Each round, for each binary: a fresh data directory, a broker on free
+127.0.0.1 ports, then rdkafka_performance producing (acks=all) 100 B
+records to 1 partition and 1 KiB records to 6 partitions. Prints msg/s per
+run, the median per binary and its ratio to the first binary.
+Loopback only; every run is bounded by a timeout.
+"""
+
+import argparse
+import os
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+CASES = [  # (label, record size, partitions, records)
+    ("100 B x 1p", 100, 1, 1_000_000),
+    ("1 KiB x 6p", 1024, 6, 200_000),
+]
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def wait_port(port, deadline):
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.3).close()
+            return True
+        except OSError:
+            time.sleep(0.1)
+    return False
+
+
+def create_topic(boot, name, parts):
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    a = AdminClient({"bootstrap.servers": boot, "broker.address.family": "v4"})
+    a.create_topics([NewTopic(name, num_partitions=parts, replication_factor=1)])[name].result(30)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        t = a.list_topics(topic=name, timeout=10).topics.get(name)
+        if t and t.error is None and len(t.partitions) == parts and all(
+            p.leader >= 0 for p in t.partitions.values()
+        ):
+            return
+        time.sleep(0.2)
+    raise RuntimeError("topic not ready")
+
+
+def run_one(binary, perf, workdir, scale):
+    port, mport = free_port(), free_port()
+    data = os.path.join(workdir, "data")
+    log = open(os.path.join(workdir, "broker.log"), "wb")
+    proc = subprocess.Popen(
+        [binary, "broker", "--data-dir", data, "--listen", f"127.0.0.1:{port}",
+         "--metrics-listen", f"127.0.0.1:{mport}"],
+        stdout=log, stderr=subprocess.STDOUT,
+    )
+    out = {}
+    try:
+        if not wait_port(port, time.monotonic() + 60):
+            raise RuntimeError(f"{binary} did not listen")
+        boot = f"127.0.0.1:{port}"
+        for label, size, parts, count in CASES:
+            topic = f"ab-{size}-{parts}"
+            create_topic(boot, topic, parts)
+            r = subprocess.run(
+                [perf, "-P", "-t", topic, "-b", boot, "-s", str(size), "-c", str(int(count * scale)),
+                 "-a", "-1", "-X", "broker.address.family=v4", "-X", "linger.ms=5",
+                 "-X", "batch.size=1000000", "-X", "queue.buffering.max.messages=1000000",
+                 "-i", "1000"],
+                capture_output=True, text=True, timeout=180,
+            )
+            lines = [l for l in r.stdout.splitlines() + r.stderr.splitlines() if "messages produced" in l]
+            m = re.search(r" in \d+ms: (\d+) msgs/s", lines[-1]) if lines else None
+            out[label] = int(m.group(1)) if m else float("nan")
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--perf", required=True, help="rdkafka_performance binary (bench/run.sh builds it)")
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--scale", type=float, default=1.0, help="multiply record counts")
+    ap.add_argument("binaries", nargs="+", help="name=path")
+    a = ap.parse_args()
+    bins = [b.split("=", 1) for b in a.binaries]
+    results = {name: {label: [] for label, *_ in CASES} for name, _ in bins}
+    root = tempfile.mkdtemp(prefix="kaas-ab-", dir=os.path.join(os.path.dirname(__file__), "out"))
+    for rnd in range(a.rounds):
+        order = bins[rnd % len(bins):] + bins[:rnd % len(bins)]
+        for name, path in order:
+            wd = os.path.join(root, f"{name}-{rnd}")
+            os.makedirs(wd)
+            res = run_one(path, a.perf, wd, a.scale)
+            for label, v in res.items():
+                results[name][label].append(v)
+            print(f"round {rnd} {name:10s} " + "  ".join(f"{l}: {v}" for l, v in res.items()), flush=True)
+            shutil.rmtree(os.path.join(wd, "data"), ignore_errors=True)
+    base = bins[0][0]
+    print()
+    for label, *_ in CASES:
+        b = statistics.median(results[base][label])
+        for name, _ in bins:
+            m = statistics.median(results[name][label])
+            print(f"{label:12s} {name:10s} median {m:>10.0f} msg/s  ratio to {base}: {m / b:.2f}  runs {results[name][label]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
