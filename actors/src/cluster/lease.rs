@@ -42,6 +42,11 @@ impl LeaseGuard {
         Self { lease, incarnation }
     }
 
+    /// The incarnation whose lease this checks.
+    pub fn incarnation(&self) -> u64 {
+        self.incarnation
+    }
+
     /// `fs`, writable only while this lease is valid.
     pub fn guard(self, fs: &SharedFs) -> SharedFs {
         GuardedFs::shared(fs.clone(), Arc::new(self))
