@@ -233,7 +233,8 @@ impl ControllerState {
                 // Ours already (a lost reply to our own create).
                 let guard = LeaseGuard::new(self.shared.lease.clone(), inc);
                 let (cluster_dir, epoch) = (self.shared.cluster_dir.clone(), c.epoch);
-                return match win_controller_term(&self.fs, guard, &cluster_dir, epoch, me, Some(c))? {
+                return match win_controller_term(&self.fs, guard, &cluster_dir, epoch, me, Some(c))?
+                {
                     Some(term) => self.elected(term),
                     None => Ok(false),
                 };
@@ -254,7 +255,9 @@ impl ControllerState {
             return Ok(false);
         }
         let guard = LeaseGuard::new(self.shared.lease.clone(), inc);
-        if let Some(term) = win_controller_term(&self.fs, guard, self.cluster_dir(), next, me, None)? {
+        if let Some(term) =
+            win_controller_term(&self.fs, guard, self.cluster_dir(), next, me, None)?
+        {
             self.elected(term)
         } else {
             tracing::info!(epoch = next, "lost the controller election");

@@ -141,7 +141,11 @@ impl ControllerTerm {
 
 impl std::fmt::Debug for ControllerTerm {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "ControllerTerm(e{}, inc {})", self.epoch, self.incarnation)
+        write!(
+            f,
+            "ControllerTerm(e{}, inc {})",
+            self.epoch, self.incarnation
+        )
     }
 }
 

@@ -63,6 +63,21 @@ impl WriteGuard for LeaseGuard {
     }
 }
 
+/// The broker-wide guard (the topic catalog, producer-id blocks): writes
+/// pass while the *current* incarnation's lease is valid. Those owners
+/// outlive an incarnation, so they follow whichever one is current; what an
+/// incarnation owns alone (a partition epoch, a controller term) is guarded
+/// by [`LeaseGuard`] instead.
+impl WriteGuard for Lease {
+    fn may_write(&self) -> io::Result<()> {
+        if self.valid() {
+            Ok(())
+        } else {
+            Err(fenced())
+        }
+    }
+}
+
 /// See module docs.
 #[derive(Debug)]
 pub struct Lease {

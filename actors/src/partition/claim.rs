@@ -29,12 +29,12 @@
 //! the broker's lease lapsed.
 
 use kaas_volume::fs::{Fs, GuardedFs, SharedFs, WriteGuard};
-use std::sync::Arc;
 use kaas_volume::identity::{self, create_with_identity, Found, JsonIdentity, Policy};
 use kaas_volume::layout;
 use serde::{Deserialize, Serialize};
 use std::io;
 use std::path::Path;
+use std::sync::Arc;
 
 /// Who claims an epoch: a broker process's life, not just its id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -641,7 +641,12 @@ pub(crate) mod tests {
         fenced(log.append(&b, &infos).map(|_| ()), "append");
         fenced(active.sync_data().map_err(LogError::Io), "fsync");
         fenced(log.close(), "close");
-        assert_eq!(fs.ops(), ops, "writes after the lease: {:?}", &fs.log()[ops as usize..]);
+        assert_eq!(
+            fs.ops(),
+            ops,
+            "writes after the lease: {:?}",
+            &fs.log()[ops as usize..]
+        );
     }
 
     /// A write refused mid-path (the lease lapsed between the gate's check

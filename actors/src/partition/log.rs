@@ -630,10 +630,7 @@ impl PartitionLog {
         write_manifest(fs, dir, epoch, &manifest)?;
         // Last check before deleting anything: a leader of a later epoch
         // may have opened meanwhile (we may be a paused zombie).
-        if kaas_volume::fs::exists(
-            fs,
-            &dir.join(manifest_name(epoch.saturating_add(1))),
-        )? {
+        if kaas_volume::fs::exists(fs, &dir.join(manifest_name(epoch.saturating_add(1))))? {
             return Err(LogError::Fenced {
                 ours: epoch,
                 found: epoch.saturating_add(1),

@@ -577,7 +577,18 @@ fn open_as(
     epoch: i32,
     owner: ClaimOwner,
 ) -> Result<PartitionLog, LogError> {
-    PartitionLog::open_as(fs, dir, epoch, Claimant { owner: Some(owner), guard: None }, cfg(), 1_000, None)
+    PartitionLog::open_as(
+        fs,
+        dir,
+        epoch,
+        Claimant {
+            owner: Some(owner),
+            guard: None,
+        },
+        cfg(),
+        1_000,
+        None,
+    )
 }
 
 /// Catches: two leaders granted the same epoch (a deposed controller's late

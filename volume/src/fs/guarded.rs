@@ -237,7 +237,9 @@ mod tests {
 
     #[test]
     fn a_storage_permission_error_is_not_fenced() {
-        assert!(!is_fenced(&io::Error::from(io::ErrorKind::PermissionDenied)));
+        assert!(!is_fenced(&io::Error::from(
+            io::ErrorKind::PermissionDenied
+        )));
         assert!(!is_fenced(&io::Error::other("x")));
     }
 
