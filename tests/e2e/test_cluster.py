@@ -262,6 +262,16 @@ def _epoch_of(name: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def _produce_until_ok(b, topic, part, value, timeout=15.0):
+    """A leader named in Metadata may still be recovering (56) for a moment."""
+    deadline = time.monotonic() + timeout
+    while True:
+        r = kw.produce_raw(b.addr, topic, part, kw.record_batch_v2([kw.Rec(value, key=b"k")]))
+        if r.error_code == 0 or time.monotonic() > deadline:
+            return r
+        time.sleep(0.2)
+
+
 def _snapshot(pdir) -> dict[str, tuple[int, str]]:
     import hashlib
     out = {}
@@ -289,10 +299,12 @@ def test_a_zombie_leader_writes_nothing_after_its_lease(broker_factory, topic_na
     zombie = next(b for b in bs if b.broker_id == ls[part])
     other = next(b for b in bs if b is not zombie)
     # Written and fsynced, so the active segment is non-empty and rolls by age.
-    first = kw.produce_raw(zombie.addr, topic_name, part,
-                           kw.record_batch_v2([kw.Rec(b"before", key=b"k")]))
+    first = _produce_until_ok(zombie, topic_name, part, b"before")
     assert first.error_code == 0, first
-    pdir = other.partition_dir(topic_name, part)
+    # The volume itself (on weakfs the backing directory, not one host's
+    # cached view of it).
+    mount = getattr(other, "weakfs", None)
+    pdir = (mount.backing / topic_name / str(part)) if mount else other.partition_dir(topic_name, part)
     zepoch = max(e for e in map(_epoch_of, (p.name for p in pdir.iterdir())) if e is not None)
     sock = kw.connect(zombie.addr, timeout=60)
     zombie.proc.send_signal(signal.SIGSTOP)
@@ -300,8 +312,7 @@ def test_a_zombie_leader_writes_nothing_after_its_lease(broker_factory, topic_na
         sock.sendall(kw.frame(kw.produce_request_v3(
             12, topic_name, part, kw.record_batch_v2([kw.Rec(b"zombie", key=b"k")]), -1)))
         wait_leaders([other], topic_name, 2, {other.broker_id}, timeout=20)
-        after = kw.produce_raw(other.addr, topic_name, part,
-                               kw.record_batch_v2([kw.Rec(b"after", key=b"k")]))
+        after = _produce_until_ok(other, topic_name, part, b"after")
         assert after.error_code == 0, after
         # Past segment.ms as well: the zombie's timer has a roll due on waking.
         time.sleep(1.5)
