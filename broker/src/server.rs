@@ -13,7 +13,7 @@ use kaas_actors::cluster::watcher::AssignmentWatcher;
 use kaas_actors::producer_id_blocks::ProducerIdBlocks;
 use kaas_actors::telemetry::Mailbox;
 use kaas_actors::topic::TopicCatalog;
-use kaas_volume::fs::{RealFs, SharedFs};
+use kaas_volume::fs::{GuardedFs, RealFs, SharedFs};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -56,9 +56,12 @@ pub fn run(args: BrokerArgs) -> anyhow::Result<()> {
     )
     .context("joining the cluster")?;
 
+    // The topic catalog (and its janitor) and the producer-id blocks write
+    // only while this broker's lease is valid: the seam refuses otherwise.
+    let leased_fs = GuardedFs::shared(fs.clone(), shared.lease.clone());
     let sys = actix_rt::System::new();
     sys.block_on(async move {
-        let catalog = TopicCatalog::load(fs.clone(), &args.data_dir)
+        let catalog = TopicCatalog::load(leased_fs.clone(), &args.data_dir)
             .map_err(|e| anyhow::anyhow!("loading topics: {e}"))?;
         // Topic creation and deletion do file I/O: keep it off the thread
         // that serves connections.
@@ -67,7 +70,7 @@ pub fn run(args: BrokerArgs) -> anyhow::Result<()> {
         let arbiters: Vec<actix::Arbiter> = (0..threads).map(|_| actix::Arbiter::new()).collect();
         let handles = arbiters.iter().map(|a| a.handle()).collect();
         // Claiming a block is an O_EXCL create + fsync: its own thread.
-        let pids = ProducerIdBlocks::start(fs.clone(), cluster_dir.clone(), args.broker_id);
+        let pids = ProducerIdBlocks::start(leased_fs, cluster_dir.clone(), args.broker_id);
         let broker = Arc::new(Broker::new(
             args.clone(),
             fs.clone(),

@@ -253,3 +253,82 @@ def test_a_grant_below_an_epoch_on_disk_is_renewed_above_it(broker_factory, topi
     got = [m.value for m in consume_all(b.bootstrap, topic_name, [0])[0]]
     assert got == [b"one", b"two"], got
     assert leaders([b], topic_name)[0] == b.broker_id
+
+
+def _epoch_of(name: str) -> int | None:
+    """The leader epoch a partition file belongs to (segments, indexes,
+    manifests, claims and their temps all carry `-e<E>` in the name)."""
+    m = re.search(r"-e(\d+)\.", name)
+    return int(m.group(1)) if m else None
+
+
+def _produce_until_ok(b, topic, part, value, timeout=15.0):
+    """A leader named in Metadata may still be recovering (56) for a moment."""
+    deadline = time.monotonic() + timeout
+    while True:
+        r = kw.produce_raw(b.addr, topic, part, kw.record_batch_v2([kw.Rec(value, key=b"k")]))
+        if r.error_code == 0 or time.monotonic() > deadline:
+            return r
+        time.sleep(0.2)
+
+
+def _snapshot(pdir) -> dict[str, tuple[int, str]]:
+    import hashlib
+    out = {}
+    for p in sorted(pdir.iterdir()):
+        if p.is_file():
+            data = p.read_bytes()
+            out[p.name] = (len(data), hashlib.sha256(data).hexdigest())
+    return out
+
+
+def test_a_zombie_leader_writes_nothing_after_its_lease(broker_factory, topic_name):
+    """Issue 12, "no write after the lease": SIGSTOP a leader whose segment
+    is due to roll by age (segment.ms=1 s), keep it stopped past its lease
+    until the other broker leads the partition, queue a produce to it, then
+    SIGCONT. Nothing of the zombie's epoch (or below) — segment, index,
+    manifest, claim, temp — changes or appears in the partition directory
+    afterwards: the write capability refuses once the lease has lapsed."""
+    bs = broker_factory.cluster(2, FAST + ["--segment-ms", "1000"])
+    create_everywhere(bs, topic_name, 2)
+    ctl = controller_id(bs)
+    ls = leaders(bs, topic_name)
+    part = next((p for p, l in ls.items() if l != ctl), None)
+    if part is None:
+        pytest.skip(f"controller leads every partition: {ls}")
+    zombie = next(b for b in bs if b.broker_id == ls[part])
+    other = next(b for b in bs if b is not zombie)
+    # Written and fsynced, so the active segment is non-empty and rolls by age.
+    first = _produce_until_ok(zombie, topic_name, part, b"before")
+    assert first.error_code == 0, first
+    # The volume itself (on weakfs the backing directory, not one host's
+    # cached view of it).
+    mount = getattr(other, "weakfs", None)
+    pdir = (mount.backing / topic_name / str(part)) if mount else other.partition_dir(topic_name, part)
+    zepoch = max(e for e in map(_epoch_of, (p.name for p in pdir.iterdir())) if e is not None)
+    sock = kw.connect(zombie.addr, timeout=60)
+    zombie.proc.send_signal(signal.SIGSTOP)
+    try:
+        sock.sendall(kw.frame(kw.produce_request_v3(
+            12, topic_name, part, kw.record_batch_v2([kw.Rec(b"zombie", key=b"k")]), -1)))
+        wait_leaders([other], topic_name, 2, {other.broker_id}, timeout=20)
+        after = _produce_until_ok(other, topic_name, part, b"after")
+        assert after.error_code == 0, after
+        # Past segment.ms as well: the zombie's timer has a roll due on waking.
+        time.sleep(1.5)
+        before = _snapshot(pdir)
+        assert any((_epoch_of(n) or 0) > zepoch for n in before), \
+            f"the new leader never opened above epoch {zepoch}: {sorted(before)}"
+    finally:
+        zombie.proc.send_signal(signal.SIGCONT)
+    cid, results = kw.parse_produce_response_v3(kw.recv_frame(sock))
+    sock.close()
+    assert cid == 12 and results[0].error_code == 6, results
+    time.sleep(3.0)
+    now = _snapshot(pdir)
+    changed = {n: (before.get(n), v) for n, v in now.items()
+               if (e := _epoch_of(n)) is not None and e <= zepoch and before.get(n) != v}
+    assert not changed, f"the zombie (epoch {zepoch}) wrote after its lease: {changed}"
+    assert re.search(r"lease lapsed", zombie.log_text()), "zombie did not notice its lapse"
+    got = [m.value for m in consume_all(other.bootstrap, topic_name, [part])[part]]
+    assert b"zombie" not in got and b"before" in got and b"after" in got, got

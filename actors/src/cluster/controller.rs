@@ -20,13 +20,15 @@
 //! [`ControllerActor`] is the actix glue that polls it and nudges the
 //! watcher.
 
+use super::lease::LeaseGuard;
 use super::membership::Shared;
 use super::plan::{plan, BrokerView, TopicInfo};
 use super::records::{read_json, write_json, Assignment, BrokerRecord, ASSIGNMENT, BROKERS_DIR};
 use super::watcher::{AssignmentWatcher, PollNow};
 use crate::clock::SharedClock;
 use crate::cluster::election::{
-    controller_epoch_exists, highest_controller_epoch, try_win_controller_epoch, ControllerEpoch,
+    controller_epoch_exists, highest_controller_epoch, win_controller_term, ControllerEpoch,
+    ControllerTerm,
 };
 use crate::partition::claim::parse_claim_name;
 use crate::partition::manifest::{parse_manifest_name, parse_segment_name};
@@ -54,6 +56,9 @@ struct Observed {
 }
 
 struct Leading {
+    /// The capability `assignment.json` is written through; dropped on
+    /// resignation.
+    term: ControllerTerm,
     epoch: i32,
     incarnation: u64,
     prev: Assignment,
@@ -228,7 +233,13 @@ impl ControllerState {
             None => (1, true),
             Some(c) if c.broker_id == me && c.incarnation == inc => {
                 // Ours already (a lost reply to our own create).
-                return self.elected(c.epoch, inc);
+                let guard = LeaseGuard::new(self.shared.lease.clone(), inc);
+                let (cluster_dir, epoch) = (self.shared.cluster_dir.clone(), c.epoch);
+                return match win_controller_term(&self.fs, guard, &cluster_dir, epoch, me, Some(c))?
+                {
+                    Some(term) => self.elected(term),
+                    None => Ok(false),
+                };
             }
             Some(c) if c.broker_id < 0 => (c.epoch + 1, self.still_for(c, None, read_start)),
             Some(c) => {
@@ -245,20 +256,25 @@ impl ControllerState {
         if !gone {
             return Ok(false);
         }
-        if try_win_controller_epoch(&self.fs, self.cluster_dir(), next, me, inc)? {
-            self.elected(next, inc)
+        let guard = LeaseGuard::new(self.shared.lease.clone(), inc);
+        if let Some(term) =
+            win_controller_term(&self.fs, guard, self.cluster_dir(), next, me, None)?
+        {
+            self.elected(term)
         } else {
             tracing::info!(epoch = next, "lost the controller election");
             Ok(false)
         }
     }
 
-    fn elected(&mut self, epoch: i32, incarnation: u64) -> std::io::Result<bool> {
+    fn elected(&mut self, term: ControllerTerm) -> std::io::Result<bool> {
+        let (epoch, incarnation) = (term.epoch(), term.incarnation());
         let prev = read_json::<Assignment>(self.fs.as_ref(), &self.cluster_dir().join(ASSIGNMENT))?
             .unwrap_or_default();
         tracing::info!(epoch, version = prev.version, "elected controller");
         self.watching = None;
         self.leading = Some(Leading {
+            term,
             epoch,
             incarnation,
             prev,
@@ -530,7 +546,9 @@ impl ControllerState {
             self.resign("lease lapsed before writing the assignment");
             return Ok(false);
         }
-        write_json(self.fs.as_ref(), &path, &next)?;
+        // Through the term: the guard re-checks the lease before every
+        // syscall of the write (temp create, write, fsync, rename, dir fsync).
+        write_json(l.term.fs(), &path, &next)?;
         tracing::info!(
             controller_epoch = next.controller_epoch,
             version = next.version,

@@ -4,8 +4,14 @@
 //! The election ([`crate::cluster::controller`]) claims exactly the epoch
 //! after the highest one it can see, and only once that epoch's holder is
 //! provably fenced; losing the race is an EEXIST and a re-read.
+//!
+//! Winning an epoch is the only way to a [`ControllerTerm`], the capability
+//! the controller writes `assignment.json` through: not `Clone`, minted only
+//! here ([`win_controller_term`]), its seam guarded by the broker lease of
+//! the incarnation that won.
 
-use kaas_volume::fs::SharedFs;
+use super::lease::LeaseGuard;
+use kaas_volume::fs::{Fs, SharedFs};
 use kaas_volume::identity::{create_with_identity, Claimed, CreateError, JsonIdentity, Policy};
 use kaas_volume::layout;
 use serde::{Deserialize, Serialize};
@@ -110,6 +116,64 @@ pub fn try_win_controller_epoch(
     }
 }
 
+/// The right to write as controller of one epoch (see module docs).
+pub struct ControllerTerm {
+    fs: SharedFs,
+    epoch: i32,
+    incarnation: u64,
+}
+
+impl ControllerTerm {
+    /// The guarded seam the controller writes through: every write is
+    /// refused once the lease of [`Self::incarnation`] lapsed.
+    pub(crate) fn fs(&self) -> &dyn Fs {
+        self.fs.as_ref()
+    }
+    /// The controller epoch won.
+    pub fn epoch(&self) -> i32 {
+        self.epoch
+    }
+    /// The incarnation that won it.
+    pub fn incarnation(&self) -> u64 {
+        self.incarnation
+    }
+}
+
+impl std::fmt::Debug for ControllerTerm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "ControllerTerm(e{}, inc {})",
+            self.epoch, self.incarnation
+        )
+    }
+}
+
+/// Claim exactly `epoch` ([`try_win_controller_epoch`]) through the seam
+/// guarded by `guard` (so a lapsed lease claims nothing), and on a win hand
+/// out the term. `claimed` is a claim already read back as ours (a lost
+/// reply to our own create): no create, just the term.
+pub(crate) fn win_controller_term(
+    fs: &SharedFs,
+    guard: LeaseGuard,
+    cluster_dir: &Path,
+    epoch: i32,
+    broker_id: i32,
+    claimed: Option<&ControllerEpoch>,
+) -> io::Result<Option<ControllerTerm>> {
+    let incarnation = guard.incarnation();
+    let fs = guard.guard(fs);
+    let won = match claimed {
+        Some(c) => c.epoch == epoch && c.broker_id == broker_id && c.incarnation == incarnation,
+        None => try_win_controller_epoch(&fs, cluster_dir, epoch, broker_id, incarnation)?,
+    };
+    Ok(won.then_some(ControllerTerm {
+        fs,
+        epoch,
+        incarnation,
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -139,5 +203,41 @@ mod tests {
             let h = highest_controller_epoch(&fs, d.path()).unwrap().unwrap();
             assert_eq!((h.epoch, h.broker_id), (epoch, winners[0] as i32));
         }
+    }
+
+    /// The term's seam refuses every write once the lease lapsed, even on
+    /// a path that forgot to check it: nothing reaches the volume.
+    #[test]
+    fn a_controller_term_writes_nothing_after_the_lease_lapsed() {
+        use crate::clock::{Clock, FakeClock};
+        use crate::cluster::lease::Lease;
+        use kaas_volume::fs::{fault::FaultFs, is_fenced, write_atomic};
+        let d = tempfile::tempdir().unwrap();
+        let clock = FakeClock::new();
+        let lease = Arc::new(Lease::with_clock(
+            std::time::Duration::from_secs(3),
+            7,
+            clock.clone(),
+        ));
+        assert!(lease.renewed(7, clock.now(), clock.now()));
+        let ffs = FaultFs::new();
+        let fs: SharedFs = Arc::new(ffs.clone());
+        let guard = LeaseGuard::new(lease.clone(), 7);
+        let term = win_controller_term(&fs, guard, d.path(), 1, 0, None)
+            .unwrap()
+            .expect("won epoch 1");
+        let target = d.path().join("assignment.json");
+        write_atomic(term.fs(), &target, b"v1").unwrap();
+        clock.advance(std::time::Duration::from_secs(3));
+        let ops = ffs.ops();
+        let e = write_atomic(term.fs(), &target, b"v2").unwrap_err();
+        assert!(is_fenced(&e), "{e}");
+        assert_eq!(ffs.ops(), ops, "{:?}", &ffs.log()[ops as usize..]);
+        assert_eq!(std::fs::read(&target).unwrap(), b"v1");
+        // Nor can a lapsed lease win the next epoch.
+        let guard = LeaseGuard::new(lease, 7);
+        let r = win_controller_term(&fs, guard, d.path(), 2, 0, None);
+        assert!(r.is_err_and(|e| is_fenced(&e)));
+        assert_eq!(ffs.ops(), ops);
     }
 }

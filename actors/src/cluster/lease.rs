@@ -18,10 +18,65 @@
 //! differences between hosts. No two hosts' clocks are compared.
 
 use crate::clock::{self, SharedClock};
+use kaas_volume::fs::{fenced, GuardedFs, SharedFs, WriteGuard};
+use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 pub use crate::clock::boot_now;
+
+/// The write guard of everything written under the lease of one
+/// incarnation: a write may reach the volume only while
+/// [`Lease::valid_for`] that incarnation holds, checked right before its
+/// syscall ([`GuardedFs`]).
+#[derive(Debug, Clone)]
+pub struct LeaseGuard {
+    lease: Arc<Lease>,
+    incarnation: u64,
+}
+
+impl LeaseGuard {
+    /// Writes of `incarnation`, allowed while its lease is valid.
+    pub fn new(lease: Arc<Lease>, incarnation: u64) -> Self {
+        Self { lease, incarnation }
+    }
+
+    /// The incarnation whose lease this checks.
+    pub fn incarnation(&self) -> u64 {
+        self.incarnation
+    }
+
+    /// `fs`, writable only while this lease is valid.
+    pub fn guard(self, fs: &SharedFs) -> SharedFs {
+        GuardedFs::shared(fs.clone(), Arc::new(self))
+    }
+}
+
+impl WriteGuard for LeaseGuard {
+    fn may_write(&self) -> io::Result<()> {
+        if self.lease.valid_for(self.incarnation) {
+            Ok(())
+        } else {
+            Err(fenced())
+        }
+    }
+}
+
+/// The broker-wide guard (the topic catalog, producer-id blocks): writes
+/// pass while the *current* incarnation's lease is valid. Those owners
+/// outlive an incarnation, so they follow whichever one is current; what an
+/// incarnation owns alone (a partition epoch, a controller term) is guarded
+/// by [`LeaseGuard`] instead.
+impl WriteGuard for Lease {
+    fn may_write(&self) -> io::Result<()> {
+        if self.valid() {
+            Ok(())
+        } else {
+            Err(fenced())
+        }
+    }
+}
 
 /// See module docs.
 #[derive(Debug)]

@@ -22,13 +22,19 @@
 //! that nobody treats as theirs (re-driven by a grant at epoch + 1);
 //! (3) the claim is the single-writer fence itself; (4) the name carries the
 //! epoch, the content the owner's identity.
+//!
+//! Winning the claim is the only way to an [`EpochWriter`], the capability
+//! every later write of the epoch goes through: it cannot be cloned, only
+//! this module mints one ([`win`]), and its seam refuses every write once
+//! the broker's lease lapsed.
 
-use kaas_volume::fs::Fs;
+use kaas_volume::fs::{Fs, GuardedFs, SharedFs, WriteGuard};
 use kaas_volume::identity::{self, create_with_identity, Found, JsonIdentity, Policy};
 use kaas_volume::layout;
 use serde::{Deserialize, Serialize};
 use std::io;
 use std::path::Path;
+use std::sync::Arc;
 
 /// Who claims an epoch: a broker process's life, not just its id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -91,4 +97,56 @@ pub fn claim(fs: &dyn Fs, dir: &Path, epoch: i32, owner: ClaimOwner) -> io::Resu
             identity::Claimed::Indeterminate(_) => Claimed::Taken(None),
         },
     )
+}
+
+/// The right to write epoch `E` of one partition: handed out only by
+/// winning `leader-e<E>.claim` ([`win`]) and moved into the log that owns
+/// the files. Not `Clone`. Its seam is guarded: once the lease of the
+/// incarnation that won lapses, every write through it is refused
+/// ([`kaas_volume::fs::is_fenced`]) before it reaches the volume.
+pub struct EpochWriter {
+    fs: SharedFs,
+    epoch: i32,
+}
+
+impl EpochWriter {
+    /// The guarded seam the owner writes through.
+    pub(crate) fn fs(&self) -> &dyn Fs {
+        self.fs.as_ref()
+    }
+
+    /// The epoch this writer may write.
+    pub fn epoch(&self) -> i32 {
+        self.epoch
+    }
+}
+
+impl std::fmt::Debug for EpochWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "EpochWriter(e{})", self.epoch)
+    }
+}
+
+/// Claim `epoch` of the partition in `dir` for `owner` through `fs` guarded
+/// by `guard`: the writer if the claim is ours, else who holds it. The claim
+/// itself is written through the guarded seam, so a lapsed lease claims
+/// nothing. `owner` is `None` only for a single process's own log (unit
+/// tests): no claim file, but still a guarded writer.
+pub(crate) fn win(
+    fs: &SharedFs,
+    guard: Option<Arc<dyn WriteGuard>>,
+    dir: &Path,
+    epoch: i32,
+    owner: Option<ClaimOwner>,
+) -> io::Result<Result<EpochWriter, Option<ClaimOwner>>> {
+    let fs = match guard {
+        Some(g) => GuardedFs::shared(fs.clone(), g),
+        None => fs.clone(),
+    };
+    if let Some(owner) = owner {
+        if let Claimed::Taken(by) = claim(fs.as_ref(), dir, epoch, owner)? {
+            return Ok(Err(by));
+        }
+    }
+    Ok(Ok(EpochWriter { fs, epoch }))
 }

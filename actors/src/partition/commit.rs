@@ -22,6 +22,7 @@ use super::log::{LogError, PartitionLog, SyncTarget};
 use super::messages::{AppendTicket, PartitionError};
 use crate::clock::SharedClock;
 use crate::cluster::lease::Lease;
+use kaas_volume::fs::is_fenced;
 use std::collections::VecDeque;
 use std::io;
 use std::sync::Arc;
@@ -66,10 +67,18 @@ pub struct CommitGate {
     failed_at: Option<(i64, u64)>,
 }
 
+/// Whether `e` is a write the [`super::claim::EpochWriter`] refused because
+/// the lease lapsed: nothing reached the volume, and we are no longer the
+/// leader (not a storage failure, not a reason to restart).
+pub fn refused(e: &LogError) -> bool {
+    matches!(e, LogError::Io(io) if is_fenced(io))
+}
+
 /// Map a log error to what a client is told.
 pub fn storage(e: LogError) -> PartitionError {
     match e {
         LogError::Fenced { .. } => PartitionError::NotLeader(e.to_string()),
+        LogError::Io(ref io) if is_fenced(io) => PartitionError::NotLeader(e.to_string()),
         LogError::Overflow => PartitionError::TooLarge,
         e => PartitionError::Storage(e.to_string()),
     }
@@ -150,6 +159,16 @@ impl CommitGate {
         Halt::Fenced
     }
 
+    /// A log operation failed: a write the capability refused (the lease
+    /// lapsed between our check and the write) fences like a lapsed lease;
+    /// anything else is a storage failure.
+    fn failed(&mut self, e: LogError) -> Halt {
+        if refused(&e) {
+            return self.fence();
+        }
+        self.fail(storage(e))
+    }
+
     /// Fail every waiter and remember where the file stopped being
     /// trustworthy; the adapter stops and the restart recovers.
     pub fn fail(&mut self, err: PartitionError) -> Halt {
@@ -209,7 +228,7 @@ impl CommitGate {
         let appended = match log.append(records, infos) {
             Ok(a) => a,
             Err(LogError::Overflow) => return Err(Refused::TooLarge),
-            Err(e) => return Err(Refused::Halted(self.fail(storage(e)))),
+            Err(e) => return Err(Refused::Halted(self.failed(e))),
         };
         let log_start_offset = log.log_start_offset();
         let durable = wait_durable.then(|| {
@@ -244,6 +263,11 @@ impl CommitGate {
     pub fn synced(&mut self, t: SyncTarget, res: io::Result<()>) -> Result<(), Halt> {
         self.syncing = false;
         if let Err(e) = res {
+            // A refused fsync synced nothing and poisoned nothing: we lost
+            // the right to write, the volume did not fail.
+            if is_fenced(&e) {
+                return Err(self.fence());
+            }
             return Err(self.fail(PartitionError::Storage(format!("fsync: {e}"))));
         }
         if let Some(log) = self.writable()? {
@@ -262,7 +286,7 @@ impl CommitGate {
                 Ok(())
             };
             if let Err(e) = res {
-                return Err(self.fail(storage(e)));
+                return Err(self.failed(e));
             }
         }
         // A roll fsyncs inline: release() re-checks the lease.
@@ -288,7 +312,7 @@ impl CommitGate {
         }
         if let Some(log) = self.writable()? {
             if let Err(e) = log.roll(now) {
-                return Err(self.fail(storage(e)));
+                return Err(self.failed(e));
             }
         }
         Ok(())
@@ -302,7 +326,7 @@ impl CommitGate {
         };
         match log.enforce_retention(now) {
             Ok(n) => Ok(Some(n)),
-            Err(e) => Err(self.fail(storage(e))),
+            Err(e) => Err(self.failed(e)),
         }
     }
 
@@ -332,7 +356,13 @@ impl CommitGate {
         if !valid {
             return Err(Halt::Fenced);
         }
-        res.map_err(|e| Halt::Failed(storage(e)))
+        res.map_err(|e| {
+            if refused(&e) {
+                Halt::Fenced
+            } else {
+                Halt::Failed(storage(e))
+            }
+        })
     }
 }
 
@@ -340,7 +370,9 @@ impl CommitGate {
 pub(crate) mod tests {
     use super::*;
     use crate::clock::{Clock, FakeClock};
-    use crate::partition::log::LogConfig;
+    use crate::cluster::lease::LeaseGuard;
+    use crate::partition::claim::ClaimOwner;
+    use crate::partition::log::{Claimant, LogConfig};
     use bytes::{Bytes, BytesMut};
     use kaas_protocol::batch::{validate_batches, BatchInfo};
     use kaas_protocol::kafka_protocol::records::{
@@ -402,7 +434,7 @@ pub(crate) mod tests {
         let shared: SharedFs = Arc::new(fs.clone());
         let pdir = dir.path().join("t").join("0");
         shared.create_dir_all(&pdir).unwrap();
-        let log = PartitionLog::open_as(shared, &pdir, 1, None, cfg, clock.now_ms(), None).unwrap();
+        let log = open_guarded(shared, &pdir, &lease, cfg, clock.now_ms());
         let (hw_tx, hw) = watch::channel(-1);
         let mut gate = CommitGate::new(Some((lease, 1)), clock.clone(), hw_tx);
         gate.install(log);
@@ -413,6 +445,24 @@ pub(crate) mod tests {
             gate,
             hw,
         }
+    }
+
+    /// Open as the claimant of epoch 1, writing under `lease` (incarnation 1).
+    fn open_guarded(
+        fs: SharedFs,
+        pdir: &std::path::Path,
+        lease: &Arc<Lease>,
+        cfg: LogConfig,
+        now_ms: i64,
+    ) -> PartitionLog {
+        let who = Claimant {
+            owner: Some(ClaimOwner {
+                broker_id: 1,
+                incarnation: 1,
+            }),
+            guard: Some(Arc::new(LeaseGuard::new(lease.clone(), 1))),
+        };
+        PartitionLog::open_as(fs, pdir, 1, who, cfg, now_ms, None).unwrap()
     }
 
     fn append(r: &mut Rig, n: usize) -> oneshot::Receiver<Result<i64, PartitionError>> {
@@ -542,5 +592,80 @@ pub(crate) mod tests {
             Err(PartitionError::Storage(_))
         ));
         assert!(r.gate.failed_at().is_some());
+    }
+
+    /// The capability, not the gate: a log driven directly (as a forgotten
+    /// path would) after the lease lapsed writes nothing — roll, checkpoint,
+    /// retention, append, fsync and close are all refused before they reach
+    /// the volume, and the refusal is a fence, not a storage failure.
+    #[test]
+    fn the_epoch_writer_refuses_every_write_after_the_lease_lapsed() {
+        let cfg = LogConfig {
+            segment_ms: 1000,
+            retention_ms: 1,
+            ..LogConfig::default()
+        };
+        let r = rig(cfg);
+        let Rig {
+            clock,
+            fs,
+            mut gate,
+            _dir,
+            ..
+        } = r;
+        let (b, infos) = batch(1);
+        gate.append(&b, &infos, false).unwrap();
+        let t = gate.begin_sync().unwrap();
+        let res = t.file.sync_data();
+        gate.synced(t, res).unwrap();
+        clock.advance(Duration::from_millis(1500));
+        gate.tick().unwrap(); // rolled: one sealed segment for retention
+        gate.append(&b, &infos, false).unwrap();
+        let t = gate.begin_sync().unwrap();
+        let active = t.file.clone();
+        let res = t.file.sync_data();
+        gate.synced(t, res).unwrap();
+        let mut log = gate.log.take().unwrap();
+        clock.advance(LEASE * 2);
+        let now = clock.now_ms();
+        assert!(log.roll_due(now));
+        let ops = fs.ops();
+        let fenced = |r: Result<(), LogError>, what: &str| {
+            let e = r.expect_err(what);
+            assert!(refused(&e), "{what}: {e}");
+            assert!(matches!(storage(e), PartitionError::NotLeader(_)), "{what}");
+        };
+        fenced(log.roll(now), "roll");
+        fenced(log.checkpoint(), "checkpoint");
+        fenced(log.enforce_retention(now).map(|_| ()), "retention");
+        fenced(log.append(&b, &infos).map(|_| ()), "append");
+        fenced(active.sync_data().map_err(LogError::Io), "fsync");
+        fenced(log.close(), "close");
+        assert_eq!(
+            fs.ops(),
+            ops,
+            "writes after the lease: {:?}",
+            &fs.log()[ops as usize..]
+        );
+    }
+
+    /// A write refused mid-path (the lease lapsed between the gate's check
+    /// and the write) fences the gate: NOT_LEADER to the waiters, no restart.
+    #[test]
+    fn a_refused_fsync_fences_rather_than_fails() {
+        let mut r = rig(LogConfig::default());
+        let mut a = append(&mut r, 1);
+        let t = r.gate.begin_sync().unwrap();
+        r.clock.advance(LEASE * 2);
+        let ops = r.fs.ops();
+        let res = t.file.sync_data();
+        assert!(res.as_ref().is_err_and(is_fenced));
+        assert_eq!(r.gate.synced(t, res), Err(Halt::Fenced));
+        assert_eq!(r.fs.ops(), ops);
+        assert!(matches!(
+            a.try_recv().unwrap(),
+            Err(PartitionError::NotLeader(_))
+        ));
+        assert!(r.gate.failed_at().is_none(), "not a poisoned fsync");
     }
 }

@@ -13,15 +13,15 @@
 //! are counted in telemetry.
 
 use super::claim::ClaimOwner;
-use super::commit::{storage, CommitGate, Halt, Refused};
-use super::log::{LogConfig, LogError, PartitionLog};
+use super::commit::{refused, storage, CommitGate, Halt, Refused};
+use super::log::{Claimant, LogConfig, LogError, PartitionLog};
 use super::messages::{AppendBatches, AppendTicket, EnforceRetention, PartitionError, StopLeader};
 use super::reader::PartitionReader;
 use crate::clock::{self, SharedClock};
-use crate::cluster::lease::Lease;
+use crate::cluster::lease::{Lease, LeaseGuard};
 use crate::telemetry::{self, ActorStats, Mailbox};
 use actix::prelude::*;
-use kaas_volume::fs::SharedFs;
+use kaas_volume::fs::{ReadOnly, SharedFs};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, RwLock};
@@ -249,17 +249,24 @@ impl Actor for PartitionLeader {
         // thread keep serving meanwhile, and requests to this one answer
         // "recovering" until `Opened` arrives.
         self.opening = true;
-        let (fs, dir, epoch, owner, cfg) = (
+        let (fs, dir, epoch, cfg) = (
             self.fs.clone(),
             self.spec.dir.clone(),
             self.spec.epoch,
-            self.spec.owner,
             self.spec.cfg.clone(),
         );
+        // The claim, and every write after it, pass the lease of the
+        // incarnation this leadership was granted to.
+        let who = Claimant {
+            owner: self.spec.owner,
+            guard: self.spec.lease.clone().map(|(lease, inc)| {
+                Arc::new(LeaseGuard::new(lease, inc)) as Arc<dyn kaas_volume::fs::WriteGuard>
+            }),
+        };
         let (now, failed_at) = (self.gate.clock().now_ms(), self.gate.failed_at());
         let addr = ctx.address();
         actix_rt::task::spawn_blocking(move || {
-            let res = PartitionLog::open_as(fs, &dir, epoch, owner, cfg, now, failed_at);
+            let res = PartitionLog::open_as(fs, &dir, epoch, who, cfg, now, failed_at);
             addr.do_send(Opened(res));
         });
     }
@@ -288,7 +295,7 @@ impl PartitionLeader {
             Ok(log) => {
                 tracing::info!(topic = %self.spec.topic, partition = self.spec.partition, epoch = self.spec.epoch, hw = log.high_watermark(), "partition leader open");
                 *self.reader.write().unwrap() =
-                    Some(PartitionReader::new(self.fs.clone(), log.view()));
+                    Some(PartitionReader::new(self.fs.read_only(), log.view()));
                 self.gate.install(log);
                 self.failures = 0;
                 self.set_error(None);
@@ -306,6 +313,11 @@ impl PartitionLeader {
                 self.set_error(Some(PartitionError::NotLeader(format!(
                     "epoch {found} owns this partition"
                 ))));
+            }
+            Err(e) if refused(&e) => {
+                // The lease lapsed during the open: the claim or a write of
+                // it was refused. Not a storage failure: stay down for good.
+                return self.halted(Halt::Fenced, ctx);
             }
             Err(e) => {
                 // Re-drive: stop after a backoff; the supervisor restarts us.

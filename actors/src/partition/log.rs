@@ -17,12 +17,13 @@
 //!   steps leaves only unlisted files, which the next open removes.
 //! * Readers never see past the high watermark, which only moves after fsync.
 
-use super::claim::{self, claim, parse_claim_name, ClaimOwner, Claimed};
+use super::claim::{self, parse_claim_name, ClaimOwner, EpochWriter};
 use super::index::{header_at, scan, Index, Scan, ScanStart};
 use super::manifest::{manifest_name, parse_manifest_name, write_manifest, Manifest, SegmentEntry};
 use kaas_protocol::batch::{patch_batch, BatchInfo};
 use kaas_volume::fs::{
-    remove_if_exists, remove_stale_temps, write_atomic, Fs, ReadFile, SharedFs, WriteFile,
+    remove_if_exists, remove_stale_temps, write_atomic, Fs, GuardedFs, ReadFile, ReadFs, SharedFs,
+    WriteFile, WriteGuard,
 };
 use kaas_volume::layout::{self, SegmentKind};
 use std::io;
@@ -182,7 +183,7 @@ impl SegView {
     }
 
     /// Read handle, opened on first use (idle partitions hold no handle).
-    pub fn file(&self, fs: &SharedFs) -> io::Result<Arc<dyn ReadFile>> {
+    pub fn file(&self, fs: &ReadFs) -> io::Result<Arc<dyn ReadFile>> {
         if let Some(f) = self.file.get() {
             return Ok(f.clone());
         }
@@ -190,7 +191,7 @@ impl SegView {
         Ok(self.file.get_or_init(|| f).clone())
     }
 
-    fn index_of_sealed(&self, fs: &SharedFs) -> io::Result<Arc<Index>> {
+    fn index_of_sealed(&self, fs: &ReadFs) -> io::Result<Arc<Index>> {
         if let Some(ix) = self.sealed_index.get() {
             return Ok(ix.clone());
         }
@@ -225,7 +226,7 @@ impl SegView {
     }
 
     /// Position to start scanning for `offset`.
-    pub fn lookup_offset(&self, fs: &SharedFs, offset: i64) -> io::Result<u64> {
+    pub fn lookup_offset(&self, fs: &ReadFs, offset: i64) -> io::Result<u64> {
         let rel = (offset - self.base).clamp(0, u32::MAX as i64) as u32;
         if let Some(ix) = self.live_index.lock().unwrap().as_ref() {
             return Ok(ix.lookup_offset(rel));
@@ -234,7 +235,7 @@ impl SegView {
     }
 
     /// Position to start scanning for the first batch with max ts >= `ts`.
-    pub fn lookup_time(&self, fs: &SharedFs, ts: i64) -> io::Result<u64> {
+    pub fn lookup_time(&self, fs: &ReadFs, ts: i64) -> io::Result<u64> {
         if let Some(ix) = self.live_index.lock().unwrap().as_ref() {
             return Ok(ix.lookup_time(ts));
         }
@@ -291,9 +292,30 @@ pub struct Appended {
     pub last_offset: i64,
 }
 
+/// Who opens a partition for writing (see [`PartitionLog::open_as`]).
+#[derive(Clone, Default)]
+pub struct Claimant {
+    /// Who claims the epoch; `None` only in tests of a single process.
+    pub owner: Option<ClaimOwner>,
+    /// What every write of the log must pass (the broker lease); `None`
+    /// only in tests.
+    pub guard: Option<Arc<dyn WriteGuard>>,
+}
+
+impl std::fmt::Debug for Claimant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Claimant")
+            .field("owner", &self.owner)
+            .field("guarded", &self.guard.is_some())
+            .finish()
+    }
+}
+
 /// The single writer of one partition directory.
 pub struct PartitionLog {
-    fs: SharedFs,
+    /// The capability every write goes through (won with the claim).
+    writer: EpochWriter,
+
     dir: PathBuf,
     cfg: LogConfig,
     epoch: i32,
@@ -341,22 +363,26 @@ impl PartitionLog {
         now_ms: i64,
         durable: Option<(i64, u64)>,
     ) -> Result<Self, LogError> {
-        Self::open_as(fs, dir, epoch, None, cfg, now_ms, durable)
+        Self::open_as(fs, dir, epoch, Claimant::default(), cfg, now_ms, durable)
     }
 
     /// [`Self::open_with`] by a leader that first claims `epoch` for
-    /// `owner` ([`super::claim`]): if another leader holds that epoch, or
+    /// `who.owner` ([`super::claim`]): if another leader holds that epoch, or
     /// the next one is claimed, nothing is written and the open is fenced.
-    /// `owner` is `None` only in tests of a single process.
+    /// Winning the claim yields the [`EpochWriter`] every later write goes
+    /// through, guarded by `who.guard` (the broker lease): once it refuses,
+    /// nothing more reaches the volume. `owner` is `None` only in tests of
+    /// a single process.
     pub fn open_as(
         fs: SharedFs,
         dir: &Path,
         epoch: i32,
-        owner: Option<ClaimOwner>,
+        who: Claimant,
         cfg: LogConfig,
         now_ms: i64,
         durable: Option<(i64, u64)>,
     ) -> Result<Self, LogError> {
+        let Claimant { owner, guard } = who;
         // Only the partition directory is created here, never its topic:
         // a topic directory that is gone was deleted, and must stay gone.
         match dir.parent() {
@@ -368,7 +394,11 @@ impl PartitionLog {
                 )))
             }
         }
-        fs.create_dir_all(dir)?;
+        // Even this first write passes the guard: a lapsed lease writes nothing.
+        match &guard {
+            Some(g) => GuardedFs::new(fs.clone(), g.clone()).create_dir_all(dir)?,
+            None => fs.create_dir_all(dir)?,
+        }
         // Read-only checks first (a leader fenced by a newer manifest
         // claims nothing), then the claim, then the first write.
         let names = fs.list(dir)?;
@@ -415,15 +445,20 @@ impl PartitionLog {
                 });
             }
         }
-        if let Some(owner) = owner {
-            // Before anything of our epoch is written: one leader per epoch.
-            if let Claimed::Taken(by) = claim(fs.as_ref(), dir, epoch, owner)? {
+        // Before anything of our epoch is written: one leader per epoch.
+        // Winning the claim is what hands out the writer; every write from
+        // here on goes through its guarded seam.
+        let writer = match claim::win(&fs, guard, dir, epoch, owner)? {
+            Ok(w) => w,
+            Err(by) => {
                 return Err(LogError::Fenced {
                     ours: epoch,
                     found: epoch,
                     owner: by,
-                });
+                })
             }
+        };
+        if owner.is_some() {
             let next = epoch.saturating_add(1);
             if let Some(by) = claim::owner_of(fs.as_ref(), dir, next)? {
                 return Err(LogError::Fenced {
@@ -433,7 +468,8 @@ impl PartitionLog {
                 });
             }
         }
-        remove_stale_temps(fs.as_ref(), dir)?;
+        let fs = writer.fs();
+        remove_stale_temps(fs, dir)?;
         let prior = match found {
             Some(e) => {
                 let path = dir.join(manifest_name(e));
@@ -583,28 +619,25 @@ impl PartitionLog {
                     created_ms: now_ms,
                 });
                 tail_index = Index::new(interval);
-                write_manifest(fs.as_ref(), dir, epoch, &manifest)?;
+                write_manifest(fs, dir, epoch, &manifest)?;
                 let path = dir.join(layout::segment_log(next_offset, epoch));
-                let f = create_or_truncate_segment(fs.as_ref(), dir, &path)?;
+                let f = create_or_truncate_segment(fs, dir, &path)?;
                 (f, now_ms, 0)
             }
         };
         // Make the recovered state the durable manifest (also records the
         // new epoch in the history), then sweep what is not listed.
-        write_manifest(fs.as_ref(), dir, epoch, &manifest)?;
+        write_manifest(fs, dir, epoch, &manifest)?;
         // Last check before deleting anything: a leader of a later epoch
         // may have opened meanwhile (we may be a paused zombie).
-        if kaas_volume::fs::exists(
-            fs.as_ref(),
-            &dir.join(manifest_name(epoch.saturating_add(1))),
-        )? {
+        if kaas_volume::fs::exists(fs, &dir.join(manifest_name(epoch.saturating_add(1))))? {
             return Err(LogError::Fenced {
                 ours: epoch,
                 found: epoch.saturating_add(1),
-                owner: claim_owner(fs.as_ref(), dir, epoch.saturating_add(1)),
+                owner: claim_owner(fs, dir, epoch.saturating_add(1)),
             });
         }
-        Self::sweep(fs.as_ref(), dir, &manifest, epoch)?;
+        Self::sweep(fs, dir, &manifest, epoch)?;
 
         let segs: Vec<Arc<SegView>> = manifest
             .segments
@@ -623,7 +656,7 @@ impl PartitionLog {
             segments: segs,
         };
         Ok(Self {
-            fs,
+            writer,
             dir: dir.to_path_buf(),
             cfg,
             epoch,
@@ -803,7 +836,7 @@ impl PartitionLog {
     }
 
     fn write_manifest(&self) -> Result<(), LogError> {
-        write_manifest(self.fs.as_ref(), &self.dir, self.epoch, &self.manifest)?;
+        write_manifest(self.writer.fs(), &self.dir, self.epoch, &self.manifest)?;
         Ok(())
     }
 
@@ -833,12 +866,12 @@ impl PartitionLog {
             .unwrap_or_else(|| Index::new(self.cfg.index_interval_bytes));
         let (idx, tim) = ix.encode();
         write_atomic(
-            self.fs.as_ref(),
+            self.writer.fs(),
             &self.dir.join(layout::segment_index(seg.base, seg.epoch)),
             &idx,
         )?;
         write_atomic(
-            self.fs.as_ref(),
+            self.writer.fs(),
             &self
                 .dir
                 .join(layout::segment_timeindex(seg.base, seg.epoch)),
@@ -858,10 +891,10 @@ impl PartitionLog {
             created_ms: now_ms,
         };
         manifest.segments.push(new_entry.clone());
-        write_manifest(self.fs.as_ref(), &self.dir, self.epoch, &manifest)?;
+        write_manifest(self.writer.fs(), &self.dir, self.epoch, &manifest)?;
         self.manifest = manifest;
         let path = self.dir.join(layout::segment_log(next, self.epoch));
-        let f = create_or_truncate_segment(self.fs.as_ref(), &self.dir, &path)?;
+        let f = create_or_truncate_segment(self.writer.fs(), &self.dir, &path)?;
 
         let _ = seg.sealed_index.set(Arc::new(ix));
         *seg.live_index.lock().unwrap() = None;
@@ -934,7 +967,7 @@ impl PartitionLog {
         for s in &removed {
             for kind in [SegmentKind::Log, SegmentKind::Index, SegmentKind::TimeIndex] {
                 remove_if_exists(
-                    self.fs.as_ref(),
+                    self.writer.fs(),
                     &self.dir.join(layout::segment_file(s.base, s.epoch, kind)),
                 )?;
             }

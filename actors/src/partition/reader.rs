@@ -10,7 +10,7 @@ use super::index::header_at;
 use super::log::{LogView, SegView};
 use bytes::Bytes;
 use kaas_protocol::batch::record_timestamps;
-use kaas_volume::fs::SharedFs;
+use kaas_volume::fs::ReadFs;
 use std::io;
 use std::sync::{Arc, RwLock};
 
@@ -57,13 +57,13 @@ pub struct TimestampHit {
 /// See module docs.
 #[derive(Clone)]
 pub struct PartitionReader {
-    fs: SharedFs,
+    fs: ReadFs,
     view: Arc<RwLock<LogView>>,
 }
 
 impl PartitionReader {
     /// A reader over a leader's view.
-    pub fn new(fs: SharedFs, view: Arc<RwLock<LogView>>) -> Self {
+    pub fn new(fs: ReadFs, view: Arc<RwLock<LogView>>) -> Self {
         Self { fs, view }
     }
 

@@ -8,7 +8,7 @@
 
 #![allow(clippy::disallowed_methods)] // tests build fixtures and simulate other hosts with raw std::fs calls
 
-use super::log::{LogConfig, PartitionLog};
+use super::log::{Claimant, LogConfig, PartitionLog};
 use super::reader::PartitionReader;
 use bytes::{Bytes, BytesMut};
 use kaas_protocol::batch::{read_batch_header, validate_batches};
@@ -16,7 +16,7 @@ use kaas_protocol::kafka_protocol::records::{
     Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
 use kaas_volume::fs::fault::FaultFs;
-use kaas_volume::fs::{RealFs, SharedFs};
+use kaas_volume::fs::{ReadOnly, RealFs, SharedFs};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -70,7 +70,7 @@ fn append(log: &mut PartitionLog, vals: &[&str], ts: i64) -> i64 {
 
 /// All (offset, value) pairs readable from the log.
 fn read_all(fs: SharedFs, log: &PartitionLog) -> Vec<(i64, String)> {
-    let r = PartitionReader::new(fs, log.view());
+    let r = PartitionReader::new(fs.read_only(), log.view());
     let (mut off, hw, _) = r.offsets();
     let mut out = Vec::new();
     let mut guard = 0;
@@ -142,7 +142,7 @@ fn append_sync_read_and_reopen() {
     assert_eq!(append(&mut log, &["d"], 300), 3);
     log.sync_now().unwrap();
     assert_eq!(read_all(fs.clone(), &log).len(), 4);
-    let r = PartitionReader::new(fs.clone(), log.view());
+    let r = PartitionReader::new(fs.read_only(), log.view());
     assert_eq!(r.end_offset_for_epoch(1), (1, 3));
     assert_eq!(r.end_offset_for_epoch(2), (2, 4));
     let hit = r.offset_for_timestamp(150).unwrap().unwrap();
@@ -366,7 +366,7 @@ fn retention_by_size_and_reads_after_it() {
     assert!(removed > 0);
     let start = log.log_start_offset();
     assert!(start > 0);
-    let r = PartitionReader::new(fs.clone(), log.view());
+    let r = PartitionReader::new(fs.read_only(), log.view());
     assert!(matches!(
         r.read(0, 1000),
         Err(super::reader::ReadError::OutOfRange { .. })
@@ -485,7 +485,7 @@ fn zombie_after_takeover(zombie_rolls: bool) {
     leader.sync_now().unwrap();
     let want: Vec<(i64, String)> = vec![(0, "a".into()), (1, "b".into()), (2, "c".into())];
     assert_eq!(read_all(fs.clone(), &leader), want, "{what}: new leader");
-    let r = PartitionReader::new(fs.clone(), leader.view());
+    let r = PartitionReader::new(fs.read_only(), leader.view());
     assert_eq!(r.end_offset_for_epoch(1), (1, 2), "{what}");
     // Nor through ListOffsets: z* timestamps (200..300) lie between b and c.
     let hit = r.offset_for_timestamp(150).unwrap().unwrap();
@@ -511,7 +511,7 @@ fn zombie_after_takeover(zombie_rolls: bool) {
         "{what}: after epoch 3 open"
     );
     assert_eq!(log.next_offset(), 3, "{what}");
-    let r = PartitionReader::new(fs.clone(), log.view());
+    let r = PartitionReader::new(fs.read_only(), log.view());
     assert_eq!(r.end_offset_for_epoch(1), (1, 2), "{what}");
     assert_eq!(r.end_offset_for_epoch(2), (2, 3), "{what}");
     let hit = r.offset_for_timestamp(150).unwrap().unwrap();
@@ -577,7 +577,18 @@ fn open_as(
     epoch: i32,
     owner: ClaimOwner,
 ) -> Result<PartitionLog, LogError> {
-    PartitionLog::open_as(fs, dir, epoch, Some(owner), cfg(), 1_000, None)
+    PartitionLog::open_as(
+        fs,
+        dir,
+        epoch,
+        Claimant {
+            owner: Some(owner),
+            guard: None,
+        },
+        cfg(),
+        1_000,
+        None,
+    )
 }
 
 /// Catches: two leaders granted the same epoch (a deposed controller's late

@@ -14,15 +14,19 @@
 //! reading, list and stat; request handlers and anything else that must not
 //! write hold that, so they cannot open a file for writing even by mistake.
 //! Outside this module (and the substrate probes and tests), the workspace's
-//! `clippy.toml` forbids the `std::fs` calls that write.
+//! `clippy.toml` forbids the `std::fs` calls that write. An owner writes
+//! through a [`GuardedFs`], which refuses every write once the owner's
+//! guard (its lease) says no.
 
 pub mod fault;
+pub mod guarded;
 pub mod real;
 
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+pub use guarded::{fenced, is_fenced, GuardedFs, WriteGuard};
 pub use real::RealFs;
 
 /// A file opened for reading. Reads are positional so one handle can serve
