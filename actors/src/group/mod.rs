@@ -1,5 +1,6 @@
 //! Consumer groups (in progress). See the bottom of this file's docs.
 
+pub mod classic;
 pub mod log;
 pub mod names;
 pub mod offsets;
