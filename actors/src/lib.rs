@@ -5,6 +5,7 @@
 
 pub mod clock;
 pub mod cluster;
+pub mod group;
 pub mod partition;
 pub mod producer_id_blocks;
 pub mod producer_ids;
