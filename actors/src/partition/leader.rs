@@ -22,6 +22,7 @@ use crate::cluster::lease::{Lease, LeaseGuard};
 use crate::telemetry::{self, ActorStats, Mailbox};
 use actix::prelude::*;
 use kaas_volume::fs::{ReadOnly, SharedFs};
+use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, RwLock};
@@ -100,7 +101,18 @@ pub struct PartitionLeader {
     /// [`StopLeader`] callers waiting for an open in flight to finish: a
     /// leader is stopped only once nothing of it can still touch the files.
     stop_waiters: Vec<oneshot::Sender<()>>,
+    /// Appends that arrived while the open runs, in arrival order: they are
+    /// applied (or failed) as soon as it returns, so a client sees the same
+    /// answer it would have had the open run inline, never "recovering" for
+    /// a partition that is about to serve. Bounded by [`MAX_PARKED`].
+    parked: VecDeque<(AppendBatches, oneshot::Sender<AppendResult>)>,
 }
+
+type AppendResult = Result<AppendTicket, PartitionError>;
+
+/// Appends held while a partition opens (the mailbox capacity): beyond it
+/// the client gets the retriable "recovering" storage error.
+const MAX_PARKED: usize = 256;
 
 /// The result of an open run on the blocking pool.
 #[derive(Message)]
@@ -156,6 +168,7 @@ impl PartitionLeader {
             last_error: None,
             opening: false,
             stop_waiters: Vec::new(),
+            parked: VecDeque::new(),
         });
         PartitionHandle {
             addr: Mailbox::new(addr, stats),
@@ -377,8 +390,12 @@ impl Handler<Opened> for PartitionLeader {
             // Stopped (or fenced) while recovering: drop what was opened
             // without another write; the next owner's open recovers it.
             drop(msg.0);
+            self.unpark(ctx);
         } else {
             self.opened(msg.0, ctx);
+            // In arrival order, before a pending stop: its final fsync then
+            // covers them.
+            self.unpark(ctx);
             if !stops.is_empty() {
                 self.stop_for_good(ctx);
             }
@@ -397,14 +414,22 @@ impl Supervised for PartitionLeader {
         self.stats.restarted();
         *self.reader.write().unwrap() = None;
         let err = self.unavailable();
+        for (_, tx) in self.parked.drain(..) {
+            let _ = tx.send(Err(err.clone()));
+        }
         self.gate.reset(err);
     }
 }
 
-impl Handler<AppendBatches> for PartitionLeader {
-    type Result = Result<AppendTicket, PartitionError>;
+impl PartitionLeader {
+    /// Apply (or, if the open failed, fail) the appends parked during it.
+    fn unpark(&mut self, ctx: &mut Context<Self>) {
+        for (msg, tx) in std::mem::take(&mut self.parked) {
+            let _ = tx.send(self.append(msg, ctx));
+        }
+    }
 
-    fn handle(&mut self, msg: AppendBatches, ctx: &mut Context<Self>) -> Self::Result {
+    fn append(&mut self, msg: AppendBatches, ctx: &mut Context<Self>) -> AppendResult {
         let ticket = match self.gate.append(&msg.records, &msg.infos, msg.wait_durable) {
             Ok(t) => t,
             Err(Refused::NotOpen) => return Err(self.unavailable()),
@@ -419,6 +444,21 @@ impl Handler<AppendBatches> for PartitionLeader {
             .fetch_add(msg.records.len() as u64, Ordering::Relaxed);
         self.kick_sync(ctx);
         Ok(ticket)
+    }
+}
+
+impl Handler<AppendBatches> for PartitionLeader {
+    type Result = ResponseFuture<AppendResult>;
+
+    fn handle(&mut self, msg: AppendBatches, ctx: &mut Context<Self>) -> Self::Result {
+        if self.opening && !self.stopping && self.parked.len() < MAX_PARKED {
+            let (tx, rx) = oneshot::channel();
+            self.parked.push_back((msg, tx));
+            let err = self.unavailable();
+            return Box::pin(async move { rx.await.unwrap_or(Err(err)) });
+        }
+        let r = self.append(msg, ctx);
+        Box::pin(async move { r })
     }
 }
 
@@ -568,13 +608,16 @@ mod tests {
             "the fast partition served while the slow one recovered"
         );
         assert!(t0.elapsed() < delay);
+        // An append sent during recovery is held, not refused, and a stop
+        // sent after it waits for the open too: the append is applied
+        // first, in order, and the stop's final fsync acknowledges it.
+        let (appended, stopped) = futures::join!(produce(&slow), slow.addr.send(StopLeader));
+        stopped.unwrap();
         assert_eq!(
-            produce(&slow).await,
-            Err(PartitionError::Storage("partition is recovering".into())),
-            "the recovering one answers retriably meanwhile"
+            appended,
+            Ok(1),
+            "the append waited for the open, then landed"
         );
-        // A stop during recovery returns only once the open finished.
-        slow.addr.send(StopLeader).await.unwrap();
         assert!(t0.elapsed() >= delay, "stop waited for the open in flight");
         arbiter.stop();
     }
