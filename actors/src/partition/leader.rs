@@ -9,7 +9,8 @@
 //! restarts it, and `started` re-opens the log, which re-runs recovery from
 //! the files: that is the re-drive. The open runs on the blocking pool, so a
 //! long recovery never stalls the partitions sharing this arbiter; until it
-//! returns, requests answer "recovering" and a stop waits for it. Restarts
+//! returns, appends are held in order (bounded) and applied when it does,
+//! reads wait (bounded) for the reader, and a stop waits for it. Restarts
 //! are counted in telemetry.
 
 use super::claim::ClaimOwner;
@@ -259,8 +260,8 @@ impl Actor for PartitionLeader {
         }
         // Recovery (a CRC scan of up to a segment, a seal, a sweep) runs on
         // the blocking pool, not on this arbiter: the partitions sharing the
-        // thread keep serving meanwhile, and requests to this one answer
-        // "recovering" until `Opened` arrives.
+        // thread keep serving meanwhile, and appends to this one are held
+        // until `Opened` arrives.
         self.opening = true;
         let (fs, dir, epoch, cfg) = (
             self.fs.clone(),
