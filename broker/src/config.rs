@@ -33,6 +33,30 @@ pub struct BrokerArgs {
     /// Partitions of auto-created topics (num.partitions).
     #[arg(long, env = "KAAS_DEFAULT_PARTITIONS", default_value_t = 1)]
     pub default_partitions: i32,
+    /// Most partitions one CreateTopics request may create, over all its
+    /// topics (refused with POLICY_VIOLATION). 10,000 is the bound Kafka's
+    /// own controller puts on one user operation (MAX_RECORDS_PER_USER_OP).
+    #[arg(
+        long,
+        env = "KAAS_MAX_PARTITIONS_PER_REQUEST",
+        default_value_t = 10_000
+    )]
+    pub max_partitions_per_request: i64,
+    /// Most partitions the whole cluster may hold (creates beyond it are
+    /// refused with POLICY_VIOLATION). 20,000: one broker served 10,000
+    /// partitions in the measurements of issue 13 and fell over near
+    /// 20,000; raise it with the broker count.
+    #[arg(long, env = "KAAS_MAX_PARTITIONS", default_value_t = 20_000)]
+    pub max_partitions: i64,
+    /// Most topics one Metadata request may auto-create; the others are
+    /// answered LEADER_NOT_AVAILABLE (retriable) without being created.
+    #[arg(long, env = "KAAS_MAX_AUTO_CREATE_PER_REQUEST", default_value_t = 100)]
+    pub max_auto_create_per_request: usize,
+    /// Topics this broker auto-creates per second at most (a token bucket,
+    /// burst of one second's worth); beyond it topics are answered
+    /// LEADER_NOT_AVAILABLE without being created.
+    #[arg(long, env = "KAAS_AUTO_CREATE_PER_SEC", default_value_t = 50.0)]
+    pub auto_create_per_sec: f64,
     /// Largest request frame accepted (socket.request.max.bytes).
     #[arg(long, env = "KAAS_MAX_REQUEST_BYTES", default_value_t = 104_857_600)]
     pub max_request_bytes: usize,

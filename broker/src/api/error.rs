@@ -24,6 +24,7 @@
 //!   directories stopped mid-operation, whose effect on the volume is
 //!   unknown: KAFKA_STORAGE_ERROR, not a leadership change.
 
+use crate::limits::LimitError;
 use crate::state::LookupError;
 use kaas_actors::partition::messages::PartitionError;
 use kaas_actors::partition::reader::ReadError;
@@ -99,6 +100,21 @@ impl From<&TopicError> for ApiError {
     }
 }
 
+impl From<&LimitError> for ApiError {
+    fn from(e: &LimitError) -> Self {
+        Self(match e {
+            // What Kafka answers when a CreateTopicPolicy refuses a create.
+            LimitError::PartitionsPerRequest { .. } | LimitError::ClusterPartitions { .. } => {
+                ResponseError::PolicyViolation
+            }
+            // What Kafka answers for a topic whose auto-creation has not
+            // (yet) happened: retriable, so the client asks again later
+            // instead of failing (Metadata has no throttling error).
+            LimitError::AutoCreateDeferred(_) => ResponseError::LeaderNotAvailable,
+        })
+    }
+}
+
 impl From<LookupError> for ApiError {
     fn from(e: LookupError) -> Self {
         Self(match e {
@@ -163,6 +179,23 @@ mod tests {
         assert_eq!(ApiError::from(&BatchError::Corrupt("x".into())).code(), 2);
         assert_eq!(ApiError::from(&BatchError::UnsupportedMagic(1)).code(), 43);
         assert_eq!(ApiError::from(&BatchError::Empty).code(), 87);
+        assert_eq!(
+            ApiError::from(&LimitError::PartitionsPerRequest { asked: 2, max: 1 }).code(),
+            44
+        );
+        assert_eq!(
+            ApiError::from(&LimitError::ClusterPartitions {
+                existing: 1,
+                asked: 2,
+                max: 2
+            })
+            .code(),
+            44
+        );
+        assert_eq!(
+            ApiError::from(&LimitError::AutoCreateDeferred("x")).code(),
+            5
+        );
     }
 
     /// A leader's mailbox failure is the same code whichever API met it.
