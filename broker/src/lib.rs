@@ -9,6 +9,7 @@ pub mod api;
 pub mod config;
 pub mod conn;
 pub mod dev;
+pub mod fd_budget;
 pub mod limits;
 pub mod server;
 pub mod state;
