@@ -142,6 +142,22 @@ impl BrokerArgs {
         Ok(t)
     }
 
+    /// Refuse a configuration clients could not use: a wildcard listen
+    /// address (`0.0.0.0`, `[::]`) advertised as is would send every client
+    /// to itself. Kafka refuses the same ("advertised.listeners cannot use
+    /// the nonroutable meta-address").
+    pub fn validate_listeners(&self) -> anyhow::Result<()> {
+        if self.advertised_listener.is_none() && self.listen.ip().is_unspecified() {
+            anyhow::bail!(
+                "--listen {} is a wildcard address, which clients cannot connect to: \
+                 set --advertised-listener host:port (KAAS_ADVERTISED_LISTENER) to the \
+                 address clients should use",
+                self.listen
+            );
+        }
+        Ok(())
+    }
+
     /// The cluster directory actually used.
     pub fn cluster_dir(&self) -> PathBuf {
         self.cluster_dir
@@ -159,5 +175,42 @@ impl BrokerArgs {
             }
         }
         (self.listen.ip().to_string(), self.listen.port() as i32)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: BrokerArgs,
+    }
+
+    fn args(extra: &[&str]) -> BrokerArgs {
+        let mut argv = vec!["kaas"];
+        argv.extend_from_slice(extra);
+        Cli::try_parse_from(argv).unwrap().args
+    }
+
+    #[test]
+    fn a_wildcard_listen_address_needs_an_advertised_listener() {
+        for wild in ["0.0.0.0:9092", "[::]:9092"] {
+            let e = args(&["--listen", wild]).validate_listeners().unwrap_err();
+            assert!(e.to_string().contains("--advertised-listener"), "{e}");
+            args(&[
+                "--listen",
+                wild,
+                "--advertised-listener",
+                "kaas-0.kaas:9092",
+            ])
+            .validate_listeners()
+            .unwrap();
+        }
+        args(&["--listen", "127.0.0.1:9092"])
+            .validate_listeners()
+            .unwrap();
     }
 }

@@ -24,6 +24,7 @@ use tokio::net::TcpListener;
 
 /// Run a broker until SIGTERM/SIGINT.
 pub fn run(args: BrokerArgs) -> anyhow::Result<()> {
+    args.validate_listeners()?;
     let fs: SharedFs = Arc::new(RealFs);
     fs.create_dir_all(&args.data_dir)
         .with_context(|| format!("creating data dir {}", args.data_dir.display()))?;
@@ -48,6 +49,14 @@ pub fn run(args: BrokerArgs) -> anyhow::Result<()> {
                 .unwrap_or(2)
         })
         .max(1);
+    // Bind before joining: a port in use must fail here, before this
+    // broker publishes a liveness record or is granted a partition it could
+    // never serve (it would strand them for a lease). Accepting starts only
+    // once the broker knows the cluster; until then connections wait in the
+    // backlog.
+    let listener = bind(args.listen).with_context(|| format!("binding {}", args.listen))?;
+    let metrics = bind(args.metrics_listen)
+        .with_context(|| format!("binding metrics {}", args.metrics_listen))?;
     // Blocking: after an unclean exit this waits until the previous
     // incarnation's lease has provably lapsed.
     let (shared, seq) = membership::join(
@@ -117,12 +126,8 @@ pub fn run(args: BrokerArgs) -> anyhow::Result<()> {
         while broker.assignment().version == 0 && std::time::Instant::now() < ready_by {
             tokio::time::sleep(std::time::Duration::from_millis(5)).await;
         }
-        let listener = TcpListener::bind(args.listen)
-            .await
-            .with_context(|| format!("binding {}", args.listen))?;
-        let metrics = TcpListener::bind(args.metrics_listen)
-            .await
-            .with_context(|| format!("binding metrics {}", args.metrics_listen))?;
+        let listener = TcpListener::from_std(listener)?;
+        let metrics = TcpListener::from_std(metrics)?;
         tokio::task::spawn_local(serve_metrics(metrics));
         tracing::info!(
             listen = %args.listen,
@@ -295,6 +300,14 @@ async fn accept_loop(b: Arc<Broker>, listener: TcpListener, max_connections: usi
                 .fetch_sub(1, Ordering::Relaxed);
         });
     }
+}
+
+/// A listening socket, bound now (outside any runtime), non-blocking so
+/// tokio can adopt it later.
+fn bind(addr: std::net::SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    let l = std::net::TcpListener::bind(addr)?;
+    l.set_nonblocking(true)?;
+    Ok(l)
 }
 
 /// The cluster id, created once with the exclusive-create primitive (see
