@@ -92,7 +92,9 @@ impl From<&TopicError> for ApiError {
         Self(match e {
             TopicError::AlreadyExists(_) => ResponseError::TopicAlreadyExists,
             TopicError::Unknown(_) => ResponseError::UnknownTopicOrPartition,
-            TopicError::InvalidName(..) => ResponseError::InvalidTopicException,
+            TopicError::InvalidName(..) | TopicError::Collides { .. } => {
+                ResponseError::InvalidTopicException
+            }
             TopicError::InvalidPartitions(_) => ResponseError::InvalidPartitions,
             TopicError::InvalidConfig(_) => ResponseError::InvalidConfig,
             TopicError::Storage(_) => ResponseError::KafkaStorageError,
@@ -174,6 +176,14 @@ mod tests {
         );
         assert_eq!(
             ApiError::from(&TopicError::InvalidName("x".into(), "y")).code(),
+            17
+        );
+        assert_eq!(
+            ApiError::from(&TopicError::Collides {
+                name: "a_b".into(),
+                existing: "a.b".into()
+            })
+            .code(),
             17
         );
         assert_eq!(ApiError::from(&BatchError::Corrupt("x".into())).code(), 2);
