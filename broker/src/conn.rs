@@ -70,6 +70,13 @@ impl Slot {
     }
 }
 
+/// The protocol's name of an api key ("FindCoordinator"), or "unknown".
+fn api_name(key: Option<i16>) -> String {
+    key.and_then(|k| kaas_protocol::kafka_protocol::messages::ApiKey::try_from(k).ok())
+        .map(|k| format!("{k:?}"))
+        .unwrap_or_else(|| "unknown".to_owned())
+}
+
 /// Serve one connection until it closes, misbehaves or is evicted.
 pub async fn serve(b: Arc<Broker>, sock: TcpStream, peer: std::net::SocketAddr, slot: Slot) {
     let _ = sock.set_nodelay(true);
@@ -104,7 +111,11 @@ pub async fn serve(b: Arc<Broker>, sock: TcpStream, peer: std::net::SocketAddr, 
                 Ok(n) => n,
                 Err(_) => {
                     if !frames.read_buffer().is_empty() {
-                        tracing::warn!(%peer, buffered = frames.read_buffer().len(), "incomplete request stalled; closing connection");
+                        if let Some(count) =
+                            b.peer_warnings.hit(peer.ip(), "stalled", Instant::now())
+                        {
+                            tracing::warn!(%peer, buffered = frames.read_buffer().len(), count, "incomplete request stalled; closing connection");
+                        }
                         return;
                     }
                     if last_activity.elapsed() >= idle_timeout {
@@ -127,7 +138,10 @@ pub async fn serve(b: Arc<Broker>, sock: TcpStream, peer: std::net::SocketAddr, 
                 Some(Ok(f)) => f,
                 Some(Err(FrameError::Io(_))) => return,
                 Some(Err(e)) => {
-                    tracing::warn!(%peer, error = %e, "bad frame; closing connection");
+                    if let Some(count) = b.peer_warnings.hit(peer.ip(), "bad frame", Instant::now())
+                    {
+                        tracing::warn!(%peer, error = %e, count, "bad frame; closing connection");
+                    }
                     return;
                 }
             };
@@ -146,7 +160,15 @@ pub async fn serve(b: Arc<Broker>, sock: TcpStream, peer: std::net::SocketAddr, 
                     continue;
                 }
                 Err(e) => {
-                    tracing::warn!(%peer, error = %e, "unserviceable request; closing connection");
+                    // Name the API: "unsupported version 0 of api key 10"
+                    // says less than FindCoordinator.
+                    let api = api_name(e.header().map(|h| h.api_key));
+                    if let Some(count) =
+                        b.peer_warnings
+                            .hit(peer.ip(), "unserviceable", Instant::now())
+                    {
+                        tracing::warn!(%peer, api = %api, error = %e, count, "unserviceable request; closing connection");
+                    }
                     return;
                 }
             };
@@ -156,7 +178,12 @@ pub async fn serve(b: Arc<Broker>, sock: TcpStream, peer: std::net::SocketAddr, 
                 // acks=0 produce: Kafka sends no response at all.
                 Dispatched::NoResponse => continue,
                 Dispatched::NotAdvertised => {
-                    tracing::warn!(%peer, api_key = header.api_key, version = header.api_version, "api not advertised; closing connection");
+                    if let Some(count) =
+                        b.peer_warnings
+                            .hit(peer.ip(), "not advertised", Instant::now())
+                    {
+                        tracing::warn!(%peer, api = %api_name(Some(header.api_key)), api_key = header.api_key, version = header.api_version, count, "api not advertised; closing connection");
+                    }
                     return;
                 }
             };
@@ -165,7 +192,7 @@ pub async fn serve(b: Arc<Broker>, sock: TcpStream, peer: std::net::SocketAddr, 
                 match encode_response(&header, &body) {
                     Ok(bytes) => Some(bytes),
                     Err(e) => {
-                        tracing::error!(api_key = header.api_key, version = header.api_version, error = %e, "response encoding failed");
+                        tracing::error!(api = %api_name(Some(header.api_key)), api_key = header.api_key, version = header.api_version, error = %e, "response encoding failed");
                         None
                     }
                 }

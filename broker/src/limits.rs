@@ -12,6 +12,9 @@
 //! Kafka codes.
 
 use crate::config::BrokerArgs;
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// A request refused by a declared bound.
@@ -172,6 +175,41 @@ impl EveryInterval {
     }
 }
 
+/// Peers whose repeated warnings are tracked at most; beyond it the table
+/// is cleared (a burst of lines, then quiet again) rather than grown.
+const MAX_PEER_KEYS: usize = 4096;
+
+/// [`EveryInterval`] per (peer address, kind of warning): a client that
+/// reconnects in a loop with the same bad request is logged once per
+/// interval with a count, and one noisy peer does not silence the others.
+#[derive(Debug)]
+pub struct PeerWarnings {
+    interval: Duration,
+    seen: Mutex<HashMap<(IpAddr, &'static str), EveryInterval>>,
+}
+
+impl PeerWarnings {
+    /// At most one line per (peer, kind) per `interval`.
+    pub fn new(interval: Duration) -> Self {
+        Self {
+            interval,
+            seen: Mutex::default(),
+        }
+    }
+
+    /// Count one `kind` warning from `peer`; `Some(n)` when it is to be
+    /// logged (see [`EveryInterval::hit`]).
+    pub fn hit(&self, peer: IpAddr, kind: &'static str, now: Instant) -> Option<u64> {
+        let mut seen = self.seen.lock().unwrap();
+        if seen.len() >= MAX_PEER_KEYS && !seen.contains_key(&(peer, kind)) {
+            seen.clear();
+        }
+        seen.entry((peer, kind))
+            .or_insert_with(|| EveryInterval::new(self.interval))
+            .hit(now)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -228,6 +266,19 @@ mod tests {
         assert!(slow.try_take(t0));
         assert!(!slow.try_take(t0 + Duration::from_secs(5)));
         assert!(slow.try_take(t0 + Duration::from_secs(10)));
+    }
+
+    #[test]
+    fn peer_warnings_are_counted_per_peer_and_kind() {
+        let t0 = Instant::now();
+        let w = PeerWarnings::new(Duration::from_secs(10));
+        let a: IpAddr = "10.0.0.1".parse().unwrap();
+        let b: IpAddr = "10.0.0.2".parse().unwrap();
+        assert_eq!(w.hit(a, "bad frame", t0), Some(1));
+        assert_eq!(w.hit(a, "bad frame", t0), None);
+        assert_eq!(w.hit(a, "not advertised", t0), Some(1));
+        assert_eq!(w.hit(b, "bad frame", t0), Some(1));
+        assert_eq!(w.hit(a, "bad frame", t0 + Duration::from_secs(10)), Some(2));
     }
 
     #[test]

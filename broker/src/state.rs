@@ -67,6 +67,8 @@ pub struct Broker {
     pub controller: std::sync::OnceLock<Mailbox<ControllerActor>>,
     /// Rate of Metadata auto-creation (--auto-create-per-sec).
     pub auto_create: std::sync::Mutex<crate::limits::TokenBucket>,
+    /// Repeated warnings about one peer, logged once per interval.
+    pub peer_warnings: crate::limits::PeerWarnings,
 }
 
 /// Why a partition cannot be served.
@@ -107,6 +109,7 @@ impl Broker {
                 args.auto_create_per_sec,
                 std::time::Instant::now(),
             )),
+            peer_warnings: crate::limits::PeerWarnings::new(Duration::from_secs(10)),
             args,
         }
     }

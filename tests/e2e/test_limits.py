@@ -114,3 +114,20 @@ def test_auto_create_is_rate_limited(broker_factory, topic_name):
     # A client that does not allow auto-creation still gets UNKNOWN_TOPIC.
     assert metadata_v4(b.addr, [topic_name + "-x"], allow_auto_create=False) == {topic_name + "-x": 3}
     assert_healthy(b)
+
+
+def test_repeated_bad_requests_are_logged_once_per_interval_and_named(broker):
+    for _ in range(20):
+        with kw.connect(broker.addr) as s:
+            s.sendall(struct.pack(">i", -5) + b"\x00" * 8)
+            assert kw.wait_closed(s, 10) is not None
+    # FindCoordinator (key 10) is not served: closed, and named in the log.
+    for _ in range(5):
+        with kw.connect(broker.addr) as s:
+            s.sendall(kw.frame(kw.request_header(10, 0, 1) + kw.string("group")))
+            assert kw.wait_closed(s, 10) is not None
+    log = broker.log_text()
+    assert log.count("bad frame") == 1, broker.log_tail()
+    assert log.count("unserviceable request") == 1, broker.log_tail()
+    assert "api=FindCoordinator" in log, broker.log_tail()
+    assert_healthy(broker)
