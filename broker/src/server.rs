@@ -51,9 +51,10 @@ pub fn run(args: BrokerArgs) -> anyhow::Result<()> {
         .max(1);
     // Bind before joining: a port in use must fail here, before this
     // broker publishes a liveness record or is granted a partition it could
-    // never serve (it would strand them for a lease). Accepting starts only
-    // once the broker knows the cluster; until then connections wait in the
-    // backlog.
+    // never serve (it would strand them for a lease). Bound but not yet
+    // listening: until the broker knows the cluster a connection is refused
+    // (so a TCP readiness probe does not pass early), and no other process
+    // can take the port meanwhile.
     let listener = bind(args.listen).with_context(|| format!("binding {}", args.listen))?;
     let metrics = bind(args.metrics_listen)
         .with_context(|| format!("binding metrics {}", args.metrics_listen))?;
@@ -126,8 +127,12 @@ pub fn run(args: BrokerArgs) -> anyhow::Result<()> {
         while broker.assignment().version == 0 && std::time::Instant::now() < ready_by {
             tokio::time::sleep(std::time::Duration::from_millis(5)).await;
         }
-        let listener = TcpListener::from_std(listener)?;
-        let metrics = TcpListener::from_std(metrics)?;
+        let listener = listener
+            .listen(LISTEN_BACKLOG)
+            .with_context(|| format!("listening on {}", args.listen))?;
+        let metrics = metrics
+            .listen(LISTEN_BACKLOG)
+            .with_context(|| format!("listening on metrics {}", args.metrics_listen))?;
         tokio::task::spawn_local(serve_metrics(metrics));
         tracing::info!(
             listen = %args.listen,
@@ -302,12 +307,22 @@ async fn accept_loop(b: Arc<Broker>, listener: TcpListener, max_connections: usi
     }
 }
 
-/// A listening socket, bound now (outside any runtime), non-blocking so
-/// tokio can adopt it later.
-fn bind(addr: std::net::SocketAddr) -> std::io::Result<std::net::TcpListener> {
-    let l = std::net::TcpListener::bind(addr)?;
-    l.set_nonblocking(true)?;
-    Ok(l)
+/// Pending connections the kernel queues for each listener (tokio's
+/// default for `TcpListener::bind`).
+const LISTEN_BACKLOG: u32 = 1024;
+
+/// A socket bound to `addr` (outside any runtime), not yet listening: it
+/// holds the port, and fails now if another process listens on it.
+fn bind(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpSocket> {
+    let s = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    // As `TcpListener::bind` does: a restart need not wait out TIME_WAIT.
+    s.set_reuseaddr(true)?;
+    s.bind(addr)?;
+    Ok(s)
 }
 
 /// The cluster id, created once with the exclusive-create primitive (see
