@@ -33,6 +33,30 @@ pub struct BrokerArgs {
     /// Partitions of auto-created topics (num.partitions).
     #[arg(long, env = "KAAS_DEFAULT_PARTITIONS", default_value_t = 1)]
     pub default_partitions: i32,
+    /// Most partitions one CreateTopics request may create, over all its
+    /// topics (refused with POLICY_VIOLATION). 10,000 is the bound Kafka's
+    /// own controller puts on one user operation (MAX_RECORDS_PER_USER_OP).
+    #[arg(
+        long,
+        env = "KAAS_MAX_PARTITIONS_PER_REQUEST",
+        default_value_t = 10_000
+    )]
+    pub max_partitions_per_request: i64,
+    /// Most partitions the whole cluster may hold (creates beyond it are
+    /// refused with POLICY_VIOLATION). 20,000: one broker served 10,000
+    /// partitions in the measurements of issue 13 and fell over near
+    /// 20,000; raise it with the broker count.
+    #[arg(long, env = "KAAS_MAX_PARTITIONS", default_value_t = 20_000)]
+    pub max_partitions: i64,
+    /// Most topics one Metadata request may auto-create; the others are
+    /// answered LEADER_NOT_AVAILABLE (retriable) without being created.
+    #[arg(long, env = "KAAS_MAX_AUTO_CREATE_PER_REQUEST", default_value_t = 100)]
+    pub max_auto_create_per_request: usize,
+    /// Topics this broker auto-creates per second at most (a token bucket,
+    /// burst of one second's worth); beyond it topics are answered
+    /// LEADER_NOT_AVAILABLE without being created.
+    #[arg(long, env = "KAAS_AUTO_CREATE_PER_SEC", default_value_t = 50.0)]
+    pub auto_create_per_sec: f64,
     /// Largest request frame accepted (socket.request.max.bytes).
     #[arg(long, env = "KAAS_MAX_REQUEST_BYTES", default_value_t = 104_857_600)]
     pub max_request_bytes: usize,
@@ -118,6 +142,22 @@ impl BrokerArgs {
         Ok(t)
     }
 
+    /// Refuse a configuration clients could not use: a wildcard listen
+    /// address (`0.0.0.0`, `[::]`) advertised as is would send every client
+    /// to itself. Kafka refuses the same ("advertised.listeners cannot use
+    /// the nonroutable meta-address").
+    pub fn validate_listeners(&self) -> anyhow::Result<()> {
+        if self.advertised_listener.is_none() && self.listen.ip().is_unspecified() {
+            anyhow::bail!(
+                "--listen {} is a wildcard address, which clients cannot connect to: \
+                 set --advertised-listener host:port (KAAS_ADVERTISED_LISTENER) to the \
+                 address clients should use",
+                self.listen
+            );
+        }
+        Ok(())
+    }
+
     /// The cluster directory actually used.
     pub fn cluster_dir(&self) -> PathBuf {
         self.cluster_dir
@@ -135,5 +175,42 @@ impl BrokerArgs {
             }
         }
         (self.listen.ip().to_string(), self.listen.port() as i32)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: BrokerArgs,
+    }
+
+    fn args(extra: &[&str]) -> BrokerArgs {
+        let mut argv = vec!["kaas"];
+        argv.extend_from_slice(extra);
+        Cli::try_parse_from(argv).unwrap().args
+    }
+
+    #[test]
+    fn a_wildcard_listen_address_needs_an_advertised_listener() {
+        for wild in ["0.0.0.0:9092", "[::]:9092"] {
+            let e = args(&["--listen", wild]).validate_listeners().unwrap_err();
+            assert!(e.to_string().contains("--advertised-listener"), "{e}");
+            args(&[
+                "--listen",
+                wild,
+                "--advertised-listener",
+                "kaas-0.kaas:9092",
+            ])
+            .validate_listeners()
+            .unwrap();
+        }
+        args(&["--listen", "127.0.0.1:9092"])
+            .validate_listeners()
+            .unwrap();
     }
 }

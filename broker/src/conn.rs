@@ -6,6 +6,11 @@
 //! and writes them. At most `MAX_IN_FLIGHT` requests are outstanding per
 //! connection, which is the back-pressure from slow fsyncs to the socket.
 //! Connections never touch files.
+//!
+//! Each connection has a [`Slot`]: when the accept loop is at its cap it
+//! evicts the connection idle the longest (Kafka closes the least recently
+//! used connection too, KIP-402), so a flood of idle sockets cannot lock
+//! real clients out.
 
 use crate::api::{self, Dispatched};
 use crate::state::Broker;
@@ -21,8 +26,59 @@ use tokio_util::codec::{FramedRead, FramedWrite};
 
 const MAX_IN_FLIGHT: usize = 32;
 
-/// Serve one connection until it closes or misbehaves.
-pub async fn serve(b: Arc<Broker>, sock: TcpStream, peer: std::net::SocketAddr) {
+/// A connection as the accept loop sees it: when it last sent a request,
+/// and the signal that closes it.
+#[derive(Clone)]
+pub struct Slot {
+    born: Instant,
+    /// Milliseconds after `born` of the last complete request (or accept).
+    last: Arc<std::sync::atomic::AtomicU64>,
+    evict: Arc<tokio::sync::Notify>,
+}
+
+impl Default for Slot {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Slot {
+    /// A slot for a connection accepted now.
+    pub fn new() -> Self {
+        Self {
+            born: Instant::now(),
+            last: Arc::default(),
+            evict: Arc::default(),
+        }
+    }
+
+    fn touch(&self) {
+        let ms = self.born.elapsed().as_millis() as u64;
+        self.last.store(ms, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Time since the connection last sent a complete request.
+    pub fn idle(&self) -> Duration {
+        let last = Duration::from_millis(self.last.load(std::sync::atomic::Ordering::Relaxed));
+        self.born.elapsed().saturating_sub(last)
+    }
+
+    /// Ask the connection to close (it stops reading; queued answers are
+    /// still written). A permit is stored if it is not waiting right now.
+    pub fn evict(&self) {
+        self.evict.notify_one();
+    }
+}
+
+/// The protocol's name of an api key ("FindCoordinator"), or "unknown".
+fn api_name(key: Option<i16>) -> String {
+    key.and_then(|k| kaas_protocol::kafka_protocol::messages::ApiKey::try_from(k).ok())
+        .map(|k| format!("{k:?}"))
+        .unwrap_or_else(|| "unknown".to_owned())
+}
+
+/// Serve one connection until it closes, misbehaves or is evicted.
+pub async fn serve(b: Arc<Broker>, sock: TcpStream, peer: std::net::SocketAddr, slot: Slot) {
     let _ = sock.set_nodelay(true);
     let (rd, wr) = sock.into_split();
     let mut frames = FramedRead::new(rd, FrameCodec::new(b.args.max_request_bytes));
@@ -44,11 +100,22 @@ pub async fn serve(b: Arc<Broker>, sock: TcpStream, peer: std::net::SocketAddr) 
     let reader = async move {
         let mut last_activity = Instant::now();
         loop {
-            let next = match tokio::time::timeout(request_timeout, frames.next()).await {
+            let next = tokio::select! {
+                n = tokio::time::timeout(request_timeout, frames.next()) => n,
+                _ = slot.evict.notified() => {
+                    tracing::debug!(%peer, idle_ms = slot.idle().as_millis() as u64, "idle connection evicted for a new one");
+                    return;
+                }
+            };
+            let next = match next {
                 Ok(n) => n,
                 Err(_) => {
                     if !frames.read_buffer().is_empty() {
-                        tracing::warn!(%peer, buffered = frames.read_buffer().len(), "incomplete request stalled; closing connection");
+                        if let Some(count) =
+                            b.peer_warnings.hit(peer.ip(), "stalled", Instant::now())
+                        {
+                            tracing::warn!(%peer, buffered = frames.read_buffer().len(), count, "incomplete request stalled; closing connection");
+                        }
                         return;
                     }
                     if last_activity.elapsed() >= idle_timeout {
@@ -60,11 +127,21 @@ pub async fn serve(b: Arc<Broker>, sock: TcpStream, peer: std::net::SocketAddr) 
             };
             last_activity = Instant::now();
             let frame = match next {
+                Some(Ok(f)) => {
+                    slot.touch();
+                    Some(Ok(f))
+                }
+                other => other,
+            };
+            let frame = match frame {
                 None => return,
                 Some(Ok(f)) => f,
                 Some(Err(FrameError::Io(_))) => return,
                 Some(Err(e)) => {
-                    tracing::warn!(%peer, error = %e, "bad frame; closing connection");
+                    if let Some(count) = b.peer_warnings.hit(peer.ip(), "bad frame", Instant::now())
+                    {
+                        tracing::warn!(%peer, error = %e, count, "bad frame; closing connection");
+                    }
                     return;
                 }
             };
@@ -83,7 +160,15 @@ pub async fn serve(b: Arc<Broker>, sock: TcpStream, peer: std::net::SocketAddr) 
                     continue;
                 }
                 Err(e) => {
-                    tracing::warn!(%peer, error = %e, "unserviceable request; closing connection");
+                    // Name the API: "unsupported version 0 of api key 10"
+                    // says less than FindCoordinator.
+                    let api = api_name(e.header().map(|h| h.api_key));
+                    if let Some(count) =
+                        b.peer_warnings
+                            .hit(peer.ip(), "unserviceable", Instant::now())
+                    {
+                        tracing::warn!(%peer, api = %api, error = %e, count, "unserviceable request; closing connection");
+                    }
                     return;
                 }
             };
@@ -93,7 +178,12 @@ pub async fn serve(b: Arc<Broker>, sock: TcpStream, peer: std::net::SocketAddr) 
                 // acks=0 produce: Kafka sends no response at all.
                 Dispatched::NoResponse => continue,
                 Dispatched::NotAdvertised => {
-                    tracing::warn!(%peer, api_key = header.api_key, version = header.api_version, "api not advertised; closing connection");
+                    if let Some(count) =
+                        b.peer_warnings
+                            .hit(peer.ip(), "not advertised", Instant::now())
+                    {
+                        tracing::warn!(%peer, api = %api_name(Some(header.api_key)), api_key = header.api_key, version = header.api_version, count, "api not advertised; closing connection");
+                    }
                     return;
                 }
             };
@@ -102,7 +192,7 @@ pub async fn serve(b: Arc<Broker>, sock: TcpStream, peer: std::net::SocketAddr) 
                 match encode_response(&header, &body) {
                     Ok(bytes) => Some(bytes),
                     Err(e) => {
-                        tracing::error!(api_key = header.api_key, version = header.api_version, error = %e, "response encoding failed");
+                        tracing::error!(api = %api_name(Some(header.api_key)), api_key = header.api_key, version = header.api_version, error = %e, "response encoding failed");
                         None
                     }
                 }

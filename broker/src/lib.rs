@@ -9,6 +9,8 @@ pub mod api;
 pub mod config;
 pub mod conn;
 pub mod dev;
+pub mod fd_budget;
+pub mod limits;
 pub mod server;
 pub mod state;
 pub mod substrate_cmd;

@@ -14,6 +14,9 @@ use kaas_actors::producer_id_blocks::ProducerIdBlocks;
 use kaas_actors::telemetry::Mailbox;
 use kaas_actors::topic::TopicCatalog;
 use kaas_volume::fs::{GuardedFs, RealFs, SharedFs};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -21,6 +24,7 @@ use tokio::net::TcpListener;
 
 /// Run a broker until SIGTERM/SIGINT.
 pub fn run(args: BrokerArgs) -> anyhow::Result<()> {
+    args.validate_listeners()?;
     let fs: SharedFs = Arc::new(RealFs);
     fs.create_dir_all(&args.data_dir)
         .with_context(|| format!("creating data dir {}", args.data_dir.display()))?;
@@ -33,6 +37,9 @@ pub fn run(args: BrokerArgs) -> anyhow::Result<()> {
     )?;
 
     let timing = args.timing()?;
+    // Before anything opens a file: a flood of connections must never take
+    // the descriptors the heartbeat and the partition logs need.
+    let fds = crate::fd_budget::apply(args.max_connections)?;
     let cluster_id = cluster_id(&fs, &cluster_dir)?;
     let threads = args
         .partition_threads
@@ -42,6 +49,15 @@ pub fn run(args: BrokerArgs) -> anyhow::Result<()> {
                 .unwrap_or(2)
         })
         .max(1);
+    // Bind before joining: a port in use must fail here, before this
+    // broker publishes a liveness record or is granted a partition it could
+    // never serve (it would strand them for a lease). Bound but not yet
+    // listening: until the broker knows the cluster a connection is refused
+    // (so a TCP readiness probe does not pass early), and no other process
+    // can take the port meanwhile.
+    let listener = bind(args.listen).with_context(|| format!("binding {}", args.listen))?;
+    let metrics = bind(args.metrics_listen)
+        .with_context(|| format!("binding metrics {}", args.metrics_listen))?;
     // Blocking: after an unclean exit this waits until the previous
     // incarnation's lease has provably lapsed.
     let (shared, seq) = membership::join(
@@ -114,12 +130,12 @@ pub fn run(args: BrokerArgs) -> anyhow::Result<()> {
         while broker.assignment().version == 0 && std::time::Instant::now() < ready_by {
             tokio::time::sleep(std::time::Duration::from_millis(5)).await;
         }
-        let listener = TcpListener::bind(args.listen)
-            .await
-            .with_context(|| format!("binding {}", args.listen))?;
-        let metrics = TcpListener::bind(args.metrics_listen)
-            .await
-            .with_context(|| format!("binding metrics {}", args.metrics_listen))?;
+        let listener = listener
+            .listen(LISTEN_BACKLOG)
+            .with_context(|| format!("listening on {}", args.listen))?;
+        let metrics = metrics
+            .listen(LISTEN_BACKLOG)
+            .with_context(|| format!("listening on metrics {}", args.metrics_listen))?;
         tokio::task::spawn_local(serve_metrics(metrics));
         tracing::info!(
             listen = %args.listen,
@@ -133,7 +149,7 @@ pub fn run(args: BrokerArgs) -> anyhow::Result<()> {
         );
         eprintln!("kaas broker listening on {}", args.listen);
 
-        let accept = accept_loop(broker.clone(), listener);
+        let accept = accept_loop(broker.clone(), listener, fds.connections);
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         tokio::select! {
             _ = accept => {}
@@ -209,32 +225,107 @@ async fn controlled_shutdown(
     let _ = membership.send(HeartbeatNow).await;
 }
 
-async fn accept_loop(b: Arc<Broker>, listener: TcpListener) {
+/// How often a repeated accept failure or refusal is logged (with a count).
+const ACCEPT_LOG_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A connection idle this long may be evicted for a new one at the cap.
+const EVICT_IDLE_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Accept connections, at most `max_connections` at once (the smaller of
+/// `--max-connections` and the file-descriptor budget). At the cap the
+/// connection idle the longest (at least [`EVICT_IDLE_AFTER`]) is closed to
+/// make room, as Kafka closes its least recently used one; with none that
+/// idle, the new connection is closed at once. Out of descriptors (EMFILE/ENFILE), the loop backs off
+/// instead of spinning, and repeated failures are logged once per interval
+/// with a count.
+async fn accept_loop(b: Arc<Broker>, listener: TcpListener, max_connections: usize) {
+    use crate::limits::EveryInterval;
+    use std::time::{Duration, Instant};
     let t = kaas_actors::telemetry::global();
+    let mut failed = EveryInterval::new(ACCEPT_LOG_INTERVAL);
+    let mut refused = EveryInterval::new(ACCEPT_LOG_INTERVAL);
+    let mut evicted = EveryInterval::new(ACCEPT_LOG_INTERVAL);
+    // Every open connection's slot; only this thread touches it.
+    let slots: Rc<RefCell<HashMap<u64, conn::Slot>>> = Rc::default();
+    let mut next_id = 0u64;
     loop {
         let (sock, peer) = match listener.accept().await {
             Ok(x) => x,
             Err(e) => {
-                tracing::warn!(error = %e, "accept failed");
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                let out_of_fds = matches!(
+                    e.raw_os_error(),
+                    Some(code) if code == rustix::io::Errno::MFILE.raw_os_error()
+                        || code == rustix::io::Errno::NFILE.raw_os_error()
+                );
+                if let Some(count) = failed.hit(Instant::now()) {
+                    tracing::warn!(error = %e, count, interval_s = ACCEPT_LOG_INTERVAL.as_secs(), "accept failed");
+                }
+                // Out of descriptors, the pending connection stays queued
+                // and accept fails again at once: wait for some to close.
+                let pause = if out_of_fds { 100 } else { 10 };
+                tokio::time::sleep(Duration::from_millis(pause)).await;
                 continue;
             }
         };
         let open = t.connections.load(Ordering::Relaxed);
-        if open >= b.args.max_connections as i64 {
-            tracing::warn!(%peer, open, max = b.args.max_connections, "connection limit reached; closing new connection");
-            drop(sock);
-            continue;
+        if open >= max_connections as i64 {
+            let victim = slots
+                .borrow()
+                .iter()
+                .map(|(id, s)| (s.idle(), *id))
+                .filter(|(idle, _)| *idle >= EVICT_IDLE_AFTER)
+                .max();
+            match victim {
+                Some((idle, id)) => {
+                    if let Some(s) = slots.borrow_mut().remove(&id) {
+                        s.evict();
+                    }
+                    if let Some(count) = evicted.hit(Instant::now()) {
+                        tracing::warn!(open, max = max_connections, count, idle_ms = idle.as_millis() as u64, interval_s = ACCEPT_LOG_INTERVAL.as_secs(), "connection limit reached; closing the longest-idle connections for new ones");
+                    }
+                }
+                None => {
+                    if let Some(count) = refused.hit(Instant::now()) {
+                        tracing::warn!(%peer, open, max = max_connections, count, interval_s = ACCEPT_LOG_INTERVAL.as_secs(), "connection limit reached; closing new connections");
+                    }
+                    drop(sock);
+                    continue;
+                }
+            }
         }
         t.connections.fetch_add(1, Ordering::Relaxed);
         let b = b.clone();
+        let slot = conn::Slot::new();
+        let id = next_id;
+        next_id += 1;
+        slots.borrow_mut().insert(id, slot.clone());
+        let slots = slots.clone();
         tokio::task::spawn_local(async move {
-            conn::serve(b, sock, peer).await;
+            conn::serve(b, sock, peer, slot).await;
+            slots.borrow_mut().remove(&id);
             kaas_actors::telemetry::global()
                 .connections
                 .fetch_sub(1, Ordering::Relaxed);
         });
     }
+}
+
+/// Pending connections the kernel queues for each listener (tokio's
+/// default for `TcpListener::bind`).
+const LISTEN_BACKLOG: u32 = 1024;
+
+/// A socket bound to `addr` (outside any runtime), not yet listening: it
+/// holds the port, and fails now if another process listens on it.
+fn bind(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpSocket> {
+    let s = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    // As `TcpListener::bind` does: a restart need not wait out TIME_WAIT.
+    s.set_reuseaddr(true)?;
+    s.bind(addr)?;
+    Ok(s)
 }
 
 /// The cluster id, created once with the exclusive-create primitive (see
@@ -251,6 +342,8 @@ fn cluster_id(fs: &SharedFs, cluster_dir: &std::path::Path) -> anyhow::Result<St
 async fn serve_metrics(l: TcpListener) {
     loop {
         let Ok((mut sock, _)) = l.accept().await else {
+            // Out of descriptors accept fails at once: do not spin.
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
             continue;
         };
         tokio::task::spawn_local(async move {

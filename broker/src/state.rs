@@ -65,6 +65,10 @@ pub struct Broker {
     next_arbiter: AtomicUsize,
     /// This broker's controller actor (elected or not).
     pub controller: std::sync::OnceLock<Mailbox<ControllerActor>>,
+    /// Rate of Metadata auto-creation (--auto-create-per-sec).
+    pub auto_create: std::sync::Mutex<crate::limits::TokenBucket>,
+    /// Repeated warnings about one peer, logged once per interval.
+    pub peer_warnings: crate::limits::PeerWarnings,
 }
 
 /// Why a partition cannot be served.
@@ -88,7 +92,6 @@ impl Broker {
         arbiters: Vec<actix::ArbiterHandle>,
     ) -> Self {
         Self {
-            args,
             fs: fs.read_only(),
             leader_fs: fs,
             shared,
@@ -101,12 +104,30 @@ impl Broker {
             arbiters,
             next_arbiter: AtomicUsize::new(0),
             controller: std::sync::OnceLock::new(),
+            auto_create: std::sync::Mutex::new(crate::limits::TokenBucket::new(
+                args.auto_create_per_sec,
+                args.auto_create_per_sec,
+                std::time::Instant::now(),
+            )),
+            peer_warnings: crate::limits::PeerWarnings::new(Duration::from_secs(10)),
+            args,
         }
     }
 
     /// A topic's stamp, as the newest assignment knows it.
     pub fn topic(&self, name: &str) -> Option<TopicStamp> {
         self.topics.read().unwrap().get(name).cloned()
+    }
+
+    /// Partitions of every topic this broker knows (the cluster's count
+    /// for the partition limits).
+    pub fn partition_count(&self) -> i64 {
+        self.topics
+            .read()
+            .unwrap()
+            .values()
+            .map(|t| i64::from(t.partitions))
+            .sum()
     }
 
     /// A topic's name by id (Fetch v13+, Produce v13, DeleteTopics v6).

@@ -5,7 +5,9 @@
 //! only through `tokio_util::codec`: the connection owns the socket, this
 //! codec only cuts it into frames. The decoder rejects a length before it
 //! buffers the body, so an oversized or negative prefix costs four bytes of
-//! memory, not `max_frame`.
+//! memory, not `max_frame`; and the buffer of an accepted frame grows with
+//! the bytes that arrive, never with the declared length, so a peer that
+//! sends only a prefix declaring 100 MiB costs a few KiB, not 100 MiB.
 
 use bytes::{Buf, Bytes, BytesMut};
 use tokio_util::codec::{Decoder, Encoder};
@@ -16,6 +18,12 @@ pub const SIZE_PREFIX_LEN: usize = 4;
 /// The smallest request body a frame may carry: api key, api version and
 /// correlation id. Anything shorter cannot even be answered.
 pub const MIN_REQUEST_LEN: usize = 8;
+
+/// The most the decoder reserves ahead of the bytes that have arrived. The
+/// buffer grows by at most what it already holds (doubling, so a large frame
+/// costs O(log n) reallocations) and at least by this, so small frames are
+/// read in one go.
+pub const RESERVE_AHEAD: usize = 64 * 1024;
 
 /// Why a frame could not be cut from the stream. Every variant is fatal for
 /// the connection: after a bad length prefix the stream has no recoverable
@@ -79,9 +87,12 @@ impl Decoder for FrameCodec {
         }
         let total = SIZE_PREFIX_LEN + len;
         if src.len() < total {
-            // Reserve what the frame still needs so the next read fills it
-            // without repeated reallocation; bounded by max_frame above.
-            src.reserve(total - src.len());
+            // Grow with what has arrived, not with the declared length: a
+            // prefix alone must not cost `len` bytes of memory (hundreds of
+            // such connections would exhaust the address space). Doubling
+            // keeps a large honest frame at O(log len) reallocations.
+            let ahead = src.len().max(RESERVE_AHEAD);
+            src.reserve((total - src.len()).min(ahead));
             return Ok(None);
         }
         src.advance(SIZE_PREFIX_LEN);
@@ -140,6 +151,33 @@ mod tests {
             codec.decode(&mut short),
             Err(FrameError::TooShort)
         ));
+    }
+
+    /// Catches: the decoder reserving the declared length as soon as the
+    /// prefix arrives (300 such connections took 31 GB of address space).
+    #[test]
+    fn a_prefix_alone_does_not_reserve_the_declared_length() {
+        let declared = 100 * 1024 * 1024;
+        let mut codec = FrameCodec::new(declared);
+        let mut buf = BytesMut::from(&(declared as i32).to_be_bytes()[..]);
+        assert!(codec.decode(&mut buf).unwrap().is_none());
+        assert!(
+            buf.capacity() <= SIZE_PREFIX_LEN + 2 * RESERVE_AHEAD,
+            "reserved {} bytes for a bare prefix",
+            buf.capacity()
+        );
+        // An honest frame still decodes when its bytes do arrive, in pieces.
+        let body = vec![7u8; 3 * RESERVE_AHEAD + 5];
+        let whole = framed(&body);
+        let mut buf = BytesMut::new();
+        let mut got = None;
+        for chunk in whole.chunks(1000) {
+            buf.extend_from_slice(chunk);
+            if let Some(f) = codec.decode(&mut buf).unwrap() {
+                got = Some(f);
+            }
+        }
+        assert_eq!(got.unwrap().len(), body.len());
     }
 
     #[test]

@@ -71,3 +71,14 @@ def test_restart_keeps_data_and_topic_id(broker, topic_name, how):
         for m in got[part]:
             want = (offs.get(int(m.value)) or offs2[int(m.value)])
             assert (part, m.offset) == want
+
+
+def test_a_clean_sigterm_logs_no_error(broker, topic_name):
+    """A clean exit revokes the lease, then publishes clean_exit: that last
+    heartbeat lands after the lease ended on purpose and is not an ERROR
+    (ERROR means someone must act)."""
+    create_topic(broker.bootstrap, topic_name, PARTITIONS)
+    produce(broker.bootstrap, topic_name, 0, 10)
+    assert broker.sigterm() == 0
+    errors = [l for l in broker.log_text().splitlines() if " ERROR " in l]
+    assert not errors, "\n".join(errors)

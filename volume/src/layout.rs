@@ -9,8 +9,8 @@
 //!   <topic>/<p>/<base:020>-e<E>.log        segment (and .index, .timeindex)
 //!   <topic>/<p>/manifest-e<E>.json         partition manifest of epoch E
 //!   <topic>/<p>/leader-e<E>.claim          leader-epoch claim (O_EXCL)
-//!   .creating-<topic>-<id>/                a topic being created
-//!   .deleted-<topic>-<id>/                 a deleted topic being removed
+//!   .creating-<id>/                        a topic being created
+//!   .deleted-<id>/                         a deleted topic being removed
 //!   __cluster/                             (or KAAS_CLUSTER_DIR)
 //!     cluster-id
 //!     assignment.json
@@ -18,6 +18,12 @@
 //!     controller/epoch-<n:010>.json
 //!     producer-ids/block-<n:012>.json
 //! ```
+//!
+//! Scratch and trash directories are named by topic id only (the stamp
+//! inside carries the name): a topic name may be 249 characters, and with
+//! the name in them they would pass the 255-byte file-name limit. Older
+//! versions wrote `.deleted-<topic>-<id>` / `.creating-<topic>-<id>`; those
+//! are still recognised (by prefix) and removed.
 //!
 //! Any directory may also hold `.tmp-<name>-<hex>` files of an interrupted
 //! [`crate::fs::write_atomic`]; the data and cluster directories may hold a
@@ -192,22 +198,24 @@ pub fn parse_partition(name: &str) -> Option<i32> {
     name.parse().ok()
 }
 
-/// `.deleted-<topic>-<id>`: a topic renamed aside for removal.
-pub fn deleted_topic(topic: &str, id: impl std::fmt::Display) -> String {
-    format!("{DELETED_PREFIX}{topic}-{id}")
+/// `.deleted-<id>`: a topic renamed aside for removal.
+pub fn deleted_topic(id: impl std::fmt::Display) -> String {
+    format!("{DELETED_PREFIX}{id}")
 }
 
-/// Whether `name` is a topic renamed aside for removal.
+/// Whether `name` is a topic renamed aside for removal (either form,
+/// `.deleted-<id>` or an older version's `.deleted-<topic>-<id>`).
 pub fn is_deleted_topic(name: &str) -> bool {
     name.starts_with(DELETED_PREFIX)
 }
 
-/// `.creating-<topic>-<id>`: a topic directory being built.
-pub fn creating_topic(topic: &str, id: impl std::fmt::Display) -> String {
-    format!("{CREATING_PREFIX}{topic}-{id}")
+/// `.creating-<id>`: a topic directory being built.
+pub fn creating_topic(id: impl std::fmt::Display) -> String {
+    format!("{CREATING_PREFIX}{id}")
 }
 
-/// Whether `name` is a topic directory being built (or abandoned).
+/// Whether `name` is a topic directory being built (or abandoned), in
+/// either form (see [`is_deleted_topic`]).
 pub fn is_creating_topic(name: &str) -> bool {
     name.starts_with(CREATING_PREFIX)
 }
@@ -378,9 +386,16 @@ mod tests {
     #[test]
     fn topic_names_are_recognised() {
         let id = "00000000-0000-0000-0000-000000000001";
-        assert!(is_deleted_topic(&deleted_topic("t", id)));
-        assert!(is_creating_topic(&creating_topic("t", id)));
-        assert!(!is_deleted_topic(&creating_topic("t", id)));
+        assert!(is_deleted_topic(&deleted_topic(id)));
+        assert!(is_creating_topic(&creating_topic(id)));
+        assert!(!is_deleted_topic(&creating_topic(id)));
+        // An older version's forms, with the name in them.
+        assert!(is_deleted_topic(&format!(".deleted-t-{id}")));
+        assert!(is_creating_topic(&format!(".creating-t-{id}")));
+        // The longest valid topic name still fits in a file name when
+        // renamed aside or built: the name is not part of these.
+        assert!(deleted_topic(id).len() + 249 > 255);
+        assert!(deleted_topic(id).len() < 64 && creating_topic(id).len() < 64);
         assert!(is_temp(&temp(TOPIC_STAMP, 1)));
         for n in [TOPIC_STAMP, CLUSTER_DIR, ".x"] {
             assert!(is_reserved_topic_name(n), "{n}");

@@ -4,7 +4,7 @@
 //!
 //! Names are not identities: a topic is its id (KIP-516), stamped in
 //! `<data>/<topic>/.topic-id.json`. Delete renames the directory aside to
-//! `.deleted-<name>-<id>` (one same-directory rename: readers see the topic
+//! `.deleted-<id>` (one same-directory rename: readers see the topic
 //! or nothing) and then removes the tree; the removal is re-driven by every
 //! [`Janitor`] pass until nothing is left. A re-created topic of the same
 //! name therefore starts in an empty directory and never inherits an earlier
@@ -50,6 +50,15 @@ pub enum TopicError {
     /// INVALID_TOPIC_EXCEPTION (17)
     #[error("invalid topic name {0:?}: {1}")]
     InvalidName(String, &'static str),
+    /// INVALID_TOPIC_EXCEPTION (17): differs from an existing topic only
+    /// in '.' versus '_' (their metric names would clash; Kafka refuses it).
+    #[error("topic {name} collides with existing topic {existing}: '.' and '_' are interchangeable in metric names")]
+    Collides {
+        /// The name asked for.
+        name: String,
+        /// The existing topic it collides with.
+        existing: String,
+    },
     /// INVALID_PARTITIONS (37)
     #[error("invalid partition count {0}")]
     InvalidPartitions(i32),
@@ -202,8 +211,33 @@ pub fn scan(fs: &dyn Fs, data: &Path) -> Result<BTreeMap<String, TopicStamp>, To
     Ok(topics)
 }
 
+/// The name with '.' and '_' made equal: two topics with the same key have
+/// the same metric names, so Kafka refuses the second.
+pub fn collision_key(name: &str) -> String {
+    name.replace('.', "_")
+}
+
+/// The existing topic `name` collides with, if any. Only names with a '.'
+/// or '_' can collide, so only they pay for listing the data directory.
+/// A check-then-act, not a guarantee: two brokers creating `a.b` and `a_b`
+/// at the same instant can both succeed (the clash is in metric names, not
+/// in the data, so a best-effort check is what it needs).
+fn colliding_topic(fs: &dyn Fs, data: &Path, name: &str) -> io::Result<Option<String>> {
+    if !name.contains(['.', '_']) {
+        return Ok(None);
+    }
+    let key = collision_key(name);
+    Ok(fs.list(data)?.into_iter().find(|other| {
+        other != name
+            && other.contains(['.', '_'])
+            && validate_name(other).is_ok()
+            && collision_key(other) == key
+    }))
+}
+
 /// Validate a create request and make the stamp it would write, without
-/// touching the volume beyond one existence check.
+/// touching the volume beyond one existence check (and, for a name with a
+/// '.' or '_', one listing for the collision check).
 pub fn plan_create(
     fs: &dyn Fs,
     data: &Path,
@@ -221,6 +255,12 @@ pub fn plan_create(
     if fs.is_dir(&data.join(name)) {
         return Err(TopicError::AlreadyExists(name.to_owned()));
     }
+    if let Some(existing) = colliding_topic(fs, data, name)? {
+        return Err(TopicError::Collides {
+            name: name.to_owned(),
+            existing,
+        });
+    }
     Ok(TopicStamp {
         topic_id: Uuid::new_v4(),
         name: name.to_owned(),
@@ -229,14 +269,14 @@ pub fn plan_create(
     })
 }
 
-/// Create the topic `stamp` describes: build `.creating-<name>-<id>/`
+/// Create the topic `stamp` describes: build `.creating-<id>/`
 /// holding the stamp, then rename it to `<name>` — one atomic step, so a
 /// crash never leaves a half-created topic to be adopted with the wrong
 /// shape; a [`Janitor`] removes an abandoned `.creating-` directory.
 pub fn create(fs: &dyn Fs, data: &Path, stamp: &TopicStamp) -> Result<(), TopicError> {
     let name = stamp.name.as_str();
     let dir = data.join(name);
-    let building = data.join(layout::creating_topic(name, stamp.topic_id));
+    let building = data.join(layout::creating_topic(stamp.topic_id));
     fs.create_dir_all(&building)?;
     write_stamp(fs, &building, stamp)?;
     let renamed = match fs.rename(&building, &dir) {
@@ -264,7 +304,7 @@ pub fn create(fs: &dyn Fs, data: &Path, stamp: &TopicStamp) -> Result<(), TopicE
 }
 
 /// Delete topic `name` (callers stop its partition leaders first): rename
-/// it aside to `.deleted-<name>-<id>`, then try once to remove the tree; a
+/// it aside to `.deleted-<id>`, then try once to remove the tree; a
 /// [`Janitor`] pass re-drives an unfinished removal. Returns the stamp.
 pub fn delete(fs: &dyn Fs, data: &Path, name: &str) -> Result<TopicStamp, TopicError> {
     // The stamp by exact name: another broker may have created it.
@@ -273,7 +313,7 @@ pub fn delete(fs: &dyn Fs, data: &Path, name: &str) -> Result<TopicStamp, TopicE
         Some(Err(e)) => return Err(TopicError::Storage(format!("unreadable topic stamp: {e}"))),
         None => return Err(TopicError::Unknown(name.to_owned())),
     };
-    let aside = data.join(layout::deleted_topic(name, stamp.topic_id));
+    let aside = data.join(layout::deleted_topic(stamp.topic_id));
     match fs.rename(&data.join(name), &aside) {
         Ok(()) => {}
         // A lost reply to a rename that happened: check, don't assume.
@@ -440,11 +480,73 @@ mod tests {
         }
     }
 
+    /// Catches: `.creating-<name>-<id>` / `.deleted-<name>-<id>` passing the
+    /// 255-byte file-name limit for names of 209-249 characters (valid in
+    /// Kafka), which failed with "File name too long".
+    #[test]
+    fn longest_valid_name_is_created_deleted_and_recreated() {
+        let d = tempfile::tempdir().unwrap();
+        let name = "n".repeat(249);
+        let a = create_named(&RealFs, d.path(), &name);
+        assert_eq!(scan(&RealFs, d.path()).unwrap()[&name], a);
+        assert_eq!(delete(&RealFs, d.path(), &name).unwrap(), a);
+        let b = create_named(&RealFs, d.path(), &name);
+        assert_ne!(a.topic_id, b.topic_id);
+        let names: Vec<_> = std::fs::read_dir(d.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(names, vec![name]);
+    }
+
+    /// Catches: `a.b` and `a_b` coexisting (their metric names clash).
+    #[test]
+    fn names_differing_only_in_dot_and_underscore_collide() {
+        let d = tempfile::tempdir().unwrap();
+        create_named(&RealFs, d.path(), "a.b");
+        assert_eq!(
+            plan_create(&RealFs, d.path(), "a_b", 1, BTreeMap::new()),
+            Err(TopicError::Collides {
+                name: "a_b".into(),
+                existing: "a.b".into()
+            })
+        );
+        create_named(&RealFs, d.path(), "x_y.z");
+        assert!(matches!(
+            plan_create(&RealFs, d.path(), "x.y_z", 1, BTreeMap::new()),
+            Err(TopicError::Collides { .. })
+        ));
+        // Same name: already exists, not a collision; others are fine.
+        assert_eq!(
+            plan_create(&RealFs, d.path(), "a.b", 1, BTreeMap::new()),
+            Err(TopicError::AlreadyExists("a.b".into()))
+        );
+        for ok in ["a-b", "ab", "a.b.c", "b.a"] {
+            plan_create(&RealFs, d.path(), ok, 1, BTreeMap::new()).unwrap();
+        }
+    }
+
+    /// Leftovers of an older version, named with the topic, are still
+    /// removed.
+    #[test]
+    fn janitor_removes_old_form_leftovers() {
+        let d = tempfile::tempdir().unwrap();
+        let id = "00000000-0000-0000-0000-000000000002";
+        let deleted = d.path().join(format!(".deleted-t-{id}"));
+        let creating = d.path().join(format!(".creating-t-{id}"));
+        std::fs::create_dir_all(deleted.join("0")).unwrap();
+        std::fs::create_dir_all(&creating).unwrap();
+        let mut j = Janitor::default();
+        j.pass(&RealFs, d.path());
+        assert!(!deleted.exists());
+        j.pass(&RealFs, d.path());
+        assert!(!creating.exists());
+    }
+
     #[test]
     fn janitor_spares_a_fresh_creating_dir_and_removes_an_abandoned_one() {
         let d = tempfile::tempdir().unwrap();
         let building = d.path().join(layout::creating_topic(
-            "x",
             "00000000-0000-0000-0000-000000000001",
         ));
         std::fs::create_dir_all(&building).unwrap();

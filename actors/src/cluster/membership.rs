@@ -348,7 +348,11 @@ impl MembershipState {
             Ok(()) => {
                 self.failures = 0;
                 let lease_valid = lease.renewed(inc, started, clock.now());
-                if !lease_valid {
+                if leaving {
+                    // The clean exit revoked the lease first, on purpose:
+                    // this record only tells the others we are gone.
+                    tracing::info!(broker_id = self.shared.broker_id, "clean exit published");
+                } else if !lease_valid {
                     tracing::error!(
                         broker_id = self.shared.broker_id,
                         "heartbeat completed after the lease ended: fenced"

@@ -24,6 +24,7 @@
 //!   directories stopped mid-operation, whose effect on the volume is
 //!   unknown: KAFKA_STORAGE_ERROR, not a leadership change.
 
+use crate::limits::LimitError;
 use crate::state::LookupError;
 use kaas_actors::partition::messages::PartitionError;
 use kaas_actors::partition::reader::ReadError;
@@ -91,10 +92,27 @@ impl From<&TopicError> for ApiError {
         Self(match e {
             TopicError::AlreadyExists(_) => ResponseError::TopicAlreadyExists,
             TopicError::Unknown(_) => ResponseError::UnknownTopicOrPartition,
-            TopicError::InvalidName(..) => ResponseError::InvalidTopicException,
+            TopicError::InvalidName(..) | TopicError::Collides { .. } => {
+                ResponseError::InvalidTopicException
+            }
             TopicError::InvalidPartitions(_) => ResponseError::InvalidPartitions,
             TopicError::InvalidConfig(_) => ResponseError::InvalidConfig,
             TopicError::Storage(_) => ResponseError::KafkaStorageError,
+        })
+    }
+}
+
+impl From<&LimitError> for ApiError {
+    fn from(e: &LimitError) -> Self {
+        Self(match e {
+            // What Kafka answers when a CreateTopicPolicy refuses a create.
+            LimitError::PartitionsPerRequest { .. } | LimitError::ClusterPartitions { .. } => {
+                ResponseError::PolicyViolation
+            }
+            // What Kafka answers for a topic whose auto-creation has not
+            // (yet) happened: retriable, so the client asks again later
+            // instead of failing (Metadata has no throttling error).
+            LimitError::AutoCreateDeferred(_) => ResponseError::LeaderNotAvailable,
         })
     }
 }
@@ -160,9 +178,34 @@ mod tests {
             ApiError::from(&TopicError::InvalidName("x".into(), "y")).code(),
             17
         );
+        assert_eq!(
+            ApiError::from(&TopicError::Collides {
+                name: "a_b".into(),
+                existing: "a.b".into()
+            })
+            .code(),
+            17
+        );
         assert_eq!(ApiError::from(&BatchError::Corrupt("x".into())).code(), 2);
         assert_eq!(ApiError::from(&BatchError::UnsupportedMagic(1)).code(), 43);
         assert_eq!(ApiError::from(&BatchError::Empty).code(), 87);
+        assert_eq!(
+            ApiError::from(&LimitError::PartitionsPerRequest { asked: 2, max: 1 }).code(),
+            44
+        );
+        assert_eq!(
+            ApiError::from(&LimitError::ClusterPartitions {
+                existing: 1,
+                asked: 2,
+                max: 2
+            })
+            .code(),
+            44
+        );
+        assert_eq!(
+            ApiError::from(&LimitError::AutoCreateDeferred("x")).code(),
+            5
+        );
     }
 
     /// A leader's mailbox failure is the same code whichever API met it.

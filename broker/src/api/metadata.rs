@@ -5,6 +5,7 @@
 
 use super::error::{ApiError, NONE};
 use super::{await_topic_ready, live_brokers, s, Reply};
+use crate::limits::{LimitError, PartitionBudget};
 use crate::state::Broker;
 use kaas_actors::topic::{CreateTopic, TopicStamp};
 use kaas_protocol::kafka_protocol::messages::metadata_request::MetadataRequestTopic;
@@ -84,22 +85,27 @@ async fn metadata(b: &Arc<Broker>, r: MetadataRequest, v: i16) -> MetadataRespon
         }
     }
     let allow_create = may_auto_create(b.args.auto_create_topics, v, r.allow_auto_topic_creation);
+    let mut creates = AutoCreates {
+        left: b.args.max_auto_create_per_request,
+        budget: None,
+    };
     for (name, id) in wanted {
         let mut mt = MetadataResponseTopic::default();
         let stamp = match &name {
             Some(n) => match b.topic(n) {
-                Some(t) => Some(t),
+                Some(t) => Ok(Some(t)),
                 None if allow_create && kaas_actors::topic::validate_name(n).is_ok() => {
-                    auto_create(b, n).await
+                    auto_create(b, n, &mut creates).await
                 }
-                None => known_soon(b, n).await,
+                None => Ok(known_soon(b, n).await),
             },
-            None => b.topic_by_id(&id),
+            None => Ok(b.topic_by_id(&id)),
         };
         mt.name = name.clone().map(|n| TopicName(s(&n)));
         mt.topic_id = id;
         match stamp {
-            None => {
+            Err(e) => mt.error_code = ApiError::from(&e).code(),
+            Ok(None) => {
                 mt.error_code = ApiError(match &name {
                     Some(n) if kaas_actors::topic::validate_name(n).is_err() => {
                         ResponseError::InvalidTopicException
@@ -109,7 +115,7 @@ async fn metadata(b: &Arc<Broker>, r: MetadataRequest, v: i16) -> MetadataRespon
                 })
                 .code();
             }
-            Some(t) => {
+            Ok(Some(t)) => {
                 mt.name = Some(TopicName(s(&t.name)));
                 mt.topic_id = t.topic_id;
                 mt.partitions = partitions(b, &t);
@@ -164,7 +170,50 @@ fn partitions(b: &Broker, t: &TopicStamp) -> Vec<MetadataResponsePartition> {
         .collect()
 }
 
-async fn auto_create(b: &Broker, name: &str) -> Option<TopicStamp> {
+/// The auto-creation bounds of one Metadata request: how many more topics
+/// it may create, and its partition budget (made on first use).
+struct AutoCreates {
+    left: usize,
+    budget: Option<PartitionBudget>,
+}
+
+/// Why this request will not create `name` now, if it will not: the
+/// per-request cap, the broker's rate, or the partition limits. Like Kafka
+/// (whose auto-creation is asynchronous and only logs a refused create),
+/// the topic is then answered LEADER_NOT_AVAILABLE: retriable, so a client
+/// asking again later gets it created once the bound allows.
+fn defer_auto_create(b: &Broker, name: &str, c: &mut AutoCreates) -> Option<LimitError> {
+    if c.left == 0 {
+        return Some(LimitError::AutoCreateDeferred(
+            "too many topics in one request (--max-auto-create-per-request)",
+        ));
+    }
+    let budget = c
+        .budget
+        .get_or_insert_with(|| PartitionBudget::new(&b.args, b.partition_count()));
+    if let Err(e) = budget.clone().admit(b.args.default_partitions) {
+        tracing::warn!(topic = %name, reason = %e, "auto-creation refused");
+        return Some(LimitError::AutoCreateDeferred("partition limit reached"));
+    }
+    if !b.auto_create.lock().unwrap().try_take(Instant::now()) {
+        return Some(LimitError::AutoCreateDeferred(
+            "auto-creation rate exceeded (--auto-create-per-sec)",
+        ));
+    }
+    c.left -= 1;
+    let _ = budget.admit(b.args.default_partitions);
+    None
+}
+
+async fn auto_create(
+    b: &Broker,
+    name: &str,
+    c: &mut AutoCreates,
+) -> Result<Option<TopicStamp>, LimitError> {
+    if let Some(e) = defer_auto_create(b, name, c) {
+        tracing::debug!(topic = %name, reason = %e, "auto-creation deferred");
+        return Err(e);
+    }
     let r = b
         .catalog
         .send(CreateTopic {
@@ -178,10 +227,10 @@ async fn auto_create(b: &Broker, name: &str) -> Option<TopicStamp> {
         Ok(Ok(t)) => {
             tracing::info!(topic = %name, partitions = t.partitions, "auto-created topic");
             await_topic_ready(b, name, t.topic_id, Duration::from_secs(5)).await;
-            b.topic(name)
+            Ok(b.topic(name))
         }
         // Created meanwhile by another broker: wait for the assignment.
-        _ => known_soon(b, name).await,
+        _ => Ok(known_soon(b, name).await),
     }
 }
 

@@ -8,6 +8,7 @@
 use crate::api::admin::topic_configs;
 use crate::api::error::ApiError;
 use crate::api::{await_topic_ready, s, Reply};
+use crate::limits::PartitionBudget;
 use crate::state::Broker;
 use kaas_actors::topic::CreateTopic;
 use kaas_protocol::kafka_protocol::messages::create_topics_response::{
@@ -51,6 +52,9 @@ fn for_version(tr: &mut CreatableTopicResult, v: i16) {
 
 async fn create_topics(b: &Arc<Broker>, r: CreateTopicsRequest, v: i16) -> CreateTopicsResponse {
     let mut resp = CreateTopicsResponse::default();
+    // The partition limits count every topic of the request (and what the
+    // cluster already holds), checked before anything touches the volume.
+    let mut budget = PartitionBudget::new(&b.args, b.partition_count());
     for t in r.topics {
         let name = t.name.0.to_string();
         let mut tr = CreatableTopicResult::default();
@@ -81,6 +85,9 @@ async fn create_topics(b: &Arc<Broker>, r: CreateTopicsRequest, v: i16) -> Creat
                         .into(),
                 ),
             );
+        } else if let Err(e) = budget.admit(partitions) {
+            tracing::info!(topic = %name, partitions, reason = %e, "topic creation refused");
+            fail(&mut tr, ApiError::from(&e), Some(e.to_string()));
         } else {
             let configs: BTreeMap<String, String> = t
                 .configs

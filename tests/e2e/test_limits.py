@@ -1,0 +1,133 @@
+"""Declared limits (issue 13): a request that asks for more than the broker
+declares it serves is refused with the Kafka error code, before it touches
+the volume, and the broker keeps serving everyone else.
+
+* CreateTopics: partitions per request (--max-partitions-per-request) and in
+  the cluster (--max-partitions) -> POLICY_VIOLATION (44);
+* Metadata auto-creation: per request (--max-auto-create-per-request) and per
+  second (--auto-create-per-sec) -> LEADER_NOT_AVAILABLE (5), not created.
+"""
+
+import struct
+
+from confluent_kafka import KafkaError
+from confluent_kafka.admin import NewTopic
+
+import kafka_wire as kw
+from conftest import admin, assert_healthy, create_topic, produce_and_check
+
+POLICY_VIOLATION = 44
+LEADER_NOT_AVAILABLE = 5
+
+
+def create_codes(bootstrap, topics, timeout=30.0):
+    """{name: Kafka error code} of one CreateTopics request."""
+    a = admin(bootstrap)
+    fs = a.create_topics([NewTopic(n, num_partitions=p, replication_factor=1) for n, p in topics],
+                         operation_timeout=timeout, request_timeout=timeout)
+    out = {}
+    for name, f in fs.items():
+        e = f.exception(timeout=timeout)
+        out[name] = 0 if e is None else e.args[0].code()
+    return out
+
+
+def metadata_v4(addr, topics, allow_auto_create=True):
+    """{name: error code} of a Metadata v4 request for `topics`."""
+    body = kw.i32(len(topics)) + b"".join(kw.string(t) for t in topics)
+    body += struct.pack(">b", 1 if allow_auto_create else 0)
+    with kw.connect(addr, timeout=60) as s:
+        r = kw.Reader(kw.roundtrip(s, kw.request_header(3, 4, 7) + body))
+    assert r.i32() == 7  # correlation id
+    r.i32()  # throttle
+    for _ in range(r.i32()):  # brokers
+        r.i32(), r.string(), r.i32(), r.string()
+    r.string()  # cluster id
+    r.i32()  # controller
+    out = {}
+    for _ in range(r.i32()):
+        code, name = r.i16(), r.string()
+        r.i8()  # internal
+        for _ in range(r.i32()):
+            r.i16(), r.i32(), r.i32(), r.i32()
+            for _ in range(r.i32()):
+                r.i32()
+            for _ in range(r.i32()):
+                r.i32()
+        out[name] = code
+    return out
+
+
+def test_100000_partitions_in_one_request_is_a_policy_violation(broker, topic_name):
+    codes = create_codes(broker.bootstrap, [(topic_name, 100_000)])
+    assert codes[topic_name] == POLICY_VIOLATION == KafkaError.POLICY_VIOLATION
+    assert not broker.topic_dir(topic_name).exists()
+    assert_healthy(broker)
+
+
+def test_partitions_per_request_count_every_topic(broker_factory, topic_name):
+    b = broker_factory(["--max-partitions-per-request", "5"])
+    codes = create_codes(b.bootstrap, [(topic_name + "-a", 3), (topic_name + "-b", 3)])
+    assert sorted(codes.values()) == [0, POLICY_VIOLATION], codes
+    refused = [n for n, c in codes.items() if c]
+    assert not b.topic_dir(refused[0]).exists()
+    assert_healthy(b)
+
+
+def test_cluster_partition_limit(broker_factory, topic_name):
+    b = broker_factory(["--max-partitions", "10"])
+    create_topic(b.bootstrap, topic_name + "-a", 8)
+    assert create_codes(b.bootstrap, [(topic_name + "-b", 3)]) == {topic_name + "-b": POLICY_VIOLATION}
+    assert not b.topic_dir(topic_name + "-b").exists()
+    assert create_codes(b.bootstrap, [(topic_name + "-c", 2)]) == {topic_name + "-c": 0}
+    # Auto-creation is held to the same limit: deferred, not created.
+    assert metadata_v4(b.addr, [topic_name + "-d"]) == {topic_name + "-d": LEADER_NOT_AVAILABLE}
+    assert not b.topic_dir(topic_name + "-d").exists()
+    # Existing topics are served as before (no new topic fits).
+    produce_and_check(b.bootstrap, topic_name + "-a")
+    b.assert_no_panic()
+
+
+def test_auto_create_is_capped_per_request(broker_factory, topic_name):
+    b = broker_factory(["--max-auto-create-per-request", "3"])
+    names = [f"{topic_name}-{i}" for i in range(5)]
+    codes = metadata_v4(b.addr, names)
+    created = [n for n in names if b.topic_dir(n).exists()]
+    assert len(created) == 3, (codes, created)
+    for n in names:
+        if n not in created:
+            assert codes[n] == LEADER_NOT_AVAILABLE, codes
+    # The deferred ones are created when asked again.
+    codes = metadata_v4(b.addr, names)
+    assert all(b.topic_dir(n).exists() for n in names), codes
+    assert_healthy(b)
+
+
+def test_auto_create_is_rate_limited(broker_factory, topic_name):
+    # 0.05 per second: a burst of one, then nothing for 20 s.
+    b = broker_factory(["--auto-create-per-sec", "0.05"])
+    names = [f"{topic_name}-{i}" for i in range(4)]
+    codes = metadata_v4(b.addr, names)
+    created = [n for n in names if b.topic_dir(n).exists()]
+    assert len(created) == 1, (codes, created)
+    assert [codes[n] for n in names if n not in created] == [LEADER_NOT_AVAILABLE] * 3, codes
+    # A client that does not allow auto-creation still gets UNKNOWN_TOPIC.
+    assert metadata_v4(b.addr, [topic_name + "-x"], allow_auto_create=False) == {topic_name + "-x": 3}
+    assert_healthy(b)
+
+
+def test_repeated_bad_requests_are_logged_once_per_interval_and_named(broker):
+    for _ in range(20):
+        with kw.connect(broker.addr) as s:
+            s.sendall(struct.pack(">i", -5) + b"\x00" * 8)
+            assert kw.wait_closed(s, 10) is not None
+    # FindCoordinator (key 10) is not served: closed, and named in the log.
+    for _ in range(5):
+        with kw.connect(broker.addr) as s:
+            s.sendall(kw.frame(kw.request_header(10, 0, 1) + kw.string("group")))
+            assert kw.wait_closed(s, 10) is not None
+    log = broker.log_text()
+    assert log.count("bad frame") == 1, broker.log_tail()
+    assert log.count("unserviceable request") == 1, broker.log_tail()
+    assert "api=FindCoordinator" in log, broker.log_tail()
+    assert_healthy(broker)
