@@ -373,11 +373,8 @@ pub(crate) mod tests {
     use crate::cluster::lease::LeaseGuard;
     use crate::partition::claim::ClaimOwner;
     use crate::partition::log::{Claimant, LogConfig};
-    use bytes::{Bytes, BytesMut};
+    use bytes::Bytes;
     use kaas_protocol::batch::{validate_batches, BatchInfo};
-    use kaas_protocol::kafka_protocol::records::{
-        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-    };
     use kaas_volume::fs::fault::FaultFs;
     use kaas_volume::fs::SharedFs;
     use std::time::Duration;
@@ -385,34 +382,7 @@ pub(crate) mod tests {
     const LEASE: Duration = Duration::from_secs(3);
 
     pub(crate) fn batch(n: usize) -> (Bytes, Vec<BatchInfo>) {
-        let records: Vec<Record> = (0..n)
-            .map(|i| Record {
-                transactional: false,
-                control: false,
-                delete_horizon: false,
-                partition_leader_epoch: -1,
-                producer_id: -1,
-                producer_epoch: -1,
-                timestamp_type: TimestampType::Creation,
-                offset: i as i64,
-                sequence: -1,
-                timestamp: 1_700_000_000_000,
-                key: None,
-                value: Some(Bytes::from_static(b"v")),
-                headers: Default::default(),
-            })
-            .collect();
-        let mut buf = BytesMut::new();
-        RecordBatchEncoder::encode(
-            &mut buf,
-            &records,
-            &RecordEncodeOptions {
-                version: 2,
-                compression: Compression::None,
-            },
-        )
-        .unwrap();
-        let b = buf.freeze();
+        let b = crate::partition::tests::batch(&vec!["v"; n], 1_700_000_000_000);
         let infos = validate_batches(&b).unwrap();
         (b, infos)
     }

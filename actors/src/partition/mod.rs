@@ -13,4 +13,4 @@ pub mod messages;
 pub mod reader;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

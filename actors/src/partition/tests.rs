@@ -20,7 +20,8 @@ use kaas_volume::fs::{ReadOnly, RealFs, SharedFs};
 use std::path::Path;
 use std::sync::Arc;
 
-fn batch(values: &[&str], ts: i64) -> Bytes {
+/// One record batch of `values` (keys `k<value>`), timestamps from `ts`.
+pub(crate) fn batch(values: &[&str], ts: i64) -> Bytes {
     let records: Vec<Record> = values
         .iter()
         .enumerate()
