@@ -83,8 +83,8 @@ struct Sight {
 }
 
 /// Whether broker `id` can serve what it is granted: it has applied an
-/// assignment (its listeners are bound before it joins, and its watcher
-/// runs), so a broker that joins and then fails start-up is never handed
+/// assignment (its watcher runs; and once its listeners are bound before it
+/// joins, they are up), so a broker that joins and then fails start-up is never handed
 /// partitions taken from healthy brokers — a crash loop moves nothing. The
 /// controller's own broker is exempt: its watcher applies what this
 /// controller writes at once, and on a new cluster somebody must be first.
