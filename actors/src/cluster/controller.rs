@@ -453,6 +453,13 @@ impl ControllerState {
                 }
             }
         }
+        let lease = self.shared.timing.lease;
+        *self.shared.silent.lock().unwrap() = l
+            .observed
+            .iter()
+            .filter(|(id, o)| **id != self.shared.broker_id && o.still > lease)
+            .map(|(id, _)| *id)
+            .collect();
     }
 
     /// Topic stamps by exact name; the listing only discovers names.

@@ -394,6 +394,16 @@ fn a_successor_regrants_the_dead_controllers_partitions_in_its_first_pass() {
         if step(&mut m1, &mut m2, &mut c1) {
             two_last_beat = clock.now();
         }
+        // Before anyone can re-grant, Metadata on this host already stops
+        // naming the silent controller's broker once it has stood still for
+        // a lease here (clients re-query quickly), and only then.
+        let silent_for = clock.now() - killed;
+        if silent_for > TIMING.lease + TIMING.poll {
+            assert!(s1.is_silent(0), "still advertised after {silent_for:?}");
+        } else if silent_for <= TIMING.lease {
+            assert!(!s1.is_silent(0), "hidden after only {silent_for:?}");
+        }
+        assert!(!s1.is_silent(2) && !s1.is_silent(1));
         assert!(
             clock.now() - killed <= TIMING.dead_after() + 2 * TIMING.poll,
             "no election"

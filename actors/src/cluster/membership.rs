@@ -88,6 +88,13 @@ pub struct Shared {
     pub advertised: (String, i32),
     /// Timing.
     pub timing: Timing,
+    /// Brokers this host (its controller actor, candidate or elected) has
+    /// watched stand still for more than a lease: they have fenced
+    /// themselves. Metadata does not name them leader, so clients re-query
+    /// quickly instead of waiting for their periodic refresh — also while no
+    /// controller is left to stop advertising them (the controller's own
+    /// broker died). A hint for answers only; nothing is written on it.
+    pub silent: Mutex<Vec<i32>>,
 }
 
 impl Shared {
@@ -110,7 +117,13 @@ impl Shared {
             cluster_dir,
             advertised,
             timing,
+            silent: Mutex::new(Vec::new()),
         }
+    }
+
+    /// See [`Shared::silent`].
+    pub fn is_silent(&self, id: i32) -> bool {
+        self.silent.lock().unwrap().contains(&id)
     }
 
     /// The clock leases and observations are timed on.
