@@ -82,16 +82,6 @@ struct Sight {
     missing: HashMap<i32, Duration>,
 }
 
-/// Whether broker `id` can serve what it is granted: it has applied an
-/// assignment (its watcher runs; and once its listeners are bound before it
-/// joins, they are up), so a broker that joins and then fails start-up is never handed
-/// partitions taken from healthy brokers — a crash loop moves nothing. The
-/// controller's own broker is exempt: its watcher applies what this
-/// controller writes at once, and on a new cluster somebody must be first.
-fn can_serve(me: i32, id: i32, r: &BrokerRecord) -> bool {
-    id == me || r.applied_controller_epoch > 0 || r.applied_version > 0
-}
-
 /// The controller's logic without actix (see module docs).
 pub struct ControllerState {
     fs: SharedFs,
@@ -151,11 +141,7 @@ impl ControllerState {
         let me = self.shared.broker_id;
         let dead_after = self.shared.timing.dead_after();
         let someone_eligible = self.sight.observed.iter().any(|(id, o)| {
-            *id != me
-                && o.still <= dead_after
-                && can_serve(me, *id, &o.record)
-                && !o.record.shutting_down
-                && !o.record.clean_exit
+            *id != me && o.still <= dead_after && !o.record.shutting_down && !o.record.clean_exit
         });
         let vacant = l
             .prev
@@ -353,7 +339,6 @@ impl ControllerState {
         self.read_records(ids);
         let dead_after = self.shared.timing.dead_after();
         let lease = self.shared.timing.lease;
-        let me = self.shared.broker_id;
         Ok(self
             .sight
             .observed
@@ -364,9 +349,7 @@ impl ControllerState {
                     BrokerView {
                         record: o.record.clone(),
                         alive: o.still <= dead_after,
-                        // A broker that cannot serve yet is treated like a
-                        // silent one: no new grants, not advertised.
-                        suspect: o.still > lease || !can_serve(me, *id, &o.record),
+                        suspect: o.still > lease,
                     },
                 )
             })
