@@ -96,10 +96,12 @@ pub fn run(args: BrokerArgs) -> anyhow::Result<()> {
             pids,
             handles,
         ));
-        // Heartbeats on their own thread: a slow assignment read or a
-        // controller pass never delays them.
+        // Heartbeats, the watcher and the controller each on their own
+        // thread: a slow assignment read or a stuck controller write delays
+        // neither the heartbeat nor the application of a new version.
         let membership_arbiter = actix::Arbiter::new();
-        let cluster_arbiter = actix::Arbiter::new();
+        let watcher_arbiter = actix::Arbiter::new();
+        let controller_arbiter = actix::Arbiter::new();
         let membership = Membership::start(
             fs.clone(),
             shared.clone(),
@@ -111,14 +113,14 @@ pub fn run(args: BrokerArgs) -> anyhow::Result<()> {
             shared.clone(),
             Arc::new(BrokerSink(broker.clone())),
             membership.clone(),
-            &cluster_arbiter.handle(),
+            &watcher_arbiter.handle(),
         );
         let controller = ControllerActor::start(
             fs.clone(),
             shared.clone(),
             args.data_dir.clone(),
             Some(watcher.clone()),
-            &cluster_arbiter.handle(),
+            &controller_arbiter.handle(),
         );
         let _ = broker.controller.set(controller.clone());
 
@@ -156,12 +158,13 @@ pub fn run(args: BrokerArgs) -> anyhow::Result<()> {
             _ = term.recv() => tracing::info!("SIGTERM: controlled shutdown"),
             _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: controlled shutdown"),
         }
-        controlled_shutdown(&broker, &membership, &controller).await;
+        controlled_shutdown(&broker, &fs, &membership, &controller).await;
         for a in arbiters {
             a.stop();
         }
         catalog_arbiter.stop();
-        cluster_arbiter.stop();
+        controller_arbiter.stop();
+        watcher_arbiter.stop();
         membership_arbiter.stop();
         actix_rt::System::current().stop();
         tracing::info!("shutdown complete");
@@ -175,6 +178,7 @@ pub fn run(args: BrokerArgs) -> anyhow::Result<()> {
 /// broker alive it just closes everything cleanly.
 async fn controlled_shutdown(
     b: &Arc<Broker>,
+    fs: &SharedFs,
     membership: &Mailbox<Membership>,
     controller: &Mailbox<ControllerActor>,
 ) {
@@ -183,6 +187,17 @@ async fn controlled_shutdown(
     let deadline =
         std::time::Instant::now() + std::time::Duration::from_millis(b.args.shutdown_timeout_ms);
     let others = |b: &Broker| b.assignment().brokers.iter().any(|x| x.id != me);
+    // Someone could still take what we lead: without one (every other
+    // broker is leaving too) the hand-off would never come, and a leaving
+    // broker does not campaign, so perhaps no controller is left to vacate.
+    let taker = |b: &Broker| {
+        membership::handoff_possible(
+            fs.as_ref(),
+            &b.shared.cluster_dir,
+            me,
+            b.assignment().brokers.iter().map(|x| x.id),
+        )
+    };
     b.shared.state.lock().unwrap().shutting_down = true;
     let _ = membership.send(HeartbeatNow).await;
     if others(b) {
@@ -196,6 +211,10 @@ async fn controlled_shutdown(
                 .flat_map(|t| t.partitions.iter())
                 .any(|e| e.leader == me);
             if !granted_to_me && b.leading() == 0 {
+                break;
+            }
+            if !taker(b) {
+                tracing::info!("every other broker is leaving: no hand-off to wait for");
                 break;
             }
             tokio::time::sleep(poll).await;

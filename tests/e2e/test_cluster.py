@@ -332,3 +332,43 @@ def test_a_zombie_leader_writes_nothing_after_its_lease(broker_factory, topic_na
     assert re.search(r"lease lapsed", zombie.log_text()), "zombie did not notice its lapse"
     got = [m.value for m in consume_all(other.bootstrap, topic_name, [part])[part]]
     assert b"zombie" not in got and b"before" in got and b"after" in got, got
+
+
+@pytest.mark.parametrize("stagger", [0.0, 0.3, "exit"])
+def test_whole_cluster_sigterm_exits_within_seconds(broker_factory, topic_name, stagger):
+    """SIGTERM every broker under acks=all load — all at once, the
+    controller first and the others `stagger` s later, or the others right
+    after the controller has exited ("exit": it resigned, and the others
+    start leaving before one of them is elected, so nobody is left to vacate
+    their partitions): every broker exits 0 within ~3 s, not the 15 s
+    shutdown timeout, and a restarted cluster serves every acknowledged
+    record."""
+    bs = broker_factory.cluster(3, FAST)
+    create_everywhere(bs, topic_name, 6)
+    with Ledger(bootstrap(bs), topic_name, 6) as led:
+        led.wait_acks(300)
+        ctl = controller_id(bs)
+        order = sorted(bs, key=lambda b: b.broker_id != ctl)
+        t0 = time.monotonic()
+        for i, b in enumerate(order):
+            b.proc.send_signal(signal.SIGTERM)
+            if i == 0 and stagger == "exit":
+                b.proc.wait(timeout=30)
+            elif i == 0 and stagger:
+                time.sleep(stagger)
+        took = {}
+        for b in order:
+            rc = b.proc.wait(timeout=30)
+            took[b.name] = round(time.monotonic() - t0, 2)
+            assert rc == 0, f"{b.name} exited {rc}\n{b.log_tail()}"
+        print(f"whole-cluster SIGTERM (stagger {stagger}s): exit after {took}")
+        assert max(took.values()) < 3.0 + (stagger if stagger != "exit" else 0), took
+        # The producer queued and retried while the cluster was down.
+        for b in bs:
+            b.spawn()
+        for b in bs:
+            b.wait_ready()
+        wait_leaders(bs, topic_name, 6, {0, 1, 2})
+        led.wait_acks(300)
+    assert not led.errors, led.errors[:5]
+    check_ledger(bs, led)

@@ -12,8 +12,12 @@
 //!
 //! While elected it observes every broker's record (timing `seq` changes on
 //! its own clock), scans topic stamps, runs [`plan`], and writes a new
-//! assignment version when anything changed. A new controller trusts nobody
-//! dead until it has itself watched a heartbeat stand still for lease + grace.
+//! assignment version when anything changed. Nobody is declared dead before
+//! *this host* has watched its heartbeat stand still for lease + grace — but
+//! a candidate watches every broker record too, and carries that
+//! observation into its first pass: the successor of a dead controller has
+//! already timed the dead broker's silence (that is what elected it), so its
+//! partitions are re-granted at once instead of after a second lease + grace.
 //!
 //! The logic lives in [`ControllerState`] (plain Rust: the clock and the
 //! volume are inputs, a pass returns whether it published a version);
@@ -62,12 +66,20 @@ struct Leading {
     epoch: i32,
     incarnation: u64,
     prev: Assignment,
+    topics: HashMap<String, (TopicInfo, Duration)>,
+}
+
+/// Every broker record this host has watched, as candidate or controller,
+/// timed on this host's own monotonic clock. Kept across elections: an
+/// observation is evidence whoever made it on this host, and the first
+/// pass of a new controller starts from it instead of from zero.
+#[derive(Default)]
+struct Sight {
     observed: BTreeMap<i32, Observed>,
     /// Brokers named in the assignment whose record was not found, since
     /// when (our clock). A live broker rewrites its record every heartbeat,
     /// so one missing for lease + grace is treated as gone for good.
     missing: HashMap<i32, Duration>,
-    topics: HashMap<String, (TopicInfo, Duration)>,
 }
 
 /// The controller's logic without actix (see module docs).
@@ -78,6 +90,7 @@ pub struct ControllerState {
     data_dir: PathBuf,
     /// Candidate: the claim we are timing, the seq last seen, since when.
     watching: Option<(i32, Option<u64>, Duration)>,
+    sight: Sight,
     leading: Option<Leading>,
     resigned: bool,
 }
@@ -101,6 +114,7 @@ impl ControllerState {
             clock,
             data_dir,
             watching: None,
+            sight: Sight::default(),
             leading: None,
             resigned: false,
         }
@@ -113,8 +127,8 @@ impl ControllerState {
 
     /// How this controller judges broker `id` now, if it has observed it.
     pub fn liveness(&self, id: i32) -> Option<Liveness> {
-        let l = self.leading.as_ref()?;
-        let o = l.observed.get(&id)?;
+        self.leading.as_ref()?;
+        let o = self.sight.observed.get(&id)?;
         Some(Liveness {
             alive: o.still <= self.shared.timing.dead_after(),
             suspect: o.still > self.shared.timing.lease,
@@ -126,7 +140,7 @@ impl ControllerState {
         let Some(l) = &self.leading else { return false };
         let me = self.shared.broker_id;
         let dead_after = self.shared.timing.dead_after();
-        let someone_eligible = l.observed.iter().any(|(id, o)| {
+        let someone_eligible = self.sight.observed.iter().any(|(id, o)| {
             *id != me && o.still <= dead_after && !o.record.shutting_down && !o.record.clean_exit
         });
         let vacant = l
@@ -226,6 +240,7 @@ impl ControllerState {
     }
 
     fn campaign(&mut self, inc: u64) -> std::io::Result<bool> {
+        self.watch_brokers();
         let me = self.shared.broker_id;
         let read_start = self.clock.now();
         let claim = highest_controller_epoch(&self.fs, self.cluster_dir())?;
@@ -278,14 +293,14 @@ impl ControllerState {
             epoch,
             incarnation,
             prev,
-            observed: BTreeMap::new(),
-            missing: HashMap::new(),
             topics: HashMap::new(),
         });
         self.lead()
     }
 
-    fn observe(&mut self) -> std::io::Result<BTreeMap<i32, BrokerView>> {
+    /// Every broker the listing shows, and every one already watched, by
+    /// exact name.
+    fn broker_ids(&self) -> std::io::Result<Vec<i32>> {
         let dir = self.cluster_dir().join(BROKERS_DIR);
         let mut ids: Vec<i32> = self
             .fs
@@ -293,10 +308,25 @@ impl ControllerState {
             .iter()
             .filter_map(|n| kaas_volume::layout::parse_broker_record(n))
             .collect();
-        let l = self.leading.as_mut().expect("leading");
+        ids.extend(self.sight.observed.keys().copied());
+        Ok(ids)
+    }
+
+    /// As a candidate: watch every broker record, so that if we are
+    /// elected, our first pass already knows who has been silent (and for
+    /// how long, on our clock). A failure only delays that knowledge.
+    fn watch_brokers(&mut self) {
+        match self.broker_ids() {
+            Ok(ids) => self.read_records(ids),
+            Err(e) => tracing::debug!(error = %e, "broker listing failed while a candidate"),
+        }
+    }
+
+    fn observe(&mut self) -> std::io::Result<BTreeMap<i32, BrokerView>> {
+        let mut ids = self.broker_ids()?;
+        let l = self.leading.as_ref().expect("leading");
         // Also every broker the assignment names, by exact name: a stale
         // listing must not hide a broker that holds grants.
-        ids.extend(l.observed.keys().copied());
         ids.extend(l.prev.brokers.iter().map(|b| b.id));
         for t in l.prev.topics.values() {
             for e in &t.partitions {
@@ -306,10 +336,35 @@ impl ControllerState {
                 }
             }
         }
+        self.read_records(ids);
+        let dead_after = self.shared.timing.dead_after();
+        let lease = self.shared.timing.lease;
+        Ok(self
+            .sight
+            .observed
+            .iter()
+            .map(|(id, o)| {
+                (
+                    *id,
+                    BrokerView {
+                        record: o.record.clone(),
+                        alive: o.still <= dead_after,
+                        suspect: o.still > lease,
+                    },
+                )
+            })
+            .collect())
+    }
+
+    /// Read each broker's record by exact name and time its changes on our
+    /// clock ("stood still" runs from the read that first showed a seq,
+    /// timed after it, to the start of the latest read still showing it).
+    fn read_records(&mut self, mut ids: Vec<i32>) {
         ids.retain(|id| *id >= 0);
         ids.sort_unstable();
         ids.dedup();
         let clock = self.clock.clone();
+        let l = &mut self.sight;
         for id in ids {
             let path = super::records::broker_record_path(&self.shared.cluster_dir, id);
             let read_start = clock.now();
@@ -381,21 +436,13 @@ impl ControllerState {
                 }
             }
         }
-        let dead_after = self.shared.timing.dead_after();
         let lease = self.shared.timing.lease;
-        Ok(l.observed
+        *self.shared.silent.lock().unwrap() = l
+            .observed
             .iter()
-            .map(|(id, o)| {
-                (
-                    *id,
-                    BrokerView {
-                        record: o.record.clone(),
-                        alive: o.still <= dead_after,
-                        suspect: o.still > lease,
-                    },
-                )
-            })
-            .collect())
+            .filter(|(id, o)| **id != self.shared.broker_id && o.still > lease)
+            .map(|(id, _)| *id)
+            .collect();
     }
 
     /// Topic stamps by exact name; the listing only discovers names.

@@ -302,3 +302,198 @@ fn a_controller_whose_lease_lapsed_writes_nothing() {
     assert_eq!(c.epoch(), None, "stepped down");
     assert_eq!(ffs.ops(), ops, "no write after the lease is gone");
 }
+
+/// The topic `t` with `n` partitions, stamped in `data`.
+fn stamp_topic(data: &Path, n: i32) {
+    let stamp = crate::topic::TopicStamp {
+        topic_id: uuid::Uuid::from_u128(7),
+        name: "t".into(),
+        partitions: n,
+        configs: Default::default(),
+    };
+    std::fs::create_dir_all(data.join("t")).unwrap();
+    write_json(
+        real().as_ref(),
+        &data.join("t").join(crate::topic::STAMP),
+        &stamp,
+    )
+    .unwrap();
+}
+
+fn on_disk(cluster: &Path) -> Assignment {
+    super::records::read_json(real().as_ref(), &cluster.join(ASSIGNMENT))
+        .unwrap()
+        .unwrap()
+}
+
+/// (leader, epoch) of every partition of `t`.
+fn grants(a: &Assignment) -> Vec<(i32, i32)> {
+    a.topics["t"]
+        .partitions
+        .iter()
+        .map(|e| (e.leader, e.epoch))
+        .collect()
+}
+
+/// Catches: a successor that times the dead controller's brokers from zero
+/// after winning the election (a second lease + grace before re-granting,
+/// controller failover ~8–10 s), and — the other side of the invariant — a
+/// successor that declares a broker dead on less than lease + grace of its
+/// own observation.
+#[test]
+fn a_successor_regrants_the_dead_controllers_partitions_in_its_first_pass() {
+    let d = tempfile::tempdir().unwrap();
+    let cluster = d.path().join("__cluster");
+    let data = d.path().to_path_buf();
+    stamp_topic(&data, 6);
+    let clock = FakeClock::new();
+    let (s0, s1, s2) = (
+        shared(&cluster, 0, 100, &clock),
+        shared(&cluster, 1, 101, &clock),
+        shared(&cluster, 2, 102, &clock),
+    );
+    let (mut m0, mut m1, mut m2) = (beat(real(), &s0), beat(real(), &s1), beat(real(), &s2));
+    let mut c0 = ControllerState::new(real(), s0.clone(), data.clone());
+    assert!(c0.tick());
+    assert_eq!(c0.epoch(), Some(1));
+    let mut c1 = ControllerState::new(real(), s1.clone(), data.clone());
+    // All three alive for a while; broker 1 is a candidate watching.
+    for _ in 0..10 {
+        clock.advance(TIMING.poll);
+        m0.beat();
+        m1.beat();
+        m2.beat();
+        c0.tick();
+        c1.tick();
+    }
+    assert_eq!(c1.epoch(), None);
+    let before = on_disk(&cluster);
+    let held = |a: &Assignment, b: i32| grants(a).iter().filter(|(l, _)| *l == b).count();
+    assert_eq!(
+        (held(&before, 0), held(&before, 1), held(&before, 2)),
+        (2, 2, 2)
+    );
+    // kill -9 of the controller's broker; broker 2 dies 2.5 s later.
+    let killed = clock.now();
+    let two_dies = killed + Duration::from_millis(2500);
+    let mut two_last_beat = killed;
+    let step = |m1: &mut MembershipState, m2: &mut MembershipState, c1: &mut ControllerState| {
+        clock.advance(TIMING.poll);
+        m1.beat();
+        let beat2 = clock.now() <= two_dies;
+        if beat2 {
+            m2.beat();
+        }
+        c1.tick();
+        beat2
+    };
+    while c1.epoch().is_none() {
+        if step(&mut m1, &mut m2, &mut c1) {
+            two_last_beat = clock.now();
+        }
+        // Before anyone can re-grant, Metadata on this host already stops
+        // naming the silent controller's broker once it has stood still for
+        // a lease here (clients re-query quickly), and only then.
+        let silent_for = clock.now() - killed;
+        if silent_for > TIMING.lease + TIMING.poll {
+            assert!(s1.is_silent(0), "still advertised after {silent_for:?}");
+        } else if silent_for <= TIMING.lease {
+            assert!(!s1.is_silent(0), "hidden after only {silent_for:?}");
+        }
+        assert!(!s1.is_silent(2) && !s1.is_silent(1));
+        assert!(
+            clock.now() - killed <= TIMING.dead_after() + 2 * TIMING.poll,
+            "no election"
+        );
+    }
+    let elected = clock.now();
+    assert!(
+        elected - killed >= TIMING.dead_after(),
+        "elected {:?} after the kill",
+        elected - killed
+    );
+    assert_eq!(c1.epoch(), Some(2));
+    // The first pass, or at most one poll later: broker 0's grants are void.
+    let mut after = on_disk(&cluster);
+    if held(&after, 0) > 0 {
+        if step(&mut m1, &mut m2, &mut c1) {
+            two_last_beat = clock.now();
+        }
+        after = on_disk(&cluster);
+    }
+    assert!(clock.now() - elected <= TIMING.poll);
+    assert_eq!(
+        held(&after, 0),
+        0,
+        "the dead controller's partitions re-granted within a poll of the election: {:?}",
+        grants(&after)
+    );
+    for ((l0, e0), (l1, e1)) in grants(&before).into_iter().zip(grants(&after)) {
+        if l0 == 0 {
+            assert!(l1 == 1 || l1 == 2, "granted to a live broker");
+            assert_eq!(e1, e0 + 1, "at the next leader epoch");
+        } else {
+            assert_eq!((l1, e1), (l0, e0), "other grants stand");
+        }
+    }
+    // Broker 2 has been silent too, but not for lease + grace of our own
+    // observation: alive (its grants stand) until exactly that.
+    assert!(c1.liveness(2).unwrap().alive);
+    loop {
+        step(&mut m1, &mut m2, &mut c1);
+        let silent = clock.now() - two_last_beat;
+        let alive = c1.liveness(2).unwrap().alive;
+        if silent <= TIMING.dead_after() {
+            assert!(alive, "broker 2 declared dead after {silent:?} of silence");
+            assert_eq!(
+                held(&on_disk(&cluster), 2),
+                held(&after, 2),
+                "its grants stand"
+            );
+        } else if !alive {
+            break;
+        }
+        assert!(
+            silent <= TIMING.dead_after() + 2 * TIMING.poll,
+            "never dead"
+        );
+    }
+    // Once dead, everything moves to broker 1 in the same pass.
+    assert_eq!(held(&on_disk(&cluster), 1), 6);
+}
+
+/// Catches: a leaving broker that waits for a hand-off (to the shutdown
+/// timeout) although every other broker is leaving too.
+#[test]
+fn no_handoff_is_possible_once_every_other_broker_is_leaving() {
+    use super::membership::handoff_possible;
+    let d = tempfile::tempdir().unwrap();
+    let cluster = d.path();
+    std::fs::create_dir_all(cluster.join(BROKERS_DIR)).unwrap();
+    let fs = real();
+    let put = |r: &BrokerRecord| {
+        write_json(fs.as_ref(), &broker_record_path(cluster, r.broker_id), r).unwrap()
+    };
+    let mut me = record(0, 10, 1);
+    me.shutting_down = true;
+    put(&me);
+    put(&record(1, 11, 1));
+    let mut two = record(2, 12, 1);
+    two.clean_exit = true;
+    put(&two);
+    assert!(
+        handoff_possible(fs.as_ref(), cluster, 0, [0, 1, 2]),
+        "1 can take it"
+    );
+    let mut one = record(1, 11, 2);
+    one.shutting_down = true;
+    put(&one);
+    assert!(
+        !handoff_possible(fs.as_ref(), cluster, 0, [0, 1, 2]),
+        "1 is leaving, 2 left"
+    );
+    assert!(
+        !handoff_possible(fs.as_ref(), cluster, 0, [0, 3]),
+        "3 has no record"
+    );
+}

@@ -88,6 +88,13 @@ pub struct Shared {
     pub advertised: (String, i32),
     /// Timing.
     pub timing: Timing,
+    /// Brokers this host (its controller actor, candidate or elected) has
+    /// watched stand still for more than a lease: they have fenced
+    /// themselves. Metadata does not name them leader, so clients re-query
+    /// quickly instead of waiting for their periodic refresh — also while no
+    /// controller is left to stop advertising them (the controller's own
+    /// broker died). A hint for answers only; nothing is written on it.
+    pub silent: Mutex<Vec<i32>>,
 }
 
 impl Shared {
@@ -110,7 +117,13 @@ impl Shared {
             cluster_dir,
             advertised,
             timing,
+            silent: Mutex::new(Vec::new()),
         }
+    }
+
+    /// See [`Shared::silent`].
+    pub fn is_silent(&self, id: i32) -> bool {
+        self.silent.lock().unwrap().contains(&id)
     }
 
     /// The clock leases and observations are timed on.
@@ -216,6 +229,31 @@ pub struct JoinConfig {
     /// The clock the lease is measured on ([`crate::clock::RealClock`]
     /// outside tests).
     pub clock: SharedClock,
+}
+
+/// During a controlled shutdown: whether any broker of `ids` other than
+/// `me` could still take a hand-off — its record exists and says neither
+/// shutting down nor exited. When every other broker is leaving too, nobody
+/// can be granted what we lead (and a shutting-down broker does not campaign,
+/// so there may be no controller left to vacate it): waiting for a hand-off
+/// would only run out the shutdown timeout. An unreadable record counts as
+/// a possible taker (keep waiting, bounded by the timeout); a missing one
+/// does not (a live broker rewrites its record every heartbeat).
+pub fn handoff_possible(
+    fs: &dyn kaas_volume::fs::Fs,
+    cluster_dir: &std::path::Path,
+    me: i32,
+    ids: impl IntoIterator<Item = i32>,
+) -> bool {
+    ids.into_iter()
+        .filter(|id| *id != me && *id >= 0)
+        .any(
+            |id| match read_json::<BrokerRecord>(fs, &broker_record_path(cluster_dir, id)) {
+                Ok(Some(r)) => !r.shutting_down && !r.clean_exit,
+                Ok(None) => false,
+                Err(_) => true,
+            },
+        )
 }
 
 fn record(shared: &Shared, inc: u64, seq: u64) -> BrokerRecord {

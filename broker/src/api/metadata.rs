@@ -140,10 +140,15 @@ fn partitions(b: &Broker, t: &TopicStamp) -> Vec<MetadataResponsePartition> {
         .map(|x| x.partitions.as_slice())
         .unwrap_or(&[]);
     // A broker whose lease lapsed does not name itself leader (clients
-    // re-query instead of looping on NOT_LEADER).
+    // re-query instead of looping on NOT_LEADER), nor a broker this host has
+    // watched stand still for a lease (it has fenced itself; see
+    // `Shared::silent`) — also while no controller is left to say so.
     let self_ok = b.shared.lease.valid();
-    let advertised =
-        |id: i32| a.brokers.iter().any(|x| x.id == id) && (id != b.args.broker_id || self_ok);
+    let advertised = |id: i32| {
+        a.brokers.iter().any(|x| x.id == id)
+            && (id != b.args.broker_id || self_ok)
+            && !b.shared.is_silent(id)
+    };
     (0..t.partitions)
         .map(|p| {
             let mut mp = MetadataResponsePartition::default();
