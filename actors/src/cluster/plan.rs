@@ -15,9 +15,13 @@
 //!   Two live leaders of one partition therefore never overlap.
 //! * Balance: each eligible broker leads at most ceil(partitions / brokers);
 //!   only the excess moves, so a joining broker takes no more than its share.
+//! * Consumer-group coordinator shards follow every rule above, exactly as
+//!   partitions of one more topic (named [`COORDINATOR_SHARDS`] inside the
+//!   plan, which no real topic can be); they count towards the balance.
 
 use super::records::{
     Assignment, BrokerEndpoint, BrokerRecord, PartitionAssignment, TopicAssignment,
+    COORDINATOR_SHARDS,
 };
 use std::collections::BTreeMap;
 
@@ -84,15 +88,39 @@ fn released(
     }
 }
 
-/// Compute the next assignment, or `None` if nothing changes.
-/// `disk_epoch(topic, partition)` is the highest leader epoch already on
-/// disk for a partition the previous assignment does not know.
+/// Compute the next assignment, or `None` if nothing changes, keeping the
+/// previous assignment's number of coordinator shards.
 pub fn plan(
     prev: &Assignment,
     controller_epoch: i32,
     controller_id: i32,
     brokers: &BTreeMap<i32, BrokerView>,
     topics: &BTreeMap<String, TopicInfo>,
+    disk_epoch: impl FnMut(&str, i32) -> i32,
+) -> Option<Assignment> {
+    let shards = prev.coordinators.len() as u32;
+    plan_with_shards(
+        prev,
+        controller_epoch,
+        controller_id,
+        brokers,
+        topics,
+        shards,
+        disk_epoch,
+    )
+}
+
+/// Compute the next assignment with `shards` coordinator shards, or `None`
+/// if nothing changes. `disk_epoch(topic, partition)` is the highest leader
+/// epoch already on disk for a partition the previous assignment does not
+/// know (`(COORDINATOR_SHARDS, shard)` for a shard).
+pub fn plan_with_shards(
+    prev: &Assignment,
+    controller_epoch: i32,
+    controller_id: i32,
+    brokers: &BTreeMap<i32, BrokerView>,
+    topics: &BTreeMap<String, TopicInfo>,
+    shards: u32,
     mut disk_epoch: impl FnMut(&str, i32) -> i32,
 ) -> Option<Assignment> {
     let version = prev.version + 1;
@@ -105,11 +133,26 @@ pub fn plan(
         .map(|(id, _)| (*id, Vec::new()))
         .collect();
 
-    for (name, info) in topics {
-        let old = prev
-            .topics
-            .get(name)
-            .filter(|t| t.topic_id == info.topic_id);
+    // The shards, as one more topic (see module docs).
+    let shard_info = TopicInfo {
+        topic_id: uuid::Uuid::nil(),
+        partitions: i32::try_from(shards).unwrap_or(i32::MAX),
+        configs: BTreeMap::new(),
+    };
+    let shard_prev = TopicAssignment {
+        topic_id: uuid::Uuid::nil(),
+        configs: BTreeMap::new(),
+        partitions: prev.coordinators.clone(),
+    };
+    let all = std::iter::once((COORDINATOR_SHARDS, &shard_info, Some(&shard_prev)))
+        .filter(|_| shards > 0)
+        .chain(
+            topics
+                .iter()
+                .map(|(n, i)| (n.as_str(), i, prev.topics.get(n))),
+        );
+    for (name, info, old) in all {
+        let old = old.filter(|t| t.topic_id == info.topic_id);
         let mut parts = Vec::with_capacity(info.partitions.max(0) as usize);
         for p in 0..info.partitions.max(0) {
             let i = p as usize;
@@ -125,7 +168,7 @@ pub fn plan(
                 b.record
                     .fenced
                     .iter()
-                    .filter(|f| f.topic == *name && f.partition == p && f.found >= e.epoch)
+                    .filter(|f| f.topic == name && f.partition == p && f.found >= e.epoch)
                     .max_by_key(|f| f.found)
             });
             if e.leader >= 0 {
@@ -156,7 +199,7 @@ pub fn plan(
                     e.leader = -1;
                     e.incarnation = 0;
                 } else if let Some(held) = load.get_mut(&e.leader) {
-                    held.push((name.clone(), i));
+                    held.push((name.to_owned(), i));
                 }
                 // (else: held by a broker not observed yet, or suspect —
                 // it keeps the grant and takes no new ones)
@@ -166,12 +209,12 @@ pub fn plan(
                 }
             }
             if e.leader < 0 && e.releasing.is_none() {
-                free.push((name.clone(), i));
+                free.push((name.to_owned(), i));
             }
             parts.push(e);
         }
         next.insert(
-            name.clone(),
+            name.to_owned(),
             TopicAssignment {
                 topic_id: info.topic_id,
                 configs: info.configs.clone(),
@@ -218,10 +261,15 @@ pub fn plan(
             port: b.record.port,
         })
         .collect();
+    let coordinators = next
+        .remove(COORDINATOR_SHARDS)
+        .map(|t| t.partitions)
+        .unwrap_or_default();
     let same = prev.controller_epoch == controller_epoch
         && prev.controller_id == controller_id
         && prev.brokers == endpoints
-        && prev.topics == next;
+        && prev.topics == next
+        && prev.coordinators == coordinators;
     if same {
         return None;
     }
@@ -231,6 +279,7 @@ pub fn plan(
         version,
         brokers: endpoints,
         topics: next,
+        coordinators,
     })
 }
 
@@ -550,5 +599,88 @@ mod tests {
             n.topics["t"].partitions[0].epoch, 1,
             "new id, new directory, epochs from disk"
         );
+    }
+
+    /// Coordinator shards are granted like partitions: every shard gets a
+    /// leader and epoch 1 (above what is on disk), shards and partitions
+    /// together are balanced, and a plan of the same inputs changes nothing.
+    #[test]
+    fn coordinator_shards_are_granted_and_balanced_with_partitions() {
+        let b = live(&[0, 1]);
+        let a = plan_with_shards(&Assignment::default(), 1, 0, &b, &topic(2), 4, |t, p| {
+            if t == COORDINATOR_SHARDS && p == 3 {
+                5
+            } else {
+                0
+            }
+        })
+        .unwrap();
+        assert_eq!(a.coordinators.len(), 4);
+        assert!(a.coordinators.iter().all(|e| e.leader >= 0));
+        assert_eq!(a.coordinator(3).unwrap().epoch, 6, "above the disk epoch");
+        assert_eq!(a.coordinator(0).unwrap().epoch, 1);
+        let per = |id: i32| {
+            a.coordinators.iter().filter(|e| e.leader == id).count()
+                + a.topics["t"].partitions.iter().filter(|e| e.leader == id).count()
+        };
+        assert_eq!((per(0), per(1)), (3, 3));
+        assert!(plan(&a, 1, 0, &b, &topic(2), |_, _| 0).is_none(), "stable");
+    }
+
+    /// A shard held by a broker that shuts down is vacated first and
+    /// granted elsewhere, at a higher epoch, only once that broker applied
+    /// the release; a dead holder's shard is granted again at once.
+    #[test]
+    fn coordinator_shards_move_in_two_phases_and_fail_over() {
+        let mut b = live(&[0, 1]);
+        let a = plan_with_shards(&Assignment::default(), 1, 0, &b, &BTreeMap::new(), 2, |_, _| 0)
+            .unwrap();
+        let s = a.coordinators.iter().position(|e| e.leader == 1).unwrap();
+        let e = a.coordinators[s].epoch;
+        b.get_mut(&1).unwrap().record.shutting_down = true;
+        let v2 = plan(&a, 1, 0, &b, &BTreeMap::new(), |_, _| 0).unwrap();
+        let inc1 = b[&1].record.incarnation;
+        assert_eq!(v2.coordinators[s].leader, -1);
+        assert_eq!(v2.coordinators[s].releasing, Some((1, inc1, v2.version)));
+        applied(&mut b.get_mut(&1).unwrap().record, &v2);
+        let v3 = plan(&v2, 1, 0, &b, &BTreeMap::new(), |_, _| 0).unwrap();
+        assert_eq!(v3.coordinators[s].leader, 0);
+        assert_eq!(v3.coordinators[s].epoch, e + 1);
+
+        let mut d = live(&[0, 1]);
+        d.get_mut(&1).unwrap().alive = false;
+        let v4 = plan(&a, 1, 0, &d, &BTreeMap::new(), |_, _| 0).unwrap();
+        assert_eq!(v4.coordinators[s].leader, 0, "re-granted at once");
+        assert_eq!(v4.coordinators[s].epoch, e + 1);
+    }
+
+    /// A shard whose holder was fenced at open (its claim taken) is
+    /// re-granted above the epoch found, like a partition.
+    #[test]
+    fn a_fenced_coordinator_shard_is_regranted_above_the_epoch_found() {
+        let b = live(&[0]);
+        let a = plan_with_shards(&Assignment::default(), 1, 0, &b, &BTreeMap::new(), 1, |_, _| 0)
+            .unwrap();
+        let mut b2 = b.clone();
+        b2.get_mut(&0).unwrap().record.fenced = vec![FencedAt {
+            topic: COORDINATOR_SHARDS.into(),
+            partition: 0,
+            found: 7,
+            owner: None,
+        }];
+        let v2 = plan(&a, 1, 0, &b2, &BTreeMap::new(), |_, _| 0).unwrap();
+        assert_eq!(v2.coordinators[0].leader, 0);
+        assert_eq!(v2.coordinators[0].epoch, 8);
+    }
+
+    /// Assignment files written before shards existed still read.
+    #[test]
+    fn an_assignment_without_coordinators_reads() {
+        let mut a = plan(&Assignment::default(), 1, 0, &live(&[0]), &topic(1), |_, _| 0).unwrap();
+        let mut v: serde_json::Value = serde_json::to_value(&a).unwrap();
+        v.as_object_mut().unwrap().remove("coordinators");
+        let back: Assignment = serde_json::from_value(v).unwrap();
+        a.coordinators.clear();
+        assert_eq!(back, a);
     }
 }
