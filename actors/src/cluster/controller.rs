@@ -469,8 +469,8 @@ impl ControllerState {
         let l = self.leading.as_mut().expect("leading");
         if l.shards == 0 {
             // Recorded once at cluster creation by the first broker.
-            l.shards = crate::group::shard::read_count(fs.as_ref(), &cluster_dir)?
-                .map_or(0, |c| c.get());
+            l.shards =
+                crate::group::shard::read_count(fs.as_ref(), &cluster_dir)?.map_or(0, |c| c.get());
         }
         let mut foreign = on_disk != l.prev;
         if foreign && on_disk.controller_epoch > l.epoch {

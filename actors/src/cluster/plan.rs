@@ -621,7 +621,11 @@ mod tests {
         assert_eq!(a.coordinator(0).unwrap().epoch, 1);
         let per = |id: i32| {
             a.coordinators.iter().filter(|e| e.leader == id).count()
-                + a.topics["t"].partitions.iter().filter(|e| e.leader == id).count()
+                + a.topics["t"]
+                    .partitions
+                    .iter()
+                    .filter(|e| e.leader == id)
+                    .count()
         };
         assert_eq!((per(0), per(1)), (3, 3));
         assert!(plan(&a, 1, 0, &b, &topic(2), |_, _| 0).is_none(), "stable");
@@ -633,8 +637,16 @@ mod tests {
     #[test]
     fn coordinator_shards_move_in_two_phases_and_fail_over() {
         let mut b = live(&[0, 1]);
-        let a = plan_with_shards(&Assignment::default(), 1, 0, &b, &BTreeMap::new(), 2, |_, _| 0)
-            .unwrap();
+        let a = plan_with_shards(
+            &Assignment::default(),
+            1,
+            0,
+            &b,
+            &BTreeMap::new(),
+            2,
+            |_, _| 0,
+        )
+        .unwrap();
         let s = a.coordinators.iter().position(|e| e.leader == 1).unwrap();
         let e = a.coordinators[s].epoch;
         b.get_mut(&1).unwrap().record.shutting_down = true;
@@ -659,8 +671,16 @@ mod tests {
     #[test]
     fn a_fenced_coordinator_shard_is_regranted_above_the_epoch_found() {
         let b = live(&[0]);
-        let a = plan_with_shards(&Assignment::default(), 1, 0, &b, &BTreeMap::new(), 1, |_, _| 0)
-            .unwrap();
+        let a = plan_with_shards(
+            &Assignment::default(),
+            1,
+            0,
+            &b,
+            &BTreeMap::new(),
+            1,
+            |_, _| 0,
+        )
+        .unwrap();
         let mut b2 = b.clone();
         b2.get_mut(&0).unwrap().record.fenced = vec![FencedAt {
             topic: COORDINATOR_SHARDS.into(),
@@ -676,7 +696,15 @@ mod tests {
     /// Assignment files written before shards existed still read.
     #[test]
     fn an_assignment_without_coordinators_reads() {
-        let mut a = plan(&Assignment::default(), 1, 0, &live(&[0]), &topic(1), |_, _| 0).unwrap();
+        let mut a = plan(
+            &Assignment::default(),
+            1,
+            0,
+            &live(&[0]),
+            &topic(1),
+            |_, _| 0,
+        )
+        .unwrap();
         let mut v: serde_json::Value = serde_json::to_value(&a).unwrap();
         v.as_object_mut().unwrap().remove("coordinators");
         let back: Assignment = serde_json::from_value(v).unwrap();

@@ -44,7 +44,9 @@
 //! server-side assignors).
 
 pub mod classic;
+pub mod coordinator;
 pub mod log;
+pub mod messages;
 pub mod names;
 pub mod offsets;
 pub mod shard;

@@ -179,9 +179,13 @@ mod tests {
         let ten = ShardCount::new(10).unwrap();
         let first = read_or_create_count(&fs, d.path(), ten, std::time::Duration::ZERO).unwrap();
         assert_eq!(first, ten);
-        let again =
-            read_or_create_count(&fs, d.path(), ShardCount::default(), std::time::Duration::ZERO)
-                .unwrap();
+        let again = read_or_create_count(
+            &fs,
+            d.path(),
+            ShardCount::default(),
+            std::time::Duration::ZERO,
+        )
+        .unwrap();
         assert_eq!(again, ten, "a later default does not change it");
     }
 
