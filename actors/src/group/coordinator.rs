@@ -174,7 +174,7 @@ fn open_shard(
         &spec.cluster_dir,
         spec.shard,
         spec.epoch,
-        spec.log.clone(),
+        spec.log,
     )?;
     Ok((writer, log))
 }
