@@ -17,7 +17,8 @@
 //!   only the excess moves, so a joining broker takes no more than its share.
 //! * Consumer-group coordinator shards follow every rule above, exactly as
 //!   partitions of one more topic (named [`COORDINATOR_SHARDS`] inside the
-//!   plan, which no real topic can be); they count towards the balance.
+//!   plan, which no real topic can be); they are balanced apart from the
+//!   partitions, so every broker gets its share of each.
 
 use super::records::{
     Assignment, BrokerEndpoint, BrokerRecord, PartitionAssignment, TopicAssignment,
@@ -88,6 +89,55 @@ fn released(
     }
 }
 
+/// What each eligible broker holds: (topic, partition index).
+type Load = BTreeMap<i32, Vec<(String, usize)>>;
+
+/// Balance one class of grants (partitions, or shards): each eligible
+/// broker holds at most ceil(total / brokers) of it; the excess of an
+/// over-full broker is vacated (two-phase move), and free entries go to the
+/// least-loaded broker, with epoch + 1.
+fn balance(
+    next: &mut BTreeMap<String, TopicAssignment>,
+    load: &mut Load,
+    free: Vec<(String, usize)>,
+    brokers: &BTreeMap<i32, BrokerView>,
+    version: u64,
+    shards: bool,
+) {
+    let eligible = load.len();
+    if eligible == 0 {
+        return;
+    }
+    // Every entry of the class counts, whoever holds it (or is releasing it).
+    let total: usize = next
+        .iter()
+        .filter(|(n, _)| (n.as_str() == COORDINATOR_SHARDS) == shards)
+        .map(|(_, t)| t.partitions.len())
+        .sum();
+    let cap = total.div_ceil(eligible);
+    for (b, held) in load.iter_mut() {
+        while held.len() > cap {
+            let (t, i) = held.pop().expect("len > cap >= 0");
+            let e = &mut next.get_mut(&t).expect("topic").partitions[i];
+            e.releasing = Some((*b, e.incarnation, version));
+            e.leader = -1;
+            e.incarnation = 0;
+        }
+    }
+    for (t, i) in free {
+        let (b, _) = load
+            .iter()
+            .map(|(b, h)| (*b, h.len()))
+            .min_by_key(|(b, n)| (*n, *b))
+            .expect("eligible > 0");
+        let e = &mut next.get_mut(&t).expect("topic").partitions[i];
+        e.leader = b;
+        e.incarnation = brokers[&b].record.incarnation;
+        e.epoch += 1;
+        load.get_mut(&b).expect("eligible").push((t, i));
+    }
+}
+
 /// Compute the next assignment, or `None` if nothing changes, keeping the
 /// previous assignment's number of coordinator shards.
 pub fn plan(
@@ -127,7 +177,7 @@ pub fn plan_with_shards(
     let mut next: BTreeMap<String, TopicAssignment> = BTreeMap::new();
     // Partitions to grant: (topic, index).
     let mut free: Vec<(String, usize)> = Vec::new();
-    let mut load: BTreeMap<i32, Vec<(String, usize)>> = brokers
+    let mut load: Load = brokers
         .iter()
         .filter(|(_, b)| b.eligible())
         .map(|(id, _)| (*id, Vec::new()))
@@ -223,34 +273,26 @@ pub fn plan_with_shards(
         );
     }
 
-    let eligible = load.len();
-    if eligible > 0 {
-        let total: usize = next.values().map(|t| t.partitions.len()).sum();
-        let cap = total.div_ceil(eligible);
-        // Vacate the excess of over-full brokers (two-phase move).
-        for (b, held) in load.iter_mut() {
-            while held.len() > cap {
-                let (t, i) = held.pop().expect("len > cap >= 0");
-                let e = &mut next.get_mut(&t).expect("topic").partitions[i];
-                e.releasing = Some((*b, e.incarnation, version));
-                e.leader = -1;
-                e.incarnation = 0;
-            }
-        }
-        // Grant free partitions to the least-loaded eligible broker.
-        for (t, i) in free {
-            let (b, _) = load
-                .iter()
-                .map(|(b, h)| (*b, h.len()))
-                .min_by_key(|(b, n)| (*n, *b))
-                .expect("eligible > 0");
-            let e = &mut next.get_mut(&t).expect("topic").partitions[i];
-            e.leader = b;
-            e.incarnation = brokers[&b].record.incarnation;
-            e.epoch += 1;
-            load.get_mut(&b).expect("eligible").push((t, i));
-        }
+    // Partitions and shards are balanced each on their own: a broker's
+    // share of partitions does not depend on how many shards it holds.
+    let mut shard_load: Load = BTreeMap::new();
+    for (b, held) in load.iter_mut() {
+        let (shards, parts): (Vec<_>, Vec<_>) =
+            held.drain(..).partition(|(t, _)| t == COORDINATOR_SHARDS);
+        *held = parts;
+        shard_load.insert(*b, shards);
     }
+    let (free_shards, free): (Vec<_>, Vec<_>) =
+        free.into_iter().partition(|(t, _)| t == COORDINATOR_SHARDS);
+    balance(&mut next, &mut load, free, brokers, version, false);
+    balance(
+        &mut next,
+        &mut shard_load,
+        free_shards,
+        brokers,
+        version,
+        true,
+    );
 
     let endpoints: Vec<BrokerEndpoint> = brokers
         .iter()
@@ -602,8 +644,9 @@ mod tests {
     }
 
     /// Coordinator shards are granted like partitions: every shard gets a
-    /// leader and epoch 1 (above what is on disk), shards and partitions
-    /// together are balanced, and a plan of the same inputs changes nothing.
+    /// leader and epoch 1 (above what is on disk), shards and partitions are
+    /// each balanced on their own, and a plan of the same inputs changes
+    /// nothing.
     #[test]
     fn coordinator_shards_are_granted_and_balanced_with_partitions() {
         let b = live(&[0, 1]);
