@@ -709,6 +709,21 @@ mod tests {
         assert_eq!(v4.coordinators[s].epoch, e + 1);
     }
 
+    /// A broker joining a one-broker cluster takes its share of partitions
+    /// and of shards alike (not, say, every partition and no shard).
+    #[test]
+    fn a_joining_broker_gets_its_share_of_each_class() {
+        let one = live(&[0]);
+        let a =
+            plan_with_shards(&Assignment::default(), 1, 0, &one, &topic(4), 4, |_, _| 0).unwrap();
+        let both = live(&[0, 1]);
+        let v2 = plan(&a, 1, 0, &both, &topic(4), |_, _| 0).unwrap();
+        let moving =
+            |es: &[PartitionAssignment]| es.iter().filter(|e| e.releasing.is_some()).count();
+        assert_eq!(moving(&v2.coordinators), 2);
+        assert_eq!(moving(&v2.topics["t"].partitions), 2);
+    }
+
     /// A shard whose holder was fenced at open (its claim taken) is
     /// re-granted above the epoch found, like a partition.
     #[test]
