@@ -546,7 +546,9 @@ impl ControllerState {
                 .max()
                 .unwrap_or(0)
         };
-        let planned = plan_with_shards(&base, l.epoch, me, &brokers, &topics, l.shards, disk_epoch);
+        // Never fewer shards than already granted (the count is immutable).
+        let shards = l.shards.max(base.coordinators.len() as u32);
+        let planned = plan_with_shards(&base, l.epoch, me, &brokers, &topics, shards, disk_epoch);
         if list_failed.get() {
             // A new partition's starting epoch must be above what is on disk;
             // without a listing we cannot know it. Try again next poll.
