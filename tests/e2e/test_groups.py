@@ -8,7 +8,8 @@
 * three brokers: kill -9 the broker coordinating a group's shard; another
   broker takes the shard over and a new member resumes right after the last
   acknowledged commit.
-* kafka-python: KafkaConsumer with group_id commits and resumes.
+* kafka-python: KafkaConsumer with group_id commits and resumes; kcat
+  (librdkafka 2.0.2) `-G` likewise.
 * raw wire: FindCoordinator, JoinGroup, SyncGroup, OffsetCommit, OffsetFetch
   with the error codes Kafka gives (ILLEGAL_GENERATION 22, UNKNOWN_MEMBER_ID
   25).
@@ -295,3 +296,29 @@ def test_coordinator_takeover_after_kill9_keeps_every_acknowledged_commit(broker
     assert all(len(v) == 1 for v in later.values()), "consumed twice"
     assert sorted(later) == list(range(n1, n2)), (
         f"resumed at the wrong place: min={min(later)} n={len(later)}")
+
+
+def test_kcat_balanced_consumer_commits_and_resumes(broker, topic_name):
+    """Debian kcat (librdkafka 2.0.2) `-G`: a balanced consumer reads
+    everything, auto-commits, and a second run of the group starts at the
+    end."""
+    import shutil
+    import subprocess
+
+    if shutil.which("kcat") is None:
+        pytest.skip("kcat not installed")
+    create_topic(broker.bootstrap, topic_name, 2)
+    p = Producer(producer_conf(broker.bootstrap))
+    for i in range(40):
+        p.produce(topic_name, value=b"%d" % i, partition=i % 2)
+    assert p.flush(30) == 0
+    group = f"kc-{uuid.uuid4().hex[:8]}"
+    first = subprocess.run(["kcat", "-b", broker.bootstrap, "-G", group, "-o", "beginning",
+                            "-c", "40", "-e", topic_name],
+                           capture_output=True, timeout=60)
+    assert first.returncode == 0, first.stderr[-500:]
+    assert sorted(int(x) for x in first.stdout.split()) == list(range(40))
+    again = subprocess.run(["kcat", "-b", broker.bootstrap, "-G", group, "-e", topic_name],
+                           capture_output=True, timeout=60)
+    assert again.returncode == 0, again.stderr[-500:]
+    assert again.stdout.split() == [], "resumed at the committed end"
