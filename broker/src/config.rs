@@ -30,6 +30,21 @@ pub struct BrokerArgs {
     /// auto.create.topics.enable); Produce never creates topics.
     #[arg(long, env = "KAAS_AUTO_CREATE_TOPICS", default_value_t = true, action = clap::ArgAction::Set)]
     pub auto_create_topics: bool,
+    /// Consumer-group coordinator shards (offsets.topic.num.partitions):
+    /// recorded by the first broker of a cluster, then fixed for its life.
+    #[arg(long, env = "KAAS_GROUP_SHARDS", default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub group_shards: u32,
+    /// group.initial.rebalance.delay.ms: how long a new group's first
+    /// rebalance waits for more members.
+    #[arg(
+        long,
+        env = "KAAS_GROUP_INITIAL_REBALANCE_DELAY_MS",
+        default_value_t = 3000
+    )]
+    pub group_initial_rebalance_delay_ms: u64,
+    /// offsets.retention.minutes.
+    #[arg(long, env = "KAAS_OFFSETS_RETENTION_MINUTES", default_value_t = 10080)]
+    pub offsets_retention_minutes: i64,
     /// Partitions of auto-created topics (num.partitions).
     #[arg(long, env = "KAAS_DEFAULT_PARTITIONS", default_value_t = 1)]
     pub default_partitions: i32,

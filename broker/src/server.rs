@@ -41,6 +41,14 @@ pub fn run(args: BrokerArgs) -> anyhow::Result<()> {
     // the descriptors the heartbeat and the partition logs need.
     let fds = crate::fd_budget::apply(args.max_connections)?;
     let cluster_id = cluster_id(&fs, &cluster_dir)?;
+    let shards = kaas_actors::group::shard::ShardCount::new(args.group_shards).unwrap_or_default();
+    kaas_actors::group::shard::read_or_create_count(
+        fs.as_ref(),
+        &cluster_dir,
+        shards,
+        std::time::Duration::from_secs(10),
+    )
+    .context("recording the coordinator shard count")?;
     let threads = args
         .partition_threads
         .unwrap_or_else(|| {

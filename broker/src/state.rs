@@ -1,17 +1,24 @@
 //! The broker's shared context: configuration and the metadata cache fed by
-//! the assignment. The partition leaders this broker runs live in an
-//! [`OwnerRegistry`] (in `actors`), started and stopped by grant only by the
-//! assignment watcher (through [`LeaderSink`]); this module says what a
-//! grant means for this broker (which partitions, with what settings) and
-//! requests look leaders up here, getting NOT_LEADER for anything this
-//! incarnation was not granted.
+//! the assignment. The partition leaders and the group coordinators (one per
+//! coordinator shard) this broker runs live in [`OwnerRegistry`]s (in
+//! `actors`), started and stopped by grant only by the assignment watcher
+//! (through [`LeaderSink`]); this module says what a grant means for this
+//! broker (which partitions and shards, with what settings) and requests
+//! look owners up here, getting NOT_LEADER / NOT_COORDINATOR for anything
+//! this incarnation was not granted.
 
 use crate::config::BrokerArgs;
 use futures::future::LocalBoxFuture;
 use kaas_actors::cluster::controller::ControllerActor;
 use kaas_actors::cluster::membership::Shared;
-use kaas_actors::cluster::records::{Assignment, FencedAt, PartitionAssignment};
+use kaas_actors::cluster::records::{
+    Assignment, FencedAt, PartitionAssignment, COORDINATOR_SHARDS,
+};
 use kaas_actors::cluster::watcher::LeaderSink;
+use kaas_actors::group::classic::GroupConfig;
+use kaas_actors::group::coordinator::{CoordinatorHandle, CoordinatorSpec, GroupCoordinator};
+use kaas_actors::group::log::ShardLogConfig;
+use kaas_actors::group::shard::{ShardCount, ShardId};
 use kaas_actors::partition::claim::ClaimOwner;
 use kaas_actors::partition::leader::{LeaderSpec, OnFenced, PartitionHandle, PartitionLeader};
 use kaas_actors::partition::log::LogConfig;
@@ -61,6 +68,8 @@ pub struct Broker {
     /// Leaders by (topic, partition), with the grant they run under. Topics
     /// being deleted are held: no leader may start for them meanwhile.
     leaders: OwnerRegistry<(String, i32), Grant, PartitionHandle>,
+    /// Group coordinators by shard, with the epoch of their grant.
+    coordinators: OwnerRegistry<ShardId, i32, CoordinatorHandle>,
     arbiters: Vec<actix::ArbiterHandle>,
     next_arbiter: AtomicUsize,
     /// This broker's controller actor (elected or not).
@@ -69,6 +78,15 @@ pub struct Broker {
     pub auto_create: std::sync::Mutex<crate::limits::TokenBucket>,
     /// Repeated warnings about one peer, logged once per interval.
     pub peer_warnings: crate::limits::PeerWarnings,
+}
+
+/// Why a coordinator shard cannot be served here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CoordinatorLookupError {
+    /// No shards in the assignment yet (COORDINATOR_NOT_AVAILABLE).
+    NoShards,
+    /// Another broker owns it, or nobody yet (NOT_COORDINATOR).
+    NotCoordinator,
 }
 
 /// Why a partition cannot be served.
@@ -101,6 +119,7 @@ impl Broker {
             pids,
             meta: RwLock::new(Arc::default()),
             leaders: OwnerRegistry::new(),
+            coordinators: OwnerRegistry::new(),
             arbiters,
             next_arbiter: AtomicUsize::new(0),
             controller: std::sync::OnceLock::new(),
@@ -197,6 +216,88 @@ impl Broker {
         }
     }
 
+    /// The cluster's coordinator shard count, as the assignment grants them.
+    pub fn shard_count(&self) -> Option<ShardCount> {
+        ShardCount::new(self.meta.read().unwrap().coordinators.len() as u32)
+    }
+
+    /// The shard of `group_id` and its entry in the assignment.
+    pub fn coordinator_entry(&self, group_id: &str) -> Option<(ShardId, PartitionAssignment)> {
+        let a = self.meta.read().unwrap();
+        let shard = ShardCount::new(a.coordinators.len() as u32)?.shard_of(group_id);
+        a.coordinator(shard.0).map(|e| (shard, *e))
+    }
+
+    /// The coordinator of `group_id`'s shard, if this broker owns it now:
+    /// granted to this incarnation, lease valid, coordinator started.
+    pub fn coordinator(&self, group_id: &str) -> Result<CoordinatorHandle, CoordinatorLookupError> {
+        let (shard, e) = self
+            .coordinator_entry(group_id)
+            .ok_or(CoordinatorLookupError::NoShards)?;
+        let lease = &self.shared.lease;
+        if e.leader != self.args.broker_id
+            || e.incarnation != lease.incarnation()
+            || !lease.valid_for(e.incarnation)
+        {
+            return Err(CoordinatorLookupError::NotCoordinator);
+        }
+        match self.coordinators.get(&shard) {
+            Some((epoch, handle)) if epoch == e.epoch => Ok(handle),
+            _ => Err(CoordinatorLookupError::NotCoordinator),
+        }
+    }
+
+    /// Every coordinator this broker runs (ListGroups).
+    pub fn coordinators(&self) -> Vec<CoordinatorHandle> {
+        let a = self.assignment();
+        (0..a.coordinators.len() as u32)
+            .filter_map(|s| self.coordinators.get(&ShardId(s)).map(|(_, h)| h))
+            .collect()
+    }
+
+    fn start_coordinator(&self, shard: ShardId, epoch: i32, inc: u64) -> CoordinatorHandle {
+        let i = self.next_arbiter.fetch_add(1, Ordering::Relaxed) % self.arbiters.len();
+        let spec = CoordinatorSpec {
+            shard,
+            cluster_dir: self.args.cluster_dir(),
+            epoch,
+            lease: Some((self.shared.lease.clone(), inc)),
+            owner: Some(ClaimOwner {
+                broker_id: self.shared.broker_id,
+                incarnation: inc,
+            }),
+            on_fenced: Some({
+                let shared = self.shared.clone();
+                OnFenced(Arc::new(move |found, owner| {
+                    let mut st = shared.state.lock().unwrap();
+                    let e = FencedAt {
+                        topic: COORDINATOR_SHARDS.to_owned(),
+                        partition: shard.0 as i32,
+                        found,
+                        owner,
+                    };
+                    if !st.fenced.contains(&e) {
+                        st.fenced.push(e);
+                    }
+                }))
+            }),
+            groups: GroupConfig {
+                initial_rebalance_delay: Duration::from_millis(
+                    self.args.group_initial_rebalance_delay_ms,
+                ),
+                ..GroupConfig::default()
+            },
+            log: ShardLogConfig::default(),
+            retention_ms: self.args.offsets_retention_minutes.saturating_mul(60_000),
+        };
+        GroupCoordinator::start(
+            spec,
+            self.leader_fs.clone(),
+            self.shared.lease.clock().clone(),
+            &self.arbiters[i],
+        )
+    }
+
     /// Replace the metadata cache with `a`.
     fn publish(&self, a: &Arc<Assignment>) {
         *self.topics.write().unwrap() = a
@@ -270,9 +371,13 @@ impl Broker {
         self.leaders.hold(topic, on);
     }
 
-    /// Stop the leaders of `topic` (before deletion) or of every topic.
+    /// Stop the leaders of `topic` (before deletion) or of every topic (and
+    /// then every group coordinator: shutdown).
     pub async fn stop_leaders(&self, topic: Option<&str>) {
         self.leaders.stop_group(topic).await;
+        if topic.is_none() {
+            self.coordinators.stop_group(None).await;
+        }
     }
 }
 
@@ -297,21 +402,37 @@ impl LeaderSink for BrokerSink {
                     }
                 }
             }
+            let mut shards: HashMap<ShardId, i32> = HashMap::new();
+            if lead {
+                for (s, e) in a.coordinators.iter().enumerate() {
+                    if e.leader == me && e.incarnation == inc {
+                        shards.insert(ShardId(s as u32), e.epoch);
+                    }
+                }
+            }
             // Stop what we lost first, awaiting the final fsync and close: a
-            // partition whose epoch changed is stopped before the leader of
-            // the new epoch opens its files.
-            let stopped = b.leaders.stop_lost(&wanted).await;
+            // partition (or shard) whose epoch changed is stopped before the
+            // owner of the new epoch opens its files.
+            let stopped =
+                b.leaders.stop_lost(&wanted).await + b.coordinators.stop_lost(&shards).await;
             // Fenced-at-open reports are answered once the grant is above
             // the epoch found (or gone).
             if lead {
                 b.shared.state.lock().unwrap().fenced.retain(|f| {
-                    a.entry(&f.topic, f.partition).is_some_and(|e| {
+                    let entry = if f.topic == COORDINATOR_SHARDS {
+                        a.coordinator(f.partition as u32)
+                    } else {
+                        a.entry(&f.topic, f.partition)
+                    };
+                    entry.is_some_and(|e| {
                         e.leader == me && e.incarnation == inc && e.epoch <= f.found
                     })
                 });
             }
             let started = b.leaders.start_granted(wanted, |(t, p), (_, epoch)| {
                 b.start_leader(t, *p, *epoch, inc)
+            }) + b.coordinators.start_granted(shards, |s, epoch| {
+                Some(b.start_coordinator(*s, *epoch, inc))
             });
             if stopped + started > 0 {
                 tracing::info!(

@@ -390,10 +390,10 @@ mod tests {
             matches!(err, RequestError::UnsupportedVersion { .. }),
             "{err:?}"
         );
-        // JoinGroup is a known api we do not serve.
+        // ConsumerGroupHeartbeat (KIP-848) is a known api we do not serve.
         let mut buf = BytesMut::new();
-        buf.put_i16(ApiKey::JoinGroup as i16);
-        buf.put_i16(5);
+        buf.put_i16(ApiKey::ConsumerGroupHeartbeat as i16);
+        buf.put_i16(0);
         buf.put_i32(9);
         let err = parse_request(buf.freeze()).unwrap_err();
         assert!(

@@ -22,11 +22,24 @@ use kafka_protocol::messages::{ApiKey, ApiVersionsResponse};
 /// * ListOffsets v10 only adds a request-level `timeout_ms` (KIP-1075), which
 ///   a broker without tiered storage may ignore.
 /// * Metadata v13 adds a top-level error code (KIP-1102); we stop at 12.
+/// * Group APIs are the classic protocol: OffsetCommit v9+ / OffsetFetch
+///   v9+ carry KIP-848 member epochs, FindCoordinator v5+ a transaction
+///   error (KIP-890) and v6 share groups, DescribeGroups v6 an error message
+///   (KIP-1043): we stop below each. OffsetFetch v8 is the batched form.
 pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Produce, 3, 13),
     (ApiKey::Fetch, 4, 18),
     (ApiKey::ListOffsets, 1, 10),
     (ApiKey::Metadata, 0, 12),
+    (ApiKey::OffsetCommit, 2, 8),
+    (ApiKey::OffsetFetch, 1, 8),
+    (ApiKey::FindCoordinator, 0, 4),
+    (ApiKey::JoinGroup, 0, 9),
+    (ApiKey::Heartbeat, 0, 4),
+    (ApiKey::LeaveGroup, 0, 5),
+    (ApiKey::SyncGroup, 0, 5),
+    (ApiKey::DescribeGroups, 0, 5),
+    (ApiKey::ListGroups, 0, 5),
     (ApiKey::ApiVersions, 0, 4),
     (ApiKey::CreateTopics, 2, 7),
     (ApiKey::DeleteTopics, 1, 6),
@@ -115,7 +128,7 @@ mod tests {
             );
             assert_eq!(supported_range(k as i16), Some((min, max)));
         }
-        assert_eq!(supported_range(ApiKey::JoinGroup as i16), None);
+        assert_eq!(supported_range(ApiKey::ConsumerGroupHeartbeat as i16), None);
         assert_eq!(supported_range(-1), None);
         assert_eq!(supported_range(i16::MAX), None);
     }
@@ -139,6 +152,19 @@ mod tests {
             ApiKey::DescribeCluster => {
                 RequestKind::DescribeCluster(DescribeClusterRequest::default())
             }
+            ApiKey::OffsetCommit => RequestKind::OffsetCommit(OffsetCommitRequest::default()),
+            ApiKey::OffsetFetch => RequestKind::OffsetFetch(
+                OffsetFetchRequest::default().with_topics(Some(Vec::new())),
+            ),
+            ApiKey::FindCoordinator => {
+                RequestKind::FindCoordinator(FindCoordinatorRequest::default())
+            }
+            ApiKey::JoinGroup => RequestKind::JoinGroup(JoinGroupRequest::default()),
+            ApiKey::Heartbeat => RequestKind::Heartbeat(HeartbeatRequest::default()),
+            ApiKey::LeaveGroup => RequestKind::LeaveGroup(LeaveGroupRequest::default()),
+            ApiKey::SyncGroup => RequestKind::SyncGroup(SyncGroupRequest::default()),
+            ApiKey::DescribeGroups => RequestKind::DescribeGroups(DescribeGroupsRequest::default()),
+            ApiKey::ListGroups => RequestKind::ListGroups(ListGroupsRequest::default()),
             other => panic!("no default request for {other:?}"),
         }
     }
@@ -164,6 +190,21 @@ mod tests {
             ApiKey::DescribeCluster => {
                 ResponseKind::DescribeCluster(DescribeClusterResponse::default())
             }
+            ApiKey::OffsetCommit => ResponseKind::OffsetCommit(OffsetCommitResponse::default()),
+            ApiKey::OffsetFetch => ResponseKind::OffsetFetch(OffsetFetchResponse::default()),
+            ApiKey::FindCoordinator => {
+                ResponseKind::FindCoordinator(FindCoordinatorResponse::default())
+            }
+            ApiKey::JoinGroup => ResponseKind::JoinGroup(
+                JoinGroupResponse::default().with_protocol_name(Some(Default::default())),
+            ),
+            ApiKey::Heartbeat => ResponseKind::Heartbeat(HeartbeatResponse::default()),
+            ApiKey::LeaveGroup => ResponseKind::LeaveGroup(LeaveGroupResponse::default()),
+            ApiKey::SyncGroup => ResponseKind::SyncGroup(SyncGroupResponse::default()),
+            ApiKey::DescribeGroups => {
+                ResponseKind::DescribeGroups(DescribeGroupsResponse::default())
+            }
+            ApiKey::ListGroups => ResponseKind::ListGroups(ListGroupsResponse::default()),
             other => panic!("no default response for {other:?}"),
         }
     }

@@ -163,6 +163,21 @@ fn request_corpus() -> Vec<Bytes> {
                 ApiKey::DescribeCluster => {
                     RequestKind::DescribeCluster(DescribeClusterRequest::default())
                 }
+                ApiKey::OffsetCommit => RequestKind::OffsetCommit(OffsetCommitRequest::default()),
+                ApiKey::OffsetFetch => RequestKind::OffsetFetch(
+                    OffsetFetchRequest::default().with_topics(Some(Vec::new())),
+                ),
+                ApiKey::FindCoordinator => {
+                    RequestKind::FindCoordinator(FindCoordinatorRequest::default())
+                }
+                ApiKey::JoinGroup => RequestKind::JoinGroup(JoinGroupRequest::default()),
+                ApiKey::Heartbeat => RequestKind::Heartbeat(HeartbeatRequest::default()),
+                ApiKey::LeaveGroup => RequestKind::LeaveGroup(LeaveGroupRequest::default()),
+                ApiKey::SyncGroup => RequestKind::SyncGroup(SyncGroupRequest::default()),
+                ApiKey::DescribeGroups => {
+                    RequestKind::DescribeGroups(DescribeGroupsRequest::default())
+                }
+                ApiKey::ListGroups => RequestKind::ListGroups(ListGroupsRequest::default()),
                 other => panic!("corpus lacks {other:?}"),
             };
             let frame = request_frame(key, v, &body);

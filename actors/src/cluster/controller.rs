@@ -26,7 +26,7 @@
 
 use super::lease::LeaseGuard;
 use super::membership::Shared;
-use super::plan::{plan, BrokerView, TopicInfo};
+use super::plan::{plan_with_shards, BrokerView, TopicInfo};
 use super::records::{read_json, write_json, Assignment, BrokerRecord, ASSIGNMENT, BROKERS_DIR};
 use super::watcher::{AssignmentWatcher, PollNow};
 use crate::clock::SharedClock;
@@ -67,6 +67,8 @@ struct Leading {
     incarnation: u64,
     prev: Assignment,
     topics: HashMap<String, (TopicInfo, Duration)>,
+    /// Coordinator shards, once `group-shards.json` was read (0 before).
+    shards: u32,
 }
 
 /// Every broker record this host has watched, as candidate or controller,
@@ -294,6 +296,7 @@ impl ControllerState {
             incarnation,
             prev,
             topics: HashMap::new(),
+            shards: 0,
         });
         self.lead()
     }
@@ -509,7 +512,13 @@ impl ControllerState {
         let me = self.shared.broker_id;
         let data_dir = self.data_dir.clone();
         let fs = self.fs.clone();
+        let cluster_dir = self.cluster_dir().to_path_buf();
         let l = self.leading.as_mut().expect("leading");
+        if l.shards == 0 {
+            // Recorded once at cluster creation by the first broker.
+            l.shards =
+                crate::group::shard::read_count(fs.as_ref(), &cluster_dir)?.map_or(0, |c| c.get());
+        }
         let mut foreign = on_disk != l.prev;
         if foreign && on_disk.controller_epoch > l.epoch {
             self.resign("assignment written by a newer controller");
@@ -551,10 +560,20 @@ impl ControllerState {
                     }
                 }
             }
+            for (e, oe) in base.coordinators.iter_mut().zip(&on_disk.coordinators) {
+                if e.leader < 0 && e.releasing.is_none() && oe.leader >= 0 && oe.epoch > e.epoch {
+                    e.epoch = oe.epoch;
+                    e.releasing = Some((oe.leader, oe.incarnation, next_version));
+                }
+            }
         }
         let list_failed = std::cell::Cell::new(false);
         let disk_epoch = |t: &str, p: i32| -> i32 {
-            let dir = kaas_volume::layout::partition_dir(&data_dir, t, p);
+            let dir = if t == super::records::COORDINATOR_SHARDS {
+                crate::group::names::shard_dir(&cluster_dir, crate::group::shard::ShardId(p as u32))
+            } else {
+                kaas_volume::layout::partition_dir(&data_dir, t, p)
+            };
             let names = match fs.list(&dir) {
                 Ok(n) => n,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
@@ -569,11 +588,14 @@ impl ControllerState {
                     parse_manifest_name(n)
                         .or_else(|| parse_segment_name(n).map(|(_, e, _)| e))
                         .or_else(|| parse_claim_name(n))
+                        .or_else(|| crate::group::names::parse_shard_log(n).map(|(_, e)| e))
                 })
                 .max()
                 .unwrap_or(0)
         };
-        let planned = plan(&base, l.epoch, me, &brokers, &topics, disk_epoch);
+        // Never fewer shards than already granted (the count is immutable).
+        let shards = l.shards.max(base.coordinators.len() as u32);
+        let planned = plan_with_shards(&base, l.epoch, me, &brokers, &topics, shards, disk_epoch);
         if list_failed.get() {
             // A new partition's starting epoch must be above what is on disk;
             // without a listing we cannot know it. Try again next poll.

@@ -15,9 +15,14 @@
 //!   Two live leaders of one partition therefore never overlap.
 //! * Balance: each eligible broker leads at most ceil(partitions / brokers);
 //!   only the excess moves, so a joining broker takes no more than its share.
+//! * Consumer-group coordinator shards follow every rule above, exactly as
+//!   partitions of one more topic (named [`COORDINATOR_SHARDS`] inside the
+//!   plan, which no real topic can be); they are balanced apart from the
+//!   partitions, so every broker gets its share of each.
 
 use super::records::{
     Assignment, BrokerEndpoint, BrokerRecord, PartitionAssignment, TopicAssignment,
+    COORDINATOR_SHARDS,
 };
 use std::collections::BTreeMap;
 
@@ -84,32 +89,120 @@ fn released(
     }
 }
 
-/// Compute the next assignment, or `None` if nothing changes.
-/// `disk_epoch(topic, partition)` is the highest leader epoch already on
-/// disk for a partition the previous assignment does not know.
+/// What each eligible broker holds: (topic, partition index).
+type Load = BTreeMap<i32, Vec<(String, usize)>>;
+
+/// Balance one class of grants (partitions, or shards): each eligible
+/// broker holds at most ceil(total / brokers) of it; the excess of an
+/// over-full broker is vacated (two-phase move), and free entries go to the
+/// least-loaded broker, with epoch + 1.
+fn balance(
+    next: &mut BTreeMap<String, TopicAssignment>,
+    load: &mut Load,
+    free: Vec<(String, usize)>,
+    brokers: &BTreeMap<i32, BrokerView>,
+    version: u64,
+    shards: bool,
+) {
+    let eligible = load.len();
+    if eligible == 0 {
+        return;
+    }
+    // Every entry of the class counts, whoever holds it (or is releasing it).
+    let total: usize = next
+        .iter()
+        .filter(|(n, _)| (n.as_str() == COORDINATOR_SHARDS) == shards)
+        .map(|(_, t)| t.partitions.len())
+        .sum();
+    let cap = total.div_ceil(eligible);
+    for (b, held) in load.iter_mut() {
+        while held.len() > cap {
+            let (t, i) = held.pop().expect("len > cap >= 0");
+            let e = &mut next.get_mut(&t).expect("topic").partitions[i];
+            e.releasing = Some((*b, e.incarnation, version));
+            e.leader = -1;
+            e.incarnation = 0;
+        }
+    }
+    for (t, i) in free {
+        let (b, _) = load
+            .iter()
+            .map(|(b, h)| (*b, h.len()))
+            .min_by_key(|(b, n)| (*n, *b))
+            .expect("eligible > 0");
+        let e = &mut next.get_mut(&t).expect("topic").partitions[i];
+        e.leader = b;
+        e.incarnation = brokers[&b].record.incarnation;
+        e.epoch += 1;
+        load.get_mut(&b).expect("eligible").push((t, i));
+    }
+}
+
+/// Compute the next assignment, or `None` if nothing changes, keeping the
+/// previous assignment's number of coordinator shards.
 pub fn plan(
     prev: &Assignment,
     controller_epoch: i32,
     controller_id: i32,
     brokers: &BTreeMap<i32, BrokerView>,
     topics: &BTreeMap<String, TopicInfo>,
+    disk_epoch: impl FnMut(&str, i32) -> i32,
+) -> Option<Assignment> {
+    let shards = prev.coordinators.len() as u32;
+    plan_with_shards(
+        prev,
+        controller_epoch,
+        controller_id,
+        brokers,
+        topics,
+        shards,
+        disk_epoch,
+    )
+}
+
+/// Compute the next assignment with `shards` coordinator shards, or `None`
+/// if nothing changes. `disk_epoch(topic, partition)` is the highest leader
+/// epoch already on disk for a partition the previous assignment does not
+/// know (`(COORDINATOR_SHARDS, shard)` for a shard).
+pub fn plan_with_shards(
+    prev: &Assignment,
+    controller_epoch: i32,
+    controller_id: i32,
+    brokers: &BTreeMap<i32, BrokerView>,
+    topics: &BTreeMap<String, TopicInfo>,
+    shards: u32,
     mut disk_epoch: impl FnMut(&str, i32) -> i32,
 ) -> Option<Assignment> {
     let version = prev.version + 1;
     let mut next: BTreeMap<String, TopicAssignment> = BTreeMap::new();
     // Partitions to grant: (topic, index).
     let mut free: Vec<(String, usize)> = Vec::new();
-    let mut load: BTreeMap<i32, Vec<(String, usize)>> = brokers
+    let mut load: Load = brokers
         .iter()
         .filter(|(_, b)| b.eligible())
         .map(|(id, _)| (*id, Vec::new()))
         .collect();
 
-    for (name, info) in topics {
-        let old = prev
-            .topics
-            .get(name)
-            .filter(|t| t.topic_id == info.topic_id);
+    // The shards, as one more topic (see module docs).
+    let shard_info = TopicInfo {
+        topic_id: uuid::Uuid::nil(),
+        partitions: i32::try_from(shards).unwrap_or(i32::MAX),
+        configs: BTreeMap::new(),
+    };
+    let shard_prev = TopicAssignment {
+        topic_id: uuid::Uuid::nil(),
+        configs: BTreeMap::new(),
+        partitions: prev.coordinators.clone(),
+    };
+    let all = std::iter::once((COORDINATOR_SHARDS, &shard_info, Some(&shard_prev)))
+        .filter(|_| shards > 0)
+        .chain(
+            topics
+                .iter()
+                .map(|(n, i)| (n.as_str(), i, prev.topics.get(n))),
+        );
+    for (name, info, old) in all {
+        let old = old.filter(|t| t.topic_id == info.topic_id);
         let mut parts = Vec::with_capacity(info.partitions.max(0) as usize);
         for p in 0..info.partitions.max(0) {
             let i = p as usize;
@@ -125,7 +218,7 @@ pub fn plan(
                 b.record
                     .fenced
                     .iter()
-                    .filter(|f| f.topic == *name && f.partition == p && f.found >= e.epoch)
+                    .filter(|f| f.topic == name && f.partition == p && f.found >= e.epoch)
                     .max_by_key(|f| f.found)
             });
             if e.leader >= 0 {
@@ -156,7 +249,7 @@ pub fn plan(
                     e.leader = -1;
                     e.incarnation = 0;
                 } else if let Some(held) = load.get_mut(&e.leader) {
-                    held.push((name.clone(), i));
+                    held.push((name.to_owned(), i));
                 }
                 // (else: held by a broker not observed yet, or suspect —
                 // it keeps the grant and takes no new ones)
@@ -166,12 +259,12 @@ pub fn plan(
                 }
             }
             if e.leader < 0 && e.releasing.is_none() {
-                free.push((name.clone(), i));
+                free.push((name.to_owned(), i));
             }
             parts.push(e);
         }
         next.insert(
-            name.clone(),
+            name.to_owned(),
             TopicAssignment {
                 topic_id: info.topic_id,
                 configs: info.configs.clone(),
@@ -180,34 +273,26 @@ pub fn plan(
         );
     }
 
-    let eligible = load.len();
-    if eligible > 0 {
-        let total: usize = next.values().map(|t| t.partitions.len()).sum();
-        let cap = total.div_ceil(eligible);
-        // Vacate the excess of over-full brokers (two-phase move).
-        for (b, held) in load.iter_mut() {
-            while held.len() > cap {
-                let (t, i) = held.pop().expect("len > cap >= 0");
-                let e = &mut next.get_mut(&t).expect("topic").partitions[i];
-                e.releasing = Some((*b, e.incarnation, version));
-                e.leader = -1;
-                e.incarnation = 0;
-            }
-        }
-        // Grant free partitions to the least-loaded eligible broker.
-        for (t, i) in free {
-            let (b, _) = load
-                .iter()
-                .map(|(b, h)| (*b, h.len()))
-                .min_by_key(|(b, n)| (*n, *b))
-                .expect("eligible > 0");
-            let e = &mut next.get_mut(&t).expect("topic").partitions[i];
-            e.leader = b;
-            e.incarnation = brokers[&b].record.incarnation;
-            e.epoch += 1;
-            load.get_mut(&b).expect("eligible").push((t, i));
-        }
+    // Partitions and shards are balanced each on their own: a broker's
+    // share of partitions does not depend on how many shards it holds.
+    let mut shard_load: Load = BTreeMap::new();
+    for (b, held) in load.iter_mut() {
+        let (shards, parts): (Vec<_>, Vec<_>) =
+            held.drain(..).partition(|(t, _)| t == COORDINATOR_SHARDS);
+        *held = parts;
+        shard_load.insert(*b, shards);
     }
+    let (free_shards, free): (Vec<_>, Vec<_>) =
+        free.into_iter().partition(|(t, _)| t == COORDINATOR_SHARDS);
+    balance(&mut next, &mut load, free, brokers, version, false);
+    balance(
+        &mut next,
+        &mut shard_load,
+        free_shards,
+        brokers,
+        version,
+        true,
+    );
 
     let endpoints: Vec<BrokerEndpoint> = brokers
         .iter()
@@ -218,10 +303,15 @@ pub fn plan(
             port: b.record.port,
         })
         .collect();
+    let coordinators = next
+        .remove(COORDINATOR_SHARDS)
+        .map(|t| t.partitions)
+        .unwrap_or_default();
     let same = prev.controller_epoch == controller_epoch
         && prev.controller_id == controller_id
         && prev.brokers == endpoints
-        && prev.topics == next;
+        && prev.topics == next
+        && prev.coordinators == coordinators;
     if same {
         return None;
     }
@@ -231,6 +321,7 @@ pub fn plan(
         version,
         brokers: endpoints,
         topics: next,
+        coordinators,
     })
 }
 
@@ -550,5 +641,132 @@ mod tests {
             n.topics["t"].partitions[0].epoch, 1,
             "new id, new directory, epochs from disk"
         );
+    }
+
+    /// Coordinator shards are granted like partitions: every shard gets a
+    /// leader and epoch 1 (above what is on disk), shards and partitions are
+    /// each balanced on their own, and a plan of the same inputs changes
+    /// nothing.
+    #[test]
+    fn coordinator_shards_are_granted_and_balanced_with_partitions() {
+        let b = live(&[0, 1]);
+        let a = plan_with_shards(&Assignment::default(), 1, 0, &b, &topic(2), 4, |t, p| {
+            if t == COORDINATOR_SHARDS && p == 3 {
+                5
+            } else {
+                0
+            }
+        })
+        .unwrap();
+        assert_eq!(a.coordinators.len(), 4);
+        assert!(a.coordinators.iter().all(|e| e.leader >= 0));
+        assert_eq!(a.coordinator(3).unwrap().epoch, 6, "above the disk epoch");
+        assert_eq!(a.coordinator(0).unwrap().epoch, 1);
+        let per = |id: i32| {
+            a.coordinators.iter().filter(|e| e.leader == id).count()
+                + a.topics["t"]
+                    .partitions
+                    .iter()
+                    .filter(|e| e.leader == id)
+                    .count()
+        };
+        assert_eq!((per(0), per(1)), (3, 3));
+        assert!(plan(&a, 1, 0, &b, &topic(2), |_, _| 0).is_none(), "stable");
+    }
+
+    /// A shard held by a broker that shuts down is vacated first and
+    /// granted elsewhere, at a higher epoch, only once that broker applied
+    /// the release; a dead holder's shard is granted again at once.
+    #[test]
+    fn coordinator_shards_move_in_two_phases_and_fail_over() {
+        let mut b = live(&[0, 1]);
+        let a = plan_with_shards(
+            &Assignment::default(),
+            1,
+            0,
+            &b,
+            &BTreeMap::new(),
+            2,
+            |_, _| 0,
+        )
+        .unwrap();
+        let s = a.coordinators.iter().position(|e| e.leader == 1).unwrap();
+        let e = a.coordinators[s].epoch;
+        b.get_mut(&1).unwrap().record.shutting_down = true;
+        let v2 = plan(&a, 1, 0, &b, &BTreeMap::new(), |_, _| 0).unwrap();
+        let inc1 = b[&1].record.incarnation;
+        assert_eq!(v2.coordinators[s].leader, -1);
+        assert_eq!(v2.coordinators[s].releasing, Some((1, inc1, v2.version)));
+        applied(&mut b.get_mut(&1).unwrap().record, &v2);
+        let v3 = plan(&v2, 1, 0, &b, &BTreeMap::new(), |_, _| 0).unwrap();
+        assert_eq!(v3.coordinators[s].leader, 0);
+        assert_eq!(v3.coordinators[s].epoch, e + 1);
+
+        let mut d = live(&[0, 1]);
+        d.get_mut(&1).unwrap().alive = false;
+        let v4 = plan(&a, 1, 0, &d, &BTreeMap::new(), |_, _| 0).unwrap();
+        assert_eq!(v4.coordinators[s].leader, 0, "re-granted at once");
+        assert_eq!(v4.coordinators[s].epoch, e + 1);
+    }
+
+    /// A broker joining a one-broker cluster takes its share of partitions
+    /// and of shards alike (not, say, every partition and no shard).
+    #[test]
+    fn a_joining_broker_gets_its_share_of_each_class() {
+        let one = live(&[0]);
+        let a =
+            plan_with_shards(&Assignment::default(), 1, 0, &one, &topic(4), 4, |_, _| 0).unwrap();
+        let both = live(&[0, 1]);
+        let v2 = plan(&a, 1, 0, &both, &topic(4), |_, _| 0).unwrap();
+        let moving =
+            |es: &[PartitionAssignment]| es.iter().filter(|e| e.releasing.is_some()).count();
+        assert_eq!(moving(&v2.coordinators), 2);
+        assert_eq!(moving(&v2.topics["t"].partitions), 2);
+    }
+
+    /// A shard whose holder was fenced at open (its claim taken) is
+    /// re-granted above the epoch found, like a partition.
+    #[test]
+    fn a_fenced_coordinator_shard_is_regranted_above_the_epoch_found() {
+        let b = live(&[0]);
+        let a = plan_with_shards(
+            &Assignment::default(),
+            1,
+            0,
+            &b,
+            &BTreeMap::new(),
+            1,
+            |_, _| 0,
+        )
+        .unwrap();
+        let mut b2 = b.clone();
+        b2.get_mut(&0).unwrap().record.fenced = vec![FencedAt {
+            topic: COORDINATOR_SHARDS.into(),
+            partition: 0,
+            found: 7,
+            owner: None,
+        }];
+        let v2 = plan(&a, 1, 0, &b2, &BTreeMap::new(), |_, _| 0).unwrap();
+        assert_eq!(v2.coordinators[0].leader, 0);
+        assert_eq!(v2.coordinators[0].epoch, 8);
+    }
+
+    /// Assignment files written before shards existed still read.
+    #[test]
+    fn an_assignment_without_coordinators_reads() {
+        let mut a = plan(
+            &Assignment::default(),
+            1,
+            0,
+            &live(&[0]),
+            &topic(1),
+            |_, _| 0,
+        )
+        .unwrap();
+        let mut v: serde_json::Value = serde_json::to_value(&a).unwrap();
+        v.as_object_mut().unwrap().remove("coordinators");
+        let back: Assignment = serde_json::from_value(v).unwrap();
+        a.coordinators.clear();
+        assert_eq!(back, a);
     }
 }

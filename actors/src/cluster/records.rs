@@ -67,6 +67,10 @@ pub struct BrokerRecord {
     pub fenced: Vec<FencedAt>,
 }
 
+/// The `topic` of a [`FencedAt`] that names a coordinator shard (its
+/// `partition` is the shard): no topic can have an empty name.
+pub const COORDINATOR_SHARDS: &str = "";
+
 /// A grant found fenced at open (see [`BrokerRecord::fenced`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FencedAt {
@@ -153,12 +157,22 @@ pub struct Assignment {
     pub brokers: Vec<BrokerEndpoint>,
     /// Topics by name.
     pub topics: BTreeMap<String, TopicAssignment>,
+    /// Consumer-group coordinator shards, by shard index: granted like
+    /// partitions (epochs, two-phase moves). Empty in files written before
+    /// shards existed.
+    #[serde(default)]
+    pub coordinators: Vec<PartitionAssignment>,
 }
 
 impl Assignment {
     /// Whether `self` is newer than an assignment stamped (epoch, version).
     pub fn newer_than(&self, epoch: i32, version: u64) -> bool {
         (self.controller_epoch, self.version) > (epoch, version)
+    }
+
+    /// The entry of coordinator shard `shard`.
+    pub fn coordinator(&self, shard: u32) -> Option<&PartitionAssignment> {
+        self.coordinators.get(shard as usize)
     }
 
     /// The entry of (topic, partition).

@@ -220,6 +220,7 @@ fn assignment(version: u64) -> Assignment {
                     .collect(),
             },
         )]),
+        coordinators: vec![PartitionAssignment::vacant(v)],
     }
 }
 

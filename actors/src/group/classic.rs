@@ -370,6 +370,16 @@ impl ClassicGroup {
         self.members.keys().map(String::as_str)
     }
 
+    /// The group id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The protocol type (`consumer`, `connect`), once a member joined.
+    pub fn protocol_type(&self) -> Option<&str> {
+        self.protocol_type.as_deref()
+    }
+
     fn is_fenced(&self, instance_id: Option<&str>, member_id: &str) -> bool {
         instance_id
             .and_then(|i| self.static_members.get(i))
@@ -1001,6 +1011,51 @@ impl ClassicGroups {
         out
     }
 
+    /// Whether an OffsetCommit by (`member_id`, `instance_id`,
+    /// `generation_id`) may be written, with Kafka's rules
+    /// (`GroupMetadata.validateOffsetCommit`): a commit with generation -1,
+    /// no member and no instance id is an admin / standalone commit, taken
+    /// only while the group has no members; any other commit must come from
+    /// a current member of the current generation, and not while the group
+    /// waits for its assignment. A commit during the join phase is taken (an
+    /// eager member commits before it rejoins).
+    pub fn validate_commit(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation_id: i32,
+    ) -> Result<(), ResponseError> {
+        let Some(g) = self.groups.get(group_id) else {
+            return if generation_id < 0 {
+                Ok(())
+            } else {
+                // Kafka: a generation for a group that does not exist.
+                Err(ResponseError::IllegalGeneration)
+            };
+        };
+        if g.state == GroupState::Dead {
+            return Err(ResponseError::CoordinatorNotAvailable);
+        }
+        if generation_id >= 0 || !member_id.is_empty() || instance_id.is_some() {
+            if g.is_fenced(instance_id, member_id) {
+                return Err(ResponseError::FencedInstanceId);
+            }
+            if !g.members.contains_key(member_id) {
+                return Err(ResponseError::UnknownMemberId);
+            }
+            if generation_id != g.generation {
+                return Err(ResponseError::IllegalGeneration);
+            }
+        } else if g.state != GroupState::Empty {
+            return Err(ResponseError::UnknownMemberId);
+        }
+        if g.state == GroupState::CompletingRebalance {
+            return Err(ResponseError::RebalanceInProgress);
+        }
+        Ok(())
+    }
+
     /// Heartbeat: answered at once.
     pub fn heartbeat(&mut self, req: &Heartbeat) -> Result<(), ResponseError> {
         let now = self.clock.now();
@@ -1332,6 +1387,31 @@ mod tests {
             member_id: member.into(),
             instance_id: None,
         })
+    }
+
+    /// OffsetCommit validation: a stale generation is ILLEGAL_GENERATION, a
+    /// stranger UNKNOWN_MEMBER_ID, an admin commit to a live group refused,
+    /// and a current member of the current generation accepted.
+    #[test]
+    fn offset_commits_are_validated_like_kafka() {
+        let (mut gs, clock) = groups(3 * S);
+        assert_eq!(gs.validate_commit("none", "", None, -1), Ok(()));
+        let (ids, generation) = stable_three(&mut gs, &clock);
+        assert_eq!(gs.validate_commit("g", &ids[1], None, generation), Ok(()));
+        assert_eq!(
+            gs.validate_commit("g", &ids[1], None, generation - 1),
+            Err(ResponseError::IllegalGeneration)
+        );
+        assert_eq!(
+            gs.validate_commit("g", "stranger", None, generation),
+            Err(ResponseError::UnknownMemberId)
+        );
+        assert_eq!(
+            gs.validate_commit("g", "", None, -1),
+            Err(ResponseError::UnknownMemberId)
+        );
+        assert_eq!(gs.get("g").unwrap().id(), "g");
+        assert_eq!(gs.get("g").unwrap().protocol_type(), Some("consumer"));
     }
 
     /// Three dynamic members through the v4 two-step join and one sync.

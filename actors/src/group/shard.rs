@@ -64,6 +64,76 @@ pub fn java_string_hash(s: &str) -> i32 {
         .fold(0i32, |h, u| h.wrapping_mul(31).wrapping_add(i32::from(u)))
 }
 
+/// File name of the shard count in the cluster directory.
+pub const SHARD_COUNT_FILE: &str = "group-shards.json";
+
+#[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+struct StoredCount {
+    shards: u32,
+}
+
+impl kaas_volume::identity::JsonIdentity for StoredCount {}
+
+/// The shard count recorded in `cluster_dir`, if any (the controller reads
+/// it; a broker records it at start, before it runs a controller).
+pub fn read_count(
+    fs: &dyn kaas_volume::fs::Fs,
+    cluster_dir: &std::path::Path,
+) -> std::io::Result<Option<ShardCount>> {
+    use kaas_volume::identity::{read_identity, Found};
+    Ok(
+        match read_identity::<StoredCount>(fs, &cluster_dir.join(SHARD_COUNT_FILE))? {
+            Found::Identity(c) => ShardCount::new(c.shards),
+            Found::Absent | Found::Empty => None,
+        },
+    )
+}
+
+/// The cluster's shard count: `<cluster>/group-shards.json`, created once
+/// (exclusive create, then write + fsync) by the first broker with its
+/// configured `default`; every later reader uses what the winner wrote, so
+/// the count is immutable after cluster creation (a group's shard is a
+/// function of it).
+///
+/// Four questions: (1) one exclusive create; (2) a creator that died between
+/// create and write leaves an empty file, re-read every 100 ms and replaced
+/// after `abandon_after` (temp → fsync → rename), then read back; (3) racers
+/// all read back and agree once it is non-empty; (4) the count is the
+/// identity itself, never reused with another meaning.
+pub fn read_or_create_count(
+    fs: &dyn kaas_volume::fs::Fs,
+    cluster_dir: &std::path::Path,
+    default: ShardCount,
+    abandon_after: std::time::Duration,
+) -> std::io::Result<ShardCount> {
+    use kaas_volume::identity::{create_with_identity, read_identity, Claimed, Found, Policy};
+    let path = cluster_dir.join(SHARD_COUNT_FILE);
+    let started = std::time::Instant::now();
+    let bad = || std::io::Error::new(std::io::ErrorKind::InvalidData, "bad shard count");
+    loop {
+        match read_identity::<StoredCount>(fs, &path)? {
+            Found::Identity(c) => return ShardCount::new(c.shards).ok_or_else(bad),
+            Found::Empty if started.elapsed() > abandon_after => {
+                let me = StoredCount {
+                    shards: default.get(),
+                };
+                kaas_volume::fs::write_atomic(fs, &path, &serde_json::to_vec(&me)?)?;
+            }
+            Found::Empty => std::thread::sleep(std::time::Duration::from_millis(100)),
+            Found::Absent => {
+                let me = StoredCount {
+                    shards: default.get(),
+                };
+                match create_with_identity(fs, &path, &me, Policy::DURABLE)? {
+                    Claimed::Won | Claimed::Ours => return Ok(default),
+                    Claimed::Taken(c) => return ShardCount::new(c.shards).ok_or_else(bad),
+                    Claimed::Indeterminate(_) => {}
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -99,6 +169,24 @@ mod tests {
         for &(s, _, shard) in JAVA {
             assert_eq!(count.shard_of(s), ShardId(shard), "{s:?}");
         }
+    }
+
+    #[test]
+    #[allow(clippy::disallowed_methods)] // a temp dir for the fixture
+    fn the_shard_count_is_fixed_by_the_first_creator() {
+        let d = tempfile::tempdir().unwrap();
+        let fs = kaas_volume::fs::RealFs;
+        let ten = ShardCount::new(10).unwrap();
+        let first = read_or_create_count(&fs, d.path(), ten, std::time::Duration::ZERO).unwrap();
+        assert_eq!(first, ten);
+        let again = read_or_create_count(
+            &fs,
+            d.path(),
+            ShardCount::default(),
+            std::time::Duration::ZERO,
+        )
+        .unwrap();
+        assert_eq!(again, ten, "a later default does not change it");
     }
 
     #[test]

@@ -115,6 +115,12 @@ impl EpochWriter {
         self.fs.as_ref()
     }
 
+    /// The guarded seam, for an owner whose file layer holds its own handle
+    /// (a coordinator shard's log); it stays lease-guarded.
+    pub(crate) fn shared(&self) -> SharedFs {
+        self.fs.clone()
+    }
+
     /// The epoch this writer may write.
     pub fn epoch(&self) -> i32 {
         self.epoch

@@ -25,7 +25,8 @@
 //!   unknown: KAFKA_STORAGE_ERROR, not a leadership change.
 
 use crate::limits::LimitError;
-use crate::state::LookupError;
+use crate::state::{CoordinatorLookupError, LookupError};
+use kaas_actors::group::messages::CoordinatorError;
 use kaas_actors::partition::messages::PartitionError;
 use kaas_actors::partition::reader::ReadError;
 use kaas_actors::topic::TopicError;
@@ -56,9 +57,34 @@ impl ApiError {
         Self(ResponseError::KafkaStorageError)
     }
 
+    /// A group coordinator stopped between lookup and answer: the shard
+    /// moved, so the client looks for the coordinator again.
+    pub const fn coordinator_gone() -> Self {
+        Self(ResponseError::NotCoordinator)
+    }
+
     /// The topic catalog's mailbox is gone (see the module docs).
     pub const fn catalog_gone() -> Self {
         Self(ResponseError::KafkaStorageError)
+    }
+}
+
+impl From<CoordinatorError> for ApiError {
+    fn from(e: CoordinatorError) -> Self {
+        Self(match e {
+            CoordinatorError::Loading => ResponseError::CoordinatorLoadInProgress,
+            CoordinatorError::NotCoordinator => ResponseError::NotCoordinator,
+            CoordinatorError::Unavailable => ResponseError::CoordinatorNotAvailable,
+        })
+    }
+}
+
+impl From<CoordinatorLookupError> for ApiError {
+    fn from(e: CoordinatorLookupError) -> Self {
+        Self(match e {
+            CoordinatorLookupError::NoShards => ResponseError::CoordinatorNotAvailable,
+            CoordinatorLookupError::NotCoordinator => ResponseError::NotCoordinator,
+        })
     }
 }
 
@@ -209,6 +235,20 @@ mod tests {
     }
 
     /// A leader's mailbox failure is the same code whichever API met it.
+    #[test]
+    fn coordinator_errors_are_kafkas() {
+        assert_eq!(ApiError::from(CoordinatorError::Loading).code(), 14);
+        assert_eq!(ApiError::from(CoordinatorError::Unavailable).code(), 15);
+        assert_eq!(ApiError::from(CoordinatorError::NotCoordinator).code(), 16);
+        assert_eq!(ApiError::from(CoordinatorLookupError::NoShards).code(), 15);
+        assert_eq!(
+            ApiError::from(CoordinatorLookupError::NotCoordinator).code(),
+            16
+        );
+        assert_eq!(ApiError::coordinator_gone().code(), 16);
+        assert_eq!(ApiError::from(ResponseError::IllegalGeneration).code(), 22);
+    }
+
     #[test]
     fn leader_gone_is_not_leader_like_a_lookup_miss() {
         assert_eq!(

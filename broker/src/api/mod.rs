@@ -9,10 +9,11 @@
 //! handler does not build, and a request for an API we do not advertise
 //! closes the connection, as Kafka does.
 //!
-//! Grouping for the APIs to come: topic administration lives in `admin/`;
-//! consumer-group APIs (FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
-//! LeaveGroup, OffsetCommit, OffsetFetch, ...) go in `group/`, transaction
-//! APIs (AddPartitionsToTxn, EndTxn, TxnOffsetCommit, ...) in `txn/`.
+//! Grouping: topic administration lives in `admin/`; consumer-group APIs
+//! (FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
+//! OffsetCommit, OffsetFetch, ListGroups, DescribeGroups) in `group/`;
+//! transaction APIs (AddPartitionsToTxn, EndTxn, TxnOffsetCommit, ...) go in
+//! `txn/`.
 //!
 //! Handlers run in two phases so pipelined requests keep their order: the
 //! dispatch phase runs inline on the connection (it enqueues appends in
@@ -27,6 +28,7 @@ pub mod api_versions;
 pub mod describe_cluster;
 pub mod error;
 pub mod fetch;
+pub mod group;
 pub mod init_producer_id;
 pub mod list_offsets;
 pub mod metadata;
@@ -107,6 +109,15 @@ routes! {
     OffsetForLeaderEpoch => offset_for_leader_epoch::handle,
     DescribeConfigs => admin::describe_configs::handle,
     DescribeCluster => describe_cluster::handle,
+    FindCoordinator => group::find_coordinator::handle,
+    JoinGroup => group::join_group::handle,
+    SyncGroup => group::sync_group::handle,
+    Heartbeat => group::heartbeat::handle,
+    LeaveGroup => group::leave_group::handle,
+    OffsetCommit => group::offset_commit::handle,
+    OffsetFetch => group::offset_fetch::handle,
+    ListGroups => group::list_groups::handle,
+    DescribeGroups => group::describe_groups::handle,
 }
 
 /// Whether `routed` has exactly the api keys of `advertised` (no more, no

@@ -1,0 +1,65 @@
+//! DescribeGroups (key 15): each group's state, protocol and members (with
+//! their subscription and assignment bytes), from its coordinator. An
+//! unknown group is `Dead` with no error, as in Kafka.
+
+use super::super::{s, Reply};
+use super::ask;
+use crate::state::Broker;
+use futures::FutureExt;
+use kaas_actors::group::messages::DescribeGroupsRequest as Describe;
+use kaas_protocol::kafka_protocol::messages::describe_groups_response::{
+    DescribedGroup, DescribedGroupMember,
+};
+use kaas_protocol::kafka_protocol::messages::{DescribeGroupsRequest, DescribeGroupsResponse};
+use std::sync::Arc;
+
+/// Ask each group's coordinator.
+pub async fn handle(
+    b: &Arc<Broker>,
+    v: i16,
+    r: DescribeGroupsRequest,
+) -> Reply<DescribeGroupsResponse> {
+    let b = b.clone();
+    Reply::Later(
+        async move {
+            let mut resp = DescribeGroupsResponse::default();
+            for id in &r.groups {
+                let name = id.0.to_string();
+                let mut g = DescribedGroup::default();
+                g.group_id = id.clone();
+                g.authorized_operations = i32::MIN;
+                match ask(&b, &name, Describe(vec![name.clone()])).await {
+                    Ok(mut found) => {
+                        if let Some((_, state, rec)) = found.pop() {
+                            g.group_state = s(state.kafka_name());
+                            if let Some(rec) = rec {
+                                g.protocol_type = s(rec.protocol_type.as_deref().unwrap_or(""));
+                                g.protocol_data = s(rec.protocol.as_deref().unwrap_or(""));
+                                g.members = rec
+                                    .members
+                                    .into_iter()
+                                    .map(|m| {
+                                        let mut x = DescribedGroupMember::default();
+                                        x.member_id = s(&m.member_id);
+                                        if v >= 4 {
+                                            x.group_instance_id = m.instance_id.as_deref().map(s);
+                                        }
+                                        x.client_id = s(&m.client_id);
+                                        x.client_host = s(&m.client_host);
+                                        x.member_metadata = m.subscription.into();
+                                        x.member_assignment = m.assignment.into();
+                                        x
+                                    })
+                                    .collect();
+                            }
+                        }
+                    }
+                    Err(e) => g.error_code = e.code(),
+                }
+                resp.groups.push(g);
+            }
+            resp
+        }
+        .boxed(),
+    )
+}

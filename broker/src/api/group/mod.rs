@@ -1,0 +1,49 @@
+//! Consumer-group APIs (classic protocol), one module per API. Each handler
+//! finds the group's coordinator shard (`Broker::coordinator`, by Kafka's
+//! hash of the group id), sends it one message, and maps the answer; the
+//! coordinator actor (`kaas_actors::group::coordinator`) does the rest.
+//! Answers that wait for a rebalance or an fsync resolve in the second
+//! phase, so a pipelined connection keeps its order.
+//!
+//! The KIP-848 consumer protocol (ConsumerGroupHeartbeat,
+//! ConsumerGroupDescribe) is not served: not advertised, so refused as
+//! Kafka refuses an unknown API.
+
+pub mod describe_groups;
+pub mod find_coordinator;
+pub mod heartbeat;
+pub mod join_group;
+pub mod leave_group;
+pub mod list_groups;
+pub mod offset_commit;
+pub mod offset_fetch;
+pub mod sync_group;
+
+use super::error::ApiError;
+use crate::state::Broker;
+use kaas_actors::group::coordinator::GroupCoordinator;
+use kaas_actors::group::messages::CoordReply;
+use kaas_actors::telemetry::{MessageName, Traced};
+
+/// Send `msg` to the coordinator of `group_id` and await its answer; any
+/// reason it cannot answer is a Kafka error code.
+pub(crate) async fn ask<M, T>(b: &Broker, group_id: &str, msg: M) -> Result<T, ApiError>
+where
+    M: actix::Message<Result = CoordReply<T>> + MessageName + Send + 'static,
+    T: Send + 'static,
+    GroupCoordinator: actix::Handler<Traced<M>>,
+    <GroupCoordinator as actix::Actor>::Context:
+        actix::dev::ToEnvelope<GroupCoordinator, Traced<M>>,
+{
+    let h = b.coordinator(group_id).map_err(ApiError::from)?;
+    match h.addr.send(msg).await {
+        Ok(r) => r.map_err(ApiError::from),
+        // Stopped between lookup and handling: the shard moved.
+        Err(_) => Err(ApiError::coordinator_gone()),
+    }
+}
+
+/// An optional protocol error as a code.
+pub(crate) fn code(e: Option<kaas_protocol::kafka_protocol::ResponseError>) -> i16 {
+    e.map_or(super::error::NONE, |e| ApiError::from(e).code())
+}
