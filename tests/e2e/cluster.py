@@ -109,12 +109,32 @@ class Ledger:
         return max((b - a for a, b in zip(ts, ts[1:])), default=0.0)
 
 
+def read_settled(live, led: Ledger, timeout: float = 90.0):
+    """Read every partition back, retrying (bounded) on the errors a client
+    retries: right after a fault a partition may still move (a broker that
+    rejoined takes its share), and the read must not mistake a move for a
+    loss. Any other error, or no success within `timeout`, fails."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    retriable = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+                 KafkaError.FENCED_LEADER_EPOCH, KafkaError.UNKNOWN_LEADER_EPOCH,
+                 KafkaError.REQUEST_TIMED_OUT, KafkaError._TIMED_OUT, KafkaError._TRANSPORT}
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return consume_all(bootstrap(live), led.topic, list(range(led.partitions)), timeout=60)
+        except KafkaException as e:
+            if e.args[0].code() not in retriable or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
 def check_ledger(brokers, led: Ledger):
     """Every acknowledged record is read back, in order, at increasing
     offsets; duplicates only from client retries of unacknowledged sends."""
     live = [b for b in brokers if b.alive()]
     want = {p: len(v) for p, v in led.acked.items()}
-    got = consume_all(bootstrap(live), led.topic, list(range(led.partitions)), timeout=60)
+    got = read_settled(live, led)
     for p in range(led.partitions):
         msgs = got[p]
         offsets = [m.offset for m in msgs]
