@@ -310,6 +310,35 @@ impl Layout {
     }
 }
 
+/// Directory of every consumer-group coordinator shard, inside the cluster
+/// directory: `<cluster>/groups/<shard:04>/`.
+pub const GROUPS_DIR: &str = "groups";
+
+/// The cluster's coordinator-shard count, created once by exclusive create.
+pub const GROUP_SHARDS_FILE: &str = "group-shards.json";
+
+/// `<cluster>/groups/<shard:04>`: one coordinator shard's files (its state
+/// files and its `leader-e<E>.claim`s).
+pub fn shard_dir(cluster: &Path, shard: u32) -> PathBuf {
+    cluster.join(GROUPS_DIR).join(format!("{shard:04}"))
+}
+
+/// `<base:020>-e<E>.log`: a shard state file of epoch E. `base` is one above
+/// every number its writer found, so no two files ever share a name.
+pub fn shard_log(base: u64, epoch: i32) -> String {
+    format!("{base:020}-e{epoch}.log")
+}
+
+/// Inverse of [`shard_log`].
+pub fn parse_shard_log(name: &str) -> Option<(u64, i32)> {
+    let stem = name.strip_suffix(".log")?;
+    let (base, epoch) = stem.split_once("-e")?;
+    if base.len() != 20 || !base.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some((base.parse().ok()?, epoch.parse().ok()?))
+}
+
 /// `<data>/__cluster`: where the cluster directory lives unless configured.
 pub fn default_cluster_dir(data: &Path) -> PathBuf {
     data.join(CLUSTER_DIR)

@@ -65,7 +65,7 @@ pub fn java_string_hash(s: &str) -> i32 {
 }
 
 /// File name of the shard count in the cluster directory.
-pub const SHARD_COUNT_FILE: &str = "group-shards.json";
+pub const SHARD_COUNT_FILE: &str = kaas_volume::layout::GROUP_SHARDS_FILE;
 
 #[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 struct StoredCount {
