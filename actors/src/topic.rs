@@ -89,11 +89,14 @@ impl TopicCatalog {
         Ok(stamp)
     }
 
-    /// Delete a topic (callers stop its partition leaders first).
-    pub fn delete(&self, name: &str) -> Result<TopicStamp, TopicError> {
-        let stamp = topic_dir::delete(self.fs.as_ref(), &self.data_dir, name)?;
-        self.view.write().unwrap().remove(name);
-        Ok(stamp)
+    /// Ask for a topic's deletion (see [`topic_dir::request_delete`]): the
+    /// controller vacates its partitions and then removes the directory.
+    pub fn request_delete(
+        &self,
+        name: &str,
+        id: Option<uuid::Uuid>,
+    ) -> Result<TopicStamp, TopicError> {
+        topic_dir::request_delete(self.fs.as_ref(), &self.data_dir, name, id)
     }
 }
 
@@ -111,12 +114,14 @@ pub struct CreateTopic {
     pub validate_only: bool,
 }
 
-/// Delete a topic.
+/// Ask for a topic's deletion (by name; by id too when `id` is set).
 #[derive(Message)]
 #[rtype(result = "Result<TopicStamp, TopicError>")]
-pub struct DeleteTopic {
+pub struct RequestDelete {
     /// Name.
     pub name: String,
+    /// The incarnation asked for (DeleteTopics v6 by id).
+    pub id: Option<uuid::Uuid>,
 }
 
 impl TopicCatalog {
@@ -140,11 +145,11 @@ impl MessageName for CreateTopic {
     const NAME: &'static str = "create_topic";
 }
 
-impl MessageName for DeleteTopic {
-    const NAME: &'static str = "delete_topic";
+impl MessageName for RequestDelete {
+    const NAME: &'static str = "request_delete";
 }
 
-crate::instrumented!(TopicCatalog: CreateTopic, DeleteTopic);
+crate::instrumented!(TopicCatalog: CreateTopic, RequestDelete);
 
 impl Handler<CreateTopic> for TopicCatalog {
     type Result = Result<TopicStamp, TopicError>;
@@ -153,10 +158,10 @@ impl Handler<CreateTopic> for TopicCatalog {
     }
 }
 
-impl Handler<DeleteTopic> for TopicCatalog {
+impl Handler<RequestDelete> for TopicCatalog {
     type Result = Result<TopicStamp, TopicError>;
-    fn handle(&mut self, m: DeleteTopic, _: &mut Context<Self>) -> Self::Result {
-        self.delete(&m.name)
+    fn handle(&mut self, m: RequestDelete, _: &mut Context<Self>) -> Self::Result {
+        self.request_delete(&m.name, m.id)
     }
 }
 
@@ -164,7 +169,6 @@ impl Handler<DeleteTopic> for TopicCatalog {
 #[allow(clippy::disallowed_methods)] // tests build fixtures with std::fs
 mod tests {
     use super::*;
-    use kaas_volume::fs::fault::FaultFs;
     use kaas_volume::fs::RealFs;
     use std::sync::Arc;
 
@@ -180,61 +184,18 @@ mod tests {
             cat.create("t", 1, BTreeMap::new(), false),
             Err(TopicError::AlreadyExists("t".into()))
         );
-        cat.delete("t").unwrap();
+        assert_eq!(cat.request_delete("t", None).unwrap(), a);
+        // Only asked: the directory stays until the controller removes it.
+        assert!(d.path().join("t/0/old.log").exists());
+        assert!(topic_dir::delete_incarnation(fs.as_ref(), d.path(), "t", a.topic_id).unwrap());
         let b = cat.create("t", 1, BTreeMap::new(), false).unwrap();
         assert_ne!(a.topic_id, b.topic_id);
         assert!(!d.path().join("t/0/old.log").exists());
         let again = TopicCatalog::load(fs, d.path()).unwrap();
         assert_eq!(again.view().read().unwrap()["t"].topic_id, b.topic_id);
         assert_eq!(
-            cat.delete("nope").unwrap_err(),
+            cat.request_delete("nope", None).unwrap_err(),
             TopicError::Unknown("nope".into())
         );
-    }
-
-    #[test]
-    fn crash_at_every_step_of_delete_converges() {
-        let count = {
-            let d = tempfile::tempdir().unwrap();
-            let ffs = FaultFs::new();
-            let cat = TopicCatalog::load(Arc::new(ffs.clone()), d.path()).unwrap();
-            cat.create("t", 1, BTreeMap::new(), false).unwrap();
-            std::fs::create_dir_all(d.path().join("t/0")).unwrap();
-            std::fs::write(d.path().join("t/0/seg.log"), b"x").unwrap();
-            let before = ffs.ops();
-            cat.delete("t").unwrap();
-            ffs.ops() - before
-        };
-        for n in 1..=count {
-            let d = tempfile::tempdir().unwrap();
-            let ffs = FaultFs::new();
-            let cat = TopicCatalog::load(Arc::new(ffs.clone()), d.path()).unwrap();
-            cat.create("t", 1, BTreeMap::new(), false).unwrap();
-            std::fs::create_dir_all(d.path().join("t/0")).unwrap();
-            std::fs::write(d.path().join("t/0/seg.log"), b"x").unwrap();
-            ffs.crash_at(ffs.ops() + n);
-            let _ = cat.delete("t");
-            ffs.power_loss();
-            // Restart: the topic is either fully present or gone, and a
-            // pending removal is re-driven to completion.
-            let cat = TopicCatalog::load(Arc::new(RealFs), d.path()).unwrap();
-            let names: Vec<_> = std::fs::read_dir(d.path())
-                .unwrap()
-                .map(|e| e.unwrap().file_name().into_string().unwrap())
-                .collect();
-            let present = cat.view().read().unwrap().contains_key("t");
-            if present {
-                assert!(d.path().join("t/0/seg.log").exists(), "step {n}");
-                cat.delete("t").unwrap();
-            }
-            let names_after: Vec<_> = std::fs::read_dir(d.path())
-                .unwrap()
-                .map(|e| e.unwrap().file_name().into_string().unwrap())
-                .collect();
-            assert!(
-                names_after.is_empty(),
-                "step {n}: {names:?} -> {names_after:?}"
-            );
-        }
     }
 }

@@ -172,6 +172,19 @@ impl Broker {
             .unwrap_or(false)
     }
 
+    /// Whether the directory `name` on the volume holds incarnation `id`
+    /// (by its stamp; a failed read counts as "still there").
+    pub async fn topic_incarnation_on_volume(&self, name: &str, id: uuid::Uuid) -> bool {
+        let fs = self.fs.clone();
+        let stamp = self.args.data_dir.join(name).join(kaas_actors::topic::STAMP);
+        tokio::task::spawn_blocking(move || match fs.read(&stamp) {
+            Ok(b) => serde_json::from_slice::<TopicStamp>(&b).map_or(true, |s| s.topic_id == id),
+            Err(e) => e.kind() != std::io::ErrorKind::NotFound,
+        })
+        .await
+        .unwrap_or(true)
+    }
+
     /// Storage settings for a topic: its configs over the broker defaults.
     pub fn log_config(&self, t: &TopicStamp) -> LogConfig {
         let get = |k: &str| t.configs.get(k).and_then(|v| v.parse::<i64>().ok());
@@ -303,6 +316,8 @@ impl Broker {
         *self.topics.write().unwrap() = a
             .topics
             .iter()
+            // A topic being deleted is served as unknown (Kafka's answer).
+            .filter(|(_, t)| !t.deleting)
             .map(|(name, t)| {
                 let stamp = TopicStamp {
                     topic_id: t.topic_id,
@@ -364,11 +379,6 @@ impl Broker {
             self.leader_fs.clone(),
             &self.arbiters[i],
         ))
-    }
-
-    /// Mark `topic` as being deleted (no new leaders) or clear the mark.
-    pub fn set_deleting(&self, topic: &str, on: bool) {
-        self.leaders.hold(topic, on);
     }
 
     /// Stop the leaders of `topic` (before deletion) or of every topic (and

@@ -35,6 +35,9 @@ use std::path::{Path, PathBuf};
 pub const CLUSTER_DIR: &str = "__cluster";
 /// The topic identity stamp inside a topic directory.
 pub const TOPIC_STAMP: &str = ".topic-id.json";
+/// Prefix of the delete request inside a topic directory:
+/// `.delete-requested-<topic id>` (see [`delete_request`]).
+pub const DELETE_REQUEST_PREFIX: &str = ".delete-requested-";
 /// Prefix of a topic directory renamed aside for deletion.
 pub const DELETED_PREFIX: &str = ".deleted-";
 /// Prefix of a topic directory being built by a create.
@@ -207,6 +210,16 @@ pub fn deleted_topic(id: impl std::fmt::Display) -> String {
 /// `.deleted-<id>` or an older version's `.deleted-<topic>-<id>`).
 pub fn is_deleted_topic(name: &str) -> bool {
     name.starts_with(DELETED_PREFIX)
+}
+
+/// `.delete-requested-<id>`: inside a topic directory, the request that
+/// incarnation `id` be deleted. The id is in the name, so a request can
+/// only ever delete the incarnation it names: an empty file is a whole
+/// request, and one left in a directory re-created under the same name
+/// (which it cannot be: it moves aside with its directory) would name
+/// another id and be ignored.
+pub fn delete_request(id: impl std::fmt::Display) -> String {
+    format!("{DELETE_REQUEST_PREFIX}{id}")
 }
 
 /// `.creating-<id>`: a topic directory being built.

@@ -3,7 +3,9 @@
 //! broker's `TopicCatalog` actor and the Kubernetes operator both call these.
 //!
 //! Names are not identities: a topic is its id (KIP-516), stamped in
-//! `<data>/<topic>/.topic-id.json`. Delete renames the directory aside to
+//! `<data>/<topic>/.topic-id.json`. Delete is asked for with a
+//! `.delete-requested-<id>` file in the directory; the controller vacates
+//! every partition, then renames the directory aside to
 //! `.deleted-<id>` (one same-directory rename: readers see the topic
 //! or nothing) and then removes the tree; the removal is re-driven by every
 //! [`Janitor`] pass until nothing is left. A re-created topic of the same
@@ -303,28 +305,73 @@ pub fn create(fs: &dyn Fs, data: &Path, stamp: &TopicStamp) -> Result<(), TopicE
     Ok(())
 }
 
-/// Delete topic `name` (callers stop its partition leaders first): rename
-/// it aside to `.deleted-<id>`, then try once to remove the tree; a
-/// [`Janitor`] pass re-drives an unfinished removal. Returns the stamp.
-pub fn delete(fs: &dyn Fs, data: &Path, name: &str) -> Result<TopicStamp, TopicError> {
-    // The stamp by exact name: another broker may have created it.
-    let stamp = match read_stamp(fs, &data.join(name))? {
+/// Ask that topic `name` be deleted: create `.delete-requested-<id>` in its
+/// directory (O_EXCL; an existing request is the same request). The
+/// controller acts on it: it vacates every partition two-phase and only
+/// then renames the directory aside ([`delete_incarnation`]). `expected`
+/// (DeleteTopics by id) must match the stamp. Returns the stamp.
+///
+/// The request names the incarnation it deletes, so it is safe against
+/// every interleaving with a delete and re-create of the same name: a
+/// request landing in a newer incarnation's directory names the old id,
+/// and the controller ignores a request whose id is not the stamp's.
+pub fn request_delete(
+    fs: &dyn Fs,
+    data: &Path,
+    name: &str,
+    expected: Option<Uuid>,
+) -> Result<TopicStamp, TopicError> {
+    let dir = data.join(name);
+    let stamp = match read_stamp(fs, &dir)? {
         Some(Ok(s)) => s,
         Some(Err(e)) => return Err(TopicError::Storage(format!("unreadable topic stamp: {e}"))),
         None => return Err(TopicError::Unknown(name.to_owned())),
     };
-    let aside = data.join(layout::deleted_topic(stamp.topic_id));
+    if expected.is_some_and(|id| id != stamp.topic_id) {
+        return Err(TopicError::Unknown(name.to_owned()));
+    }
+    match fs.create_exclusive(&dir.join(layout::delete_request(stamp.topic_id))) {
+        // Existence is the whole request: nothing to write into it.
+        Ok(_) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        // Renamed aside meanwhile: already being deleted.
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(stamp),
+        Err(e) => return Err(e.into()),
+    }
+    fs.sync_dir(&dir)?;
+    Ok(stamp)
+}
+
+/// Whether the incarnation `id` of the topic in `dir` was asked to be
+/// deleted. A read error other than "absent" is an error, never a "no".
+pub fn delete_requested(fs: &dyn Fs, dir: &Path, id: Uuid) -> io::Result<bool> {
+    crate::fs::exists(fs, &dir.join(layout::delete_request(id)))
+}
+
+/// Delete incarnation `id` of topic `name` once nothing leads any of its
+/// partitions (the controller's last step of a delete): rename the
+/// directory aside to `.deleted-<id>`, then try once to remove the tree; a
+/// [`Janitor`] pass re-drives an unfinished removal. `Ok(false)` if the
+/// directory holds another incarnation or none (already renamed aside: a
+/// lost reply, or a re-drive).
+pub fn delete_incarnation(fs: &dyn Fs, data: &Path, name: &str, id: Uuid) -> io::Result<bool> {
+    // The stamp by exact name: the directory may be another incarnation.
+    match read_stamp(fs, &data.join(name))? {
+        Some(Ok(s)) if s.topic_id == id => {}
+        _ => return Ok(false),
+    }
+    let aside = data.join(layout::deleted_topic(id));
     match fs.rename(&data.join(name), &aside) {
         Ok(()) => {}
         // A lost reply to a rename that happened: check, don't assume.
         Err(e) if e.kind() == io::ErrorKind::NotFound && fs.is_dir(&aside) => {}
-        Err(e) => return Err(e.into()),
+        Err(e) => return Err(e),
     }
     fs.sync_dir(data)?;
     if let Err(e) = remove_tree(fs, &aside) {
         tracing::warn!(topic = %name, error = %e, "topic tree removal incomplete; janitor will retry");
     }
-    Ok(stamp)
+    Ok(true)
 }
 
 /// Re-drives the removal of renamed-aside topics and abandoned creates.
@@ -375,6 +422,103 @@ mod tests {
         let s = plan_create(fs, data, name, 1, BTreeMap::new()).unwrap();
         create(fs, data, &s).unwrap();
         s
+    }
+
+    /// The controller's last step, for whatever incarnation `name` holds.
+    fn delete(fs: &dyn Fs, data: &Path, name: &str) -> Result<TopicStamp, TopicError> {
+        let s = match read_stamp(fs, &data.join(name))? {
+            Some(Ok(s)) => s,
+            _ => return Err(TopicError::Unknown(name.into())),
+        };
+        delete_incarnation(fs, data, name, s.topic_id)?;
+        Ok(s)
+    }
+
+    /// Catches: a delete request that lands in (and so deletes) a newer
+    /// incarnation of the same name, or one that is lost in a crash after
+    /// it was answered.
+    #[test]
+    fn a_delete_request_names_its_incarnation_and_survives_a_crash_at_every_step() {
+        let d = tempfile::tempdir().unwrap();
+        let a = create_named(&RealFs, d.path(), "t");
+        let dir = d.path().join("t");
+        assert!(!delete_requested(&RealFs, &dir, a.topic_id).unwrap());
+        assert_eq!(
+            request_delete(&RealFs, d.path(), "t", Some(Uuid::from_u128(1))),
+            Err(TopicError::Unknown("t".into())),
+            "by id: another incarnation's id is unknown"
+        );
+        assert_eq!(request_delete(&RealFs, d.path(), "t", None).unwrap(), a);
+        // Idempotent: asking again is the same request.
+        assert_eq!(request_delete(&RealFs, d.path(), "t", Some(a.topic_id)).unwrap(), a);
+        assert!(delete_requested(&RealFs, &dir, a.topic_id).unwrap());
+        assert_eq!(
+            request_delete(&RealFs, d.path(), "nope", None),
+            Err(TopicError::Unknown("nope".into()))
+        );
+        // The request moves aside with its directory; a re-created topic
+        // starts with none, and the old one's request would not name it.
+        assert!(delete_incarnation(&RealFs, d.path(), "t", a.topic_id).unwrap());
+        assert!(!delete_incarnation(&RealFs, d.path(), "t", a.topic_id).unwrap());
+        let b = create_named(&RealFs, d.path(), "t");
+        assert!(!delete_requested(&RealFs, &dir, b.topic_id).unwrap());
+        std::fs::write(dir.join(layout::delete_request(a.topic_id)), b"").unwrap();
+        assert!(!delete_requested(&RealFs, &dir, b.topic_id).unwrap());
+        assert!(
+            !delete_incarnation(&RealFs, d.path(), "t", a.topic_id).unwrap(),
+            "the old incarnation's delete never removes the new one"
+        );
+        assert!(dir.is_dir());
+
+        // Crash at every step of the request: once answered it is durable;
+        // unanswered, a retry completes it.
+        let count = {
+            let d = tempfile::tempdir().unwrap();
+            create_named(&RealFs, d.path(), "t");
+            let ffs = FaultFs::new();
+            request_delete(&ffs, d.path(), "t", None).unwrap();
+            ffs.ops()
+        };
+        assert!(count >= 2, "create and directory sync");
+        for n in 1..=count {
+            let d = tempfile::tempdir().unwrap();
+            let s = create_named(&RealFs, d.path(), "t");
+            let ffs = FaultFs::new();
+            ffs.crash_at(n);
+            assert!(request_delete(&ffs, d.path(), "t", None).is_err(), "step {n}");
+            ffs.power_loss();
+            request_delete(&RealFs, d.path(), "t", None).unwrap();
+            assert!(delete_requested(&RealFs, &d.path().join("t"), s.topic_id).unwrap());
+        }
+    }
+
+    /// Catches: a removal that gives up on an NFS silly-renamed file (a
+    /// reader still had a segment open) and leaves the tree forever, or one
+    /// that stops at the first busy file.
+    #[test]
+    fn a_silly_renamed_file_delays_the_removal_but_never_stops_it() {
+        let d = tempfile::tempdir().unwrap();
+        let ffs = FaultFs::new();
+        ffs.silly_rename(true);
+        let s = create_named(&ffs, d.path(), "t");
+        ffs.create_dir_all(&d.path().join("t/0")).unwrap();
+        for f in ["a.log", "b.log"] {
+            let w = ffs.create_exclusive(&d.path().join("t/0").join(f)).unwrap();
+            w.write_all_at(b"x", 0).unwrap();
+        }
+        let reader = ffs.open_read(&d.path().join("t/0/a.log")).unwrap();
+        assert!(delete_incarnation(&ffs, d.path(), "t", s.topic_id).unwrap());
+        let aside = d.path().join(layout::deleted_topic(s.topic_id));
+        let left = |p: &Path| std::fs::read_dir(p).unwrap().count();
+        assert!(aside.is_dir(), "busy: the tree stays until the reader closes");
+        assert_eq!(left(&aside.join("0")), 1, "everything else is gone");
+        let mut j = Janitor::default();
+        j.pass(&ffs, d.path());
+        assert!(aside.is_dir());
+        drop(reader);
+        j.pass(&ffs, d.path());
+        assert!(!aside.exists());
+        assert_eq!(left(d.path()), 0);
     }
 
     #[test]

@@ -475,10 +475,25 @@ impl ControllerState {
                             None
                         }
                         Ok(Some(s)) => {
+                            let dir = data_dir.join(&name);
+                            let deleting = match kaas_volume::topic_dir::delete_requested(
+                                fs.as_ref(),
+                                &dir,
+                                s.topic_id,
+                            ) {
+                                Ok(d) => d,
+                                // Not known: keep what we knew (a delete is
+                                // never un-asked; a wrong "no" only waits).
+                                Err(e) => {
+                                    tracing::warn!(topic = %name, error = %e, "delete request unreadable");
+                                    l.topics.get(&name).is_some_and(|(t, _)| t.deleting)
+                                }
+                            };
                             let t = TopicInfo {
                                 topic_id: s.topic_id,
                                 partitions: s.partitions,
                                 configs: s.configs,
+                                deleting,
                             };
                             l.topics.insert(name.clone(), (t.clone(), now));
                             Some(t)
@@ -607,7 +622,10 @@ impl ControllerState {
                 version: base.version + 1,
                 ..base
             },
-            None => return Ok(false),
+            None => {
+                self.remove_vacated();
+                return Ok(false);
+            }
         };
         // The controller's lease is its broker lease: check it right before
         // the one rename that publishes the decision.
@@ -625,7 +643,39 @@ impl ControllerState {
             "assignment written"
         );
         l.prev = next;
+        self.remove_vacated();
         Ok(true)
+    }
+
+    /// The last step of a delete: rename aside (and start removing) every
+    /// topic the published assignment shows deleting with no partition
+    /// held or being let go of — every leader of it has stopped, fsynced
+    /// and closed its files, or is fenced. Through the term, so a deposed
+    /// controller removes nothing; a failure is retried on the next pass.
+    fn remove_vacated(&mut self) {
+        let data_dir = self.data_dir.clone();
+        let l = self.leading.as_mut().expect("leading");
+        let vacated: Vec<(String, uuid::Uuid)> = l
+            .prev
+            .topics
+            .iter()
+            .filter(|(_, t)| t.vacated())
+            .map(|(n, t)| (n.clone(), t.topic_id))
+            .collect();
+        for (name, id) in vacated {
+            match kaas_volume::topic_dir::delete_incarnation(l.term.fs(), &data_dir, &name, id) {
+                Ok(removed) => {
+                    if removed {
+                        tracing::info!(topic = %name, topic_id = %id, "topic deleted");
+                    }
+                    // Seen afresh next pass: gone, or a new incarnation.
+                    l.topics.remove(&name);
+                }
+                Err(e) => {
+                    tracing::warn!(topic = %name, error = %e, "topic directory not yet renamed aside; will retry");
+                }
+            }
+        }
     }
 }
 

@@ -497,3 +497,89 @@ fn no_handoff_is_possible_once_every_other_broker_is_leaving() {
         "3 has no record"
     );
 }
+
+/// Catches: a topic directory renamed aside while a live leader of it still
+/// has files open (it would keep acknowledging into a directory that
+/// belongs to no topic), a deleting topic's partition granted again, and a
+/// delete that never finishes.
+#[test]
+fn a_delete_renames_the_directory_aside_only_after_every_leader_let_go() {
+    let d = tempfile::tempdir().unwrap();
+    let cluster = d.path().join("__cluster");
+    let data = d.path().to_path_buf();
+    stamp_topic(&data, 4);
+    let clock = FakeClock::new();
+    let (s1, s2) = (shared(&cluster, 1, 11, &clock), shared(&cluster, 2, 22, &clock));
+    let (mut m1, mut m2) = (beat(real(), &s1), beat(real(), &s2));
+    let mut c = ControllerState::new(real(), s1.clone(), data.clone());
+    c.tick();
+    let mut pass = |apply2: bool| {
+        clock.advance(TIMING.poll);
+        // Broker 1 (the controller's) applies every version at once;
+        // broker 2 only when told to.
+        let v = on_disk(&cluster);
+        s1.state.lock().unwrap().applied = (v.controller_epoch, v.version);
+        if apply2 {
+            s2.state.lock().unwrap().applied = (v.controller_epoch, v.version);
+        }
+        m1.beat();
+        m2.beat();
+        c.tick();
+        on_disk(&cluster)
+    };
+    let mut a = pass(true);
+    for _ in 0..5 {
+        a = pass(true);
+    }
+    let held = |a: &Assignment, b: i32| grants(a).iter().filter(|(l, _)| *l == b).count();
+    assert_eq!((held(&a, 1), held(&a, 2)), (2, 2));
+    let id = uuid::Uuid::from_u128(7);
+    kaas_volume::topic_dir::request_delete(real().as_ref(), &data, "t", Some(id)).unwrap();
+    // The controller sees the request within a stamp refresh; broker 2
+    // does not apply the vacating version yet.
+    let mut vacating = None;
+    for _ in 0..30 {
+        let a = pass(false);
+        if a.topics.get("t").is_some_and(|t| t.deleting) {
+            vacating = Some(a);
+            break;
+        }
+    }
+    let v = vacating.expect("the controller never acted on the request");
+    assert_eq!(held(&v, 1) + held(&v, 2), 0, "every grant withdrawn");
+    for _ in 0..20 {
+        let a = pass(false);
+        assert!(
+            data.join("t").is_dir(),
+            "renamed aside while broker 2 may still write: {a:?}"
+        );
+        assert!(a.topics["t"].partitions.iter().all(|e| e.leader < 0));
+    }
+    // Broker 2 reports it let go: the directory goes aside, then the topic
+    // leaves the assignment.
+    let mut gone = false;
+    for _ in 0..10 {
+        let a = pass(true);
+        if !a.topics.contains_key("t") {
+            gone = true;
+            break;
+        }
+    }
+    assert!(gone, "the delete never finished");
+    assert!(!data.join("t").exists());
+    // A re-create of the name is a new incarnation, granted afresh.
+    let b = kaas_volume::topic_dir::plan_create(real().as_ref(), &data, "t", 2, Default::default())
+        .unwrap();
+    kaas_volume::topic_dir::create(real().as_ref(), &data, &b).unwrap();
+    let mut granted = false;
+    for _ in 0..30 {
+        let a = pass(true);
+        if a.topics.get("t").is_some_and(|t| {
+            t.topic_id == b.topic_id && !t.deleting && t.partitions.iter().all(|e| e.leader > 0)
+        }) {
+            granted = true;
+            break;
+        }
+    }
+    assert!(granted);
+}

@@ -58,6 +58,8 @@ pub struct TopicInfo {
     pub partitions: i32,
     /// Configs.
     pub configs: BTreeMap<String, String>,
+    /// Its deletion was asked for (`.delete-requested-<id>`).
+    pub deleting: bool,
 }
 
 /// Whether the grant (leader, incarnation) is still held by a live owner.
@@ -188,11 +190,13 @@ pub fn plan_with_shards(
         topic_id: uuid::Uuid::nil(),
         partitions: i32::try_from(shards).unwrap_or(i32::MAX),
         configs: BTreeMap::new(),
+        deleting: false,
     };
     let shard_prev = TopicAssignment {
         topic_id: uuid::Uuid::nil(),
         configs: BTreeMap::new(),
         partitions: prev.coordinators.clone(),
+        deleting: false,
     };
     let all = std::iter::once((COORDINATOR_SHARDS, &shard_info, Some(&shard_prev)))
         .filter(|_| shards > 0)
@@ -221,7 +225,22 @@ pub fn plan_with_shards(
                     .filter(|f| f.topic == name && f.partition == p && f.found >= e.epoch)
                     .max_by_key(|f| f.found)
             });
-            if e.leader >= 0 {
+            if info.deleting {
+                // Being deleted: every holder lets go (two-phase, so the
+                // directory is renamed aside only once no leader has a file
+                // open in it), and nothing is granted again.
+                if e.leader >= 0 {
+                    if holds(brokers, e.leader, e.incarnation) {
+                        e.releasing = Some((e.leader, e.incarnation, version));
+                    }
+                    e.leader = -1;
+                    e.incarnation = 0;
+                } else if let Some((b, inc, v)) = e.releasing {
+                    if released(brokers, b, inc, controller_epoch, v) {
+                        e.releasing = None;
+                    }
+                }
+            } else if e.leader >= 0 {
                 if let Some(f) = fenced_at {
                     let grantee = (e.leader, e.incarnation);
                     e = PartitionAssignment::vacant(f.found);
@@ -258,7 +277,7 @@ pub fn plan_with_shards(
                     e.releasing = None;
                 }
             }
-            if e.leader < 0 && e.releasing.is_none() {
+            if e.leader < 0 && e.releasing.is_none() && !info.deleting {
                 free.push((name.to_owned(), i));
             }
             parts.push(e);
@@ -269,6 +288,7 @@ pub fn plan_with_shards(
                 topic_id: info.topic_id,
                 configs: info.configs.clone(),
                 partitions: parts,
+                deleting: info.deleting,
             },
         );
     }
@@ -444,6 +464,7 @@ mod tests {
                 topic_id: uuid::Uuid::from_u128(7),
                 partitions: n,
                 configs: BTreeMap::new(),
+                deleting: false,
             },
         );
         m
@@ -594,6 +615,45 @@ mod tests {
                 .count(),
             2
         );
+    }
+
+    /// Catches: a deleted topic's directory renamed aside while a live
+    /// leader still writes into it (acknowledged records that belong to no
+    /// topic), or a deleting topic's partition granted again.
+    #[test]
+    fn a_deleted_topic_is_vacated_in_two_phases_and_never_regranted() {
+        let mut b = live(&[0, 1, 2]);
+        let a = plan(&Assignment::default(), 1, 0, &b, &topic(6), |_, _| 0).unwrap();
+        let mut deleting = topic(6);
+        deleting.get_mut("t").unwrap().deleting = true;
+        // Broker 2 dies as the delete is asked for: its grants are void at
+        // once (it is fenced); the live holders must let go first.
+        b.get_mut(&2).unwrap().alive = false;
+        let v2 = plan(&a, 1, 0, &b, &deleting, |_, _| 0).unwrap();
+        let t = &v2.topics["t"];
+        assert!(t.deleting && !t.vacated());
+        for (old, new) in a.topics["t"].partitions.iter().zip(&t.partitions) {
+            assert_eq!(new.leader, -1, "nothing led");
+            assert_eq!(new.epoch, old.epoch);
+            if old.leader == 2 {
+                assert_eq!(new.releasing, None, "a dead holder is fenced");
+            } else {
+                assert_eq!(new.releasing, Some((old.leader, old.incarnation, 2)));
+            }
+        }
+        // Not yet applied: nothing changes, nothing is granted.
+        assert!(plan(&v2, 1, 0, &b, &deleting, |_, _| 0).is_none());
+        applied(&mut b.get_mut(&0).unwrap().record, &v2);
+        let v3 = plan(&v2, 1, 0, &b, &deleting, |_, _| 0).unwrap();
+        assert!(!v3.topics["t"].vacated(), "broker 1 still holds its files");
+        applied(&mut b.get_mut(&1).unwrap().record, &v2);
+        let v4 = plan(&v3, 1, 0, &b, &deleting, |_, _| 0).unwrap();
+        assert!(v4.topics["t"].vacated());
+        assert!(v4.topics["t"].partitions.iter().all(|e| e.leader == -1));
+        // Once the directory is gone the topic leaves the assignment; a
+        // re-create (new id) starts above the epochs on disk.
+        let v5 = plan(&v4, 1, 0, &b, &BTreeMap::new(), |_, _| 0).unwrap();
+        assert!(v5.topics.is_empty());
     }
 
     #[test]

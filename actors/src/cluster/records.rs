@@ -131,6 +131,23 @@ pub struct TopicAssignment {
     pub configs: BTreeMap<String, String>,
     /// One entry per partition index.
     pub partitions: Vec<PartitionAssignment>,
+    /// Being deleted: no partition is granted again, every holder lets go
+    /// (two-phase), and once none holds one the controller removes the
+    /// directory. Brokers serve it as unknown from this version on.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub deleting: bool,
+}
+
+impl TopicAssignment {
+    /// Being deleted, and no partition held or still being let go of: the
+    /// directory may be renamed aside.
+    pub fn vacated(&self) -> bool {
+        self.deleting
+            && self
+                .partitions
+                .iter()
+                .all(|e| e.leader < 0 && e.releasing.is_none())
+    }
 }
 
 /// A live broker as advertised in Metadata.

@@ -218,6 +218,7 @@ fn assignment(version: u64) -> Assignment {
                         releasing: None,
                     })
                     .collect(),
+                deleting: false,
             },
         )]),
         coordinators: vec![PartitionAssignment::vacant(v)],

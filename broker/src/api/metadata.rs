@@ -251,6 +251,10 @@ async fn known_soon(b: &Broker, name: &str) -> Option<TopicStamp> {
     if kaas_actors::topic::validate_name(name).is_err() {
         return None;
     }
+    // Being deleted: its directory is still there, but it is not coming.
+    if b.assignment().topics.get(name).is_some_and(|t| t.deleting) {
+        return None;
+    }
     if !b.topic_dir_exists(name).await {
         return None;
     }

@@ -326,12 +326,34 @@ impl Fs for FaultFs {
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         self.step("rename", from)?;
         self.inner.rename(from, to)?;
+        // A renamed directory carries its files (and their open handles
+        // and silly-renamed leftovers) to the new path.
+        let moved = |p: &Path| -> Option<PathBuf> {
+            p.strip_prefix(from).ok().map(|rest| {
+                if rest.as_os_str().is_empty() {
+                    to.to_path_buf()
+                } else {
+                    to.join(rest)
+                }
+            })
+        };
         let mut st = self.state.lock().unwrap();
-        if let Some(id) = st.ids.remove(from) {
-            st.ids.insert(to.to_path_buf(), id);
+        let ids: Vec<(PathBuf, u64)> = st
+            .ids
+            .iter()
+            .filter_map(|(p, id)| moved(p).map(|n| (n, *id)))
+            .collect();
+        st.ids.retain(|p, _| moved(p).is_none());
+        st.ids.extend(ids);
+        for p in st.quirks.open.values_mut() {
+            if let Some(n) = moved(p) {
+                *p = n;
+            }
         }
-        for p in st.quirks.open.values_mut().filter(|p| p.as_path() == from) {
-            *p = to.to_path_buf();
+        for p in st.quirks.silly.iter_mut() {
+            if let Some(n) = moved(p) {
+                *p = n;
+            }
         }
         Ok(())
     }

@@ -267,13 +267,23 @@ pub fn remove_tree(fs: &dyn Fs, dir: &Path) -> io::Result<()> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
         Err(e) => return Err(e),
     };
+    // Past a file that cannot go yet (an NFS silly-renamed `.nfsXXXX` a
+    // reader still holds: EBUSY) to remove everything else; the first
+    // error is reported and the caller re-drives.
+    let mut first: Option<io::Error> = None;
     for name in names {
         let p = dir.join(&name);
-        if fs.is_dir(&p) {
-            remove_tree(fs, &p)?;
+        let r = if fs.is_dir(&p) {
+            remove_tree(fs, &p)
         } else {
-            remove_if_exists(fs, &p)?;
+            remove_if_exists(fs, &p)
+        };
+        if let Err(e) = r {
+            first.get_or_insert(e);
         }
+    }
+    if let Some(e) = first {
+        return Err(e);
     }
     match fs.remove_dir(dir) {
         Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),

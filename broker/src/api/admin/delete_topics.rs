@@ -1,19 +1,28 @@
-//! DeleteTopics (key 20): stop this broker's leaders of the topic, then
-//! have the catalog rename its directory aside (the removal is re-driven).
-//! No leader may (re)start for the topic meanwhile: one that did would
-//! write into a renamed-aside directory.
+//! DeleteTopics (key 20), through the controller: the catalog writes the
+//! topic's `.delete-requested-<id>`; the controller vacates every partition
+//! two-phase (each leader stops, fsyncs, closes and reports) and only then
+//! renames the directory aside. The answer waits (up to the request's
+//! timeout) until the directory no longer holds that incarnation, so once a
+//! client is told "deleted", no leader of it acknowledges anything and a
+//! re-create under the same name starts a new, empty incarnation. On
+//! timeout the answer is REQUEST_TIMED_OUT and the delete goes on, as in
+//! Kafka.
 
 use crate::api::error::ApiError;
 use crate::api::{s, Reply};
 use crate::state::Broker;
-use kaas_actors::topic::DeleteTopic;
+use kaas_actors::topic::RequestDelete;
 use kaas_protocol::kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
 use kaas_protocol::kafka_protocol::messages::{
     DeleteTopicsRequest, DeleteTopicsResponse, TopicName,
 };
 use kaas_protocol::kafka_protocol::ResponseError;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 use uuid::Uuid;
+
+/// The longest a DeleteTopics answer waits for the removal.
+const MAX_WAIT: Duration = Duration::from_secs(60);
 
 /// Answer inline.
 pub async fn handle(
@@ -51,6 +60,8 @@ fn targets(r: &DeleteTopicsRequest) -> Vec<(Option<String>, Uuid)> {
 
 async fn delete_topics(b: &Arc<Broker>, r: DeleteTopicsRequest, v: i16) -> DeleteTopicsResponse {
     let mut resp = DeleteTopicsResponse::default();
+    // Every request first, then one wait for all of them.
+    let mut asked: Vec<(usize, String, Uuid)> = Vec::new();
     for (name, id) in targets(&r) {
         let mut tr = DeletableTopicResult::default();
         tr.name = name.clone().map(|n| TopicName(s(&n)));
@@ -63,14 +74,19 @@ async fn delete_topics(b: &Arc<Broker>, r: DeleteTopicsRequest, v: i16) -> Delet
             None => tr.error_code = ResponseError::UnknownTopicId.code(),
             Some(n) => {
                 tr.name = Some(TopicName(s(&n)));
-                b.set_deleting(&n, true);
-                if b.topic(&n).is_some() {
-                    b.stop_leaders(Some(&n)).await;
-                }
-                let res = b.catalog.send(DeleteTopic { name: n.clone() }).await;
-                b.set_deleting(&n, false);
+                let id = (!id.is_nil()).then_some(id);
+                let res = b
+                    .catalog
+                    .send(RequestDelete {
+                        name: n.clone(),
+                        id,
+                    })
+                    .await;
                 match res {
-                    Ok(Ok(stamp)) => tr.topic_id = stamp.topic_id,
+                    Ok(Ok(stamp)) => {
+                        tr.topic_id = stamp.topic_id;
+                        asked.push((resp.responses.len(), n, stamp.topic_id));
+                    }
                     Ok(Err(e)) => {
                         tr.error_code = ApiError::from(&e).code();
                         tr.error_message = Some(s(&e.to_string()));
@@ -79,10 +95,40 @@ async fn delete_topics(b: &Arc<Broker>, r: DeleteTopicsRequest, v: i16) -> Delet
                 }
             }
         }
-        for_version(&mut tr, v);
         resp.responses.push(tr);
     }
+    if !asked.is_empty() {
+        if let Some(c) = b.controller.get() {
+            c.do_send(kaas_actors::cluster::controller::ReconcileNow);
+        }
+        let wait = Duration::from_millis(r.timeout_ms.max(0) as u64).min(MAX_WAIT);
+        let deadline = Instant::now() + wait;
+        for (i, name, id) in asked {
+            if !removed(b, &name, id, deadline).await {
+                let tr = &mut resp.responses[i];
+                tr.error_code = ResponseError::RequestTimedOut.code();
+                tr.error_message = Some(s("deletion in progress: partitions are being released"));
+            }
+        }
+    }
+    for tr in resp.responses.iter_mut() {
+        for_version(tr, v);
+    }
     resp
+}
+
+/// Wait until the directory `name` no longer holds incarnation `id` (the
+/// controller renamed it aside), or `deadline`.
+async fn removed(b: &Broker, name: &str, id: Uuid, deadline: Instant) -> bool {
+    loop {
+        if !b.topic_incarnation_on_volume(name, id).await {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 #[cfg(test)]
