@@ -176,7 +176,11 @@ impl Broker {
     /// (by its stamp; a failed read counts as "still there").
     pub async fn topic_incarnation_on_volume(&self, name: &str, id: uuid::Uuid) -> bool {
         let fs = self.fs.clone();
-        let stamp = self.args.data_dir.join(name).join(kaas_actors::topic::STAMP);
+        let stamp = self
+            .args
+            .data_dir
+            .join(name)
+            .join(kaas_actors::topic::STAMP);
         tokio::task::spawn_blocking(move || match fs.read(&stamp) {
             Ok(b) => serde_json::from_slice::<TopicStamp>(&b).map_or(true, |s| s.topic_id == id),
             Err(e) => e.kind() != std::io::ErrorKind::NotFound,

@@ -450,7 +450,10 @@ mod tests {
         );
         assert_eq!(request_delete(&RealFs, d.path(), "t", None).unwrap(), a);
         // Idempotent: asking again is the same request.
-        assert_eq!(request_delete(&RealFs, d.path(), "t", Some(a.topic_id)).unwrap(), a);
+        assert_eq!(
+            request_delete(&RealFs, d.path(), "t", Some(a.topic_id)).unwrap(),
+            a
+        );
         assert!(delete_requested(&RealFs, &dir, a.topic_id).unwrap());
         assert_eq!(
             request_delete(&RealFs, d.path(), "nope", None),
@@ -485,7 +488,10 @@ mod tests {
             let s = create_named(&RealFs, d.path(), "t");
             let ffs = FaultFs::new();
             ffs.crash_at(n);
-            assert!(request_delete(&ffs, d.path(), "t", None).is_err(), "step {n}");
+            assert!(
+                request_delete(&ffs, d.path(), "t", None).is_err(),
+                "step {n}"
+            );
             ffs.power_loss();
             request_delete(&RealFs, d.path(), "t", None).unwrap();
             assert!(delete_requested(&RealFs, &d.path().join("t"), s.topic_id).unwrap());
@@ -510,7 +516,10 @@ mod tests {
         assert!(delete_incarnation(&ffs, d.path(), "t", s.topic_id).unwrap());
         let aside = d.path().join(layout::deleted_topic(s.topic_id));
         let left = |p: &Path| std::fs::read_dir(p).unwrap().count();
-        assert!(aside.is_dir(), "busy: the tree stays until the reader closes");
+        assert!(
+            aside.is_dir(),
+            "busy: the tree stays until the reader closes"
+        );
         assert_eq!(left(&aside.join("0")), 1, "everything else is gone");
         let mut j = Janitor::default();
         j.pass(&ffs, d.path());

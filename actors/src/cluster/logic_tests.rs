@@ -509,7 +509,10 @@ fn a_delete_renames_the_directory_aside_only_after_every_leader_let_go() {
     let data = d.path().to_path_buf();
     stamp_topic(&data, 4);
     let clock = FakeClock::new();
-    let (s1, s2) = (shared(&cluster, 1, 11, &clock), shared(&cluster, 2, 22, &clock));
+    let (s1, s2) = (
+        shared(&cluster, 1, 11, &clock),
+        shared(&cluster, 2, 22, &clock),
+    );
     let (mut m1, mut m2) = (beat(real(), &s1), beat(real(), &s2));
     let mut c = ControllerState::new(real(), s1.clone(), data.clone());
     c.tick();
