@@ -521,7 +521,28 @@ impl ControllerState {
 
     fn lead(&mut self) -> std::io::Result<bool> {
         let brokers = self.observe()?;
-        let topics = self.scan_topics()?;
+        let mut topics = self.scan_topics()?;
+        // A topic whose directory vanished without our delete (removed by
+        // hand, or not listed for a moment) still has leaders with files
+        // open: it leaves the assignment only the way a deleted one does,
+        // every partition let go two-phase first. If it comes back, it is
+        // granted again by the usual rules.
+        for (name, t) in &self.leading.as_ref().expect("leading").prev.topics {
+            if !topics.contains_key(name) && !t.vacated() {
+                if !t.deleting {
+                    tracing::warn!(topic = %name, "topic directory gone without a delete; vacating its partitions");
+                }
+                topics.insert(
+                    name.clone(),
+                    TopicInfo {
+                        topic_id: t.topic_id,
+                        partitions: t.partitions.len() as i32,
+                        configs: t.configs.clone(),
+                        deleting: true,
+                    },
+                );
+            }
+        }
         let path = self.cluster_dir().join(ASSIGNMENT);
         let on_disk = read_json::<Assignment>(self.fs.as_ref(), &path)?.unwrap_or_default();
         let me = self.shared.broker_id;

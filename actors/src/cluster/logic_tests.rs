@@ -586,3 +586,57 @@ fn a_delete_renames_the_directory_aside_only_after_every_leader_let_go() {
     }
     assert!(granted);
 }
+
+/// Catches: a topic whose directory vanished (removed by hand, or missing
+/// from one listing) dropped from the assignment at once, so that its
+/// leaders are not waited for and a re-appearance is granted to a second
+/// leader while the first still has files open.
+#[test]
+fn a_vanished_topic_is_let_go_two_phase_like_a_deleted_one() {
+    let d = tempfile::tempdir().unwrap();
+    let cluster = d.path().join("__cluster");
+    let data = d.path().to_path_buf();
+    stamp_topic(&data, 4);
+    let clock = FakeClock::new();
+    let (s1, s2) = (
+        shared(&cluster, 1, 11, &clock),
+        shared(&cluster, 2, 22, &clock),
+    );
+    let (mut m1, mut m2) = (beat(real(), &s1), beat(real(), &s2));
+    let mut c = ControllerState::new(real(), s1.clone(), data.clone());
+    c.tick();
+    let mut pass = |apply2: bool| {
+        clock.advance(TIMING.poll);
+        let v = on_disk(&cluster);
+        s1.state.lock().unwrap().applied = (v.controller_epoch, v.version);
+        if apply2 {
+            s2.state.lock().unwrap().applied = (v.controller_epoch, v.version);
+        }
+        m1.beat();
+        m2.beat();
+        c.tick();
+        on_disk(&cluster)
+    };
+    for _ in 0..6 {
+        pass(true);
+    }
+    std::fs::remove_dir_all(data.join("t")).unwrap();
+    for _ in 0..20 {
+        let a = pass(false);
+        let t = a.topics.get("t").expect("kept until broker 2 let go");
+        assert!(t.deleting);
+        assert!(t.partitions.iter().all(|e| e.leader < 0));
+        assert!(t
+            .partitions
+            .iter()
+            .any(|e| e.releasing.is_some_and(|r| r.0 == 2)));
+    }
+    let mut gone = false;
+    for _ in 0..5 {
+        if !pass(true).topics.contains_key("t") {
+            gone = true;
+            break;
+        }
+    }
+    assert!(gone);
+}
