@@ -119,6 +119,9 @@ pub struct Telemetry {
     pub produce_bytes: AtomicU64,
     /// Bytes served by fetches.
     pub fetch_bytes: AtomicU64,
+    /// Appends refused because the data volume is full or below its
+    /// reserve (KAFKA_STORAGE_ERROR; the partition stays up).
+    pub no_space_refusals: AtomicU64,
     /// Open client connections.
     pub connections: AtomicI64,
 }
@@ -231,6 +234,10 @@ impl Telemetry {
             (
                 "kaas_fetch_bytes_total",
                 self.fetch_bytes.load(Ordering::Relaxed),
+            ),
+            (
+                "kaas_produce_refused_no_space_total",
+                self.no_space_refusals.load(Ordering::Relaxed),
             ),
         ];
         for (name, v) in counters {

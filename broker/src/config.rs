@@ -128,6 +128,13 @@ pub struct BrokerArgs {
     /// On SIGTERM, how long to wait for the partitions to be handed off.
     #[arg(long, env = "KAAS_SHUTDOWN_TIMEOUT_MS", default_value_t = 15_000)]
     pub shutdown_timeout_ms: u64,
+    /// Produce is refused (KAFKA_STORAGE_ERROR) while the data volume has
+    /// less than this many bytes free, so the cluster files on the same
+    /// volume (heartbeats, assignment, group commits) can still be written.
+    /// Applies only when the cluster directory is on the data volume's
+    /// filesystem; 0 disables it.
+    #[arg(long, env = "KAAS_DATA_RESERVE_BYTES", default_value_t = 64 << 20)]
+    pub data_reserve_bytes: u64,
     /// Start even if the substrate check disqualifies the volume (logged loudly).
     #[arg(
         long,

@@ -11,6 +11,7 @@ pub mod conn;
 pub mod dev;
 pub mod fd_budget;
 pub mod limits;
+pub mod reserve;
 pub mod server;
 pub mod state;
 pub mod substrate_cmd;

@@ -104,6 +104,14 @@ pub fn run(args: BrokerArgs) -> anyhow::Result<()> {
             pids,
             handles,
         ));
+        broker.reserve.start()?;
+        if broker.reserve.applies() {
+            tracing::info!(
+                reserve = args.data_reserve_bytes,
+                free = broker.reserve.free_bytes(),
+                "cluster files share the data volume: produce is refused below the reserve"
+            );
+        }
         // Heartbeats, the watcher and the controller each on their own
         // thread: a slow assignment read or a stuck controller write delays
         // neither the heartbeat nor the application of a new version.

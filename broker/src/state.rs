@@ -78,6 +78,8 @@ pub struct Broker {
     pub auto_create: std::sync::Mutex<crate::limits::TokenBucket>,
     /// Repeated warnings about one peer, logged once per interval.
     pub peer_warnings: crate::limits::PeerWarnings,
+    /// The data volume's free-space reserve (see [`crate::reserve`]).
+    pub reserve: Arc<crate::reserve::Reserve>,
 }
 
 /// Why a coordinator shard cannot be served here.
@@ -129,6 +131,11 @@ impl Broker {
                 std::time::Instant::now(),
             )),
             peer_warnings: crate::limits::PeerWarnings::new(Duration::from_secs(10)),
+            reserve: Arc::new(crate::reserve::Reserve::new(
+                &args.data_dir,
+                &args.cluster_dir(),
+                args.data_reserve_bytes,
+            )),
             args,
         }
     }

@@ -131,7 +131,14 @@ pub fn startup_gate(dirs: &[&Path], allow_disqualified: bool) -> anyhow::Result<
         let report = loop {
             attempt += 1;
             match substrate::quick_check(&RealFs, dir) {
-                Ok(r) => break r,
+                Ok(r) => break Some(r),
+                // A full volume is not a verdict on the substrate, and a
+                // broker that does not start cannot run the retention or
+                // the deletes that would free it, nor serve its reads.
+                Err(e) if e.is_no_space() => {
+                    tracing::error!(dir = %dir.display(), error = %e, "volume full: start-up substrate check skipped; starting so that reads, retention and deletes can run");
+                    break None;
+                }
                 Err(e) if attempt < 3 => {
                     tracing::warn!(dir = %dir.display(), attempt, error = %e, "substrate check failed; retrying");
                     std::thread::sleep(std::time::Duration::from_millis(200));
@@ -142,6 +149,7 @@ pub fn startup_gate(dirs: &[&Path], allow_disqualified: bool) -> anyhow::Result<
                 }
             }
         };
+        let Some(report) = report else { continue };
         for c in report
             .checks
             .iter()

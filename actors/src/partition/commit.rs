@@ -48,6 +48,9 @@ pub enum Refused {
     NotOpen,
     /// The batch would overflow offsets or a segment; nothing was written.
     TooLarge,
+    /// The volume is full; nothing was written (the partial write was
+    /// undone) and the log stays open for reads and later appends.
+    NoSpace(String),
     /// See [`Halt`].
     Halted(Halt),
 }
@@ -228,6 +231,7 @@ impl CommitGate {
         let appended = match log.append(records, infos) {
             Ok(a) => a,
             Err(LogError::Overflow) => return Err(Refused::TooLarge),
+            Err(LogError::NoSpace(e)) => return Err(Refused::NoSpace(e.to_string())),
             Err(e) => return Err(Refused::Halted(self.failed(e))),
         };
         let log_start_offset = log.log_start_offset();
@@ -267,6 +271,19 @@ impl CommitGate {
             // the right to write, the volume did not fail.
             if is_fenced(&e) {
                 return Err(self.fence());
+            }
+            // A full volume (NFS reports it at write-back, so at fsync):
+            // nothing past the durable point is kept — its appends fail,
+            // unacknowledged — and the partition stays up for reads and
+            // for the next append once space returns.
+            if crate::partition::log::is_no_space(&e) {
+                if let Some(log) = self.writable()? {
+                    if let Err(e) = log.rewind_to_durable() {
+                        return Err(self.failed(e));
+                    }
+                    self.fail_waiters(PartitionError::Storage(format!("fsync: {e}")));
+                    return Ok(());
+                }
             }
             return Err(self.fail(PartitionError::Storage(format!("fsync: {e}"))));
         }
@@ -444,6 +461,95 @@ pub(crate) mod tests {
         let t = r.gate.begin_sync().expect("something to sync");
         let res = t.file.sync_data();
         r.gate.synced(t, res)
+    }
+
+    /// Catches: a full volume that costs the partition its leader (a
+    /// restart whose re-open cannot write either, so reads fail too), and a
+    /// refused append that leaves half a batch in the log or shifts the
+    /// offsets of the next one.
+    #[test]
+    fn a_full_volume_refuses_the_append_and_the_partition_carries_on() {
+        let mut r = rig(LogConfig::default());
+        let mut a = append(&mut r, 2);
+        fsync(&mut r).unwrap();
+        assert_eq!(a.try_recv().unwrap(), Ok(2));
+        let len = |r: &Rig| r.gate.log().unwrap().durable_point();
+        let before = len(&r);
+        r.fs.full(true);
+        let (b, infos) = batch(3);
+        match r.gate.append(&b, &infos, true) {
+            Err(Refused::NoSpace(_)) => {}
+            other => panic!("want NoSpace, got {:?}", other.map(|t| t.base_offset)),
+        }
+        assert!(r.gate.log().is_some(), "still open: reads go on");
+        assert!(r.gate.begin_sync().is_none(), "nothing was written");
+        assert_eq!(len(&r), before);
+        let seg = r._dir.path().join("t/0/00000000000000000000-e1.log");
+        #[allow(clippy::disallowed_methods)]
+        let on_disk = std::fs::metadata(&seg).unwrap().len();
+        assert_eq!(on_disk, before.1, "the half that landed was cut off");
+        r.fs.full(false);
+        // Space is back: the next batch takes the offsets the refused one
+        // would have had, at the position it would have had.
+        let (b, infos) = batch(3);
+        let t = r.gate.append(&b, &infos, true).unwrap();
+        assert_eq!(t.base_offset, 2);
+        fsync(&mut r).unwrap();
+        assert_eq!(*r.hw.borrow(), 5);
+        #[allow(clippy::disallowed_methods)]
+        let bytes = std::fs::read(seg).unwrap();
+        let (mut pos, mut offsets) = (0usize, Vec::new());
+        while pos + 12 <= bytes.len() {
+            offsets.push(i64::from_be_bytes(bytes[pos..pos + 8].try_into().unwrap()));
+            pos += 12 + i32::from_be_bytes(bytes[pos + 8..pos + 12].try_into().unwrap()) as usize;
+        }
+        assert_eq!(pos, bytes.len(), "the file ends at a batch boundary");
+        assert_eq!(offsets, vec![0, 1, 2, 3, 4], "no half batch between them");
+    }
+
+    /// Catches: an fsync that fails with ENOSPC (how NFS reports a full
+    /// volume: at write-back) costing the partition a restart whose
+    /// re-open cannot write either; or a rewind that keeps the unsynced
+    /// tail, or acknowledges it.
+    #[test]
+    fn an_fsync_that_finds_the_volume_full_rewinds_to_the_durable_point() {
+        let mut r = rig(LogConfig::default());
+        let mut a = append(&mut r, 2);
+        fsync(&mut r).unwrap();
+        assert_eq!(a.try_recv().unwrap(), Ok(2));
+        let mut b = append(&mut r, 3);
+        let t = r.gate.begin_sync().unwrap();
+        let mut c = append(&mut r, 1); // written while the fsync runs
+        let enospc = Err(std::io::Error::from_raw_os_error(libc::ENOSPC));
+        assert_eq!(r.gate.synced(t, enospc), Ok(()), "no restart");
+        assert!(matches!(
+            b.try_recv().unwrap(),
+            Err(PartitionError::Storage(_))
+        ));
+        assert!(matches!(
+            c.try_recv().unwrap(),
+            Err(PartitionError::Storage(_))
+        ));
+        assert_eq!(*r.hw.borrow(), 2);
+        assert!(r.gate.begin_sync().is_none(), "nothing left to sync");
+        let t = append(&mut r, 2);
+        let mut t = t;
+        fsync(&mut r).unwrap();
+        assert_eq!(
+            t.try_recv().unwrap(),
+            Ok(4),
+            "offsets 2, 3 reused: 2 was never acknowledged"
+        );
+        let seg = r._dir.path().join("t/0/00000000000000000000-e1.log");
+        #[allow(clippy::disallowed_methods)]
+        let bytes = std::fs::read(seg).unwrap();
+        let (mut pos, mut offsets) = (0usize, Vec::new());
+        while pos + 12 <= bytes.len() {
+            offsets.push(i64::from_be_bytes(bytes[pos..pos + 8].try_into().unwrap()));
+            pos += 12 + i32::from_be_bytes(bytes[pos + 8..pos + 12].try_into().unwrap()) as usize;
+        }
+        assert_eq!(pos, bytes.len());
+        assert_eq!(offsets, vec![0, 1, 2, 3]);
     }
 
     #[test]

@@ -42,6 +42,25 @@ impl Index {
         }
     }
 
+    /// Where the index stands now, to [`Self::rewind`] to if the write the
+    /// next observations describe fails.
+    pub fn mark(&self) -> (usize, Option<u64>) {
+        (self.entries.len(), self.last_pos)
+    }
+
+    /// Forget every observation since `mark`.
+    pub fn rewind(&mut self, mark: (usize, Option<u64>)) {
+        self.entries.truncate(mark.0);
+        self.last_pos = mark.1;
+    }
+
+    /// Forget every entry at or past byte `pos` (the file was cut there).
+    pub fn truncate_from(&mut self, pos: u64) {
+        let keep = self.entries.partition_point(|e| u64::from(e.pos) < pos);
+        self.entries.truncate(keep);
+        self.last_pos = self.entries.last().map(|e| u64::from(e.pos));
+    }
+
     /// Record a batch starting at `pos`; adds an entry when due.
     pub fn observe(&mut self, rel_offset: u32, pos: u64, max_ts_before: i64) {
         let due = match self.last_pos {

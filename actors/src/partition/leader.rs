@@ -435,6 +435,12 @@ impl PartitionLeader {
             Ok(t) => t,
             Err(Refused::NotOpen) => return Err(self.unavailable()),
             Err(Refused::TooLarge) => return Err(PartitionError::TooLarge),
+            Err(Refused::NoSpace(e)) => {
+                telemetry::global()
+                    .no_space_refusals
+                    .fetch_add(1, Ordering::Relaxed);
+                return Err(PartitionError::Storage(e));
+            }
             Err(Refused::Halted(h)) => {
                 self.halted(h, ctx);
                 return Err(self.unavailable());

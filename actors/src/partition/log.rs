@@ -125,6 +125,18 @@ pub enum LogError {
     /// Offsets would overflow i64 / a segment would exceed u32 positions.
     #[error("offset overflow")]
     Overflow,
+    /// The volume is full (ENOSPC / EDQUOT) and the append was rolled back:
+    /// the log is exactly as before it, and the next append may succeed
+    /// once space returns. Not a reason to restart.
+    #[error("no space left on the data volume: {0}")]
+    NoSpace(io::Error),
+}
+
+/// Whether `e` says the volume (or the quota) is full.
+pub fn is_no_space(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::StorageFull
+        || e.kind() == io::ErrorKind::QuotaExceeded
+        || matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT))
 }
 
 /// A segment as readers see it.
@@ -752,8 +764,10 @@ impl PartitionLog {
         let base_offset = self.next_offset;
         let mut next = self.next_offset;
         let mut pos = self.write_pos;
+        let before_ts = (self.written_max_ts, self.written_max_ts_pos);
         let mut ix = self.active_seg.live_index.lock().unwrap();
         let ix = ix.as_mut().expect("active segment has a live index");
+        let ix_mark = ix.mark();
         for b in infos {
             let start = buf.len();
             buf.extend_from_slice(&records[b.pos..b.pos + b.len]);
@@ -769,7 +783,19 @@ impl PartitionLog {
                 .ok_or(LogError::Overflow)?;
             pos += b.len as u64;
         }
-        self.active.write_all_at(&buf, self.write_pos)?;
+        if let Err(e) = self.active.write_all_at(&buf, self.write_pos) {
+            if !is_no_space(&e) {
+                return Err(e.into());
+            }
+            // A full volume: undo the part that may have landed (shrinking
+            // needs no space) and what was noted for it, so the log is as if
+            // the append never happened. Nothing past `write_pos` was ever
+            // acknowledged or readable; if the undo fails, restart.
+            ix.rewind(ix_mark);
+            (self.written_max_ts, self.written_max_ts_pos) = before_ts;
+            self.active.set_len(self.write_pos)?;
+            return Err(LogError::NoSpace(e));
+        }
         self.write_pos = pos;
         self.next_offset = next;
         Ok(Appended {
@@ -808,6 +834,27 @@ impl PartitionLog {
         seg.next_offset.store(t.next_offset, Ordering::Release);
         v.high_watermark = t.next_offset;
         t.next_offset
+    }
+
+    /// Forget everything written since the last completed fsync: cut the
+    /// active file back to its durable length (shrinking needs no space)
+    /// and reset the write position, next offset, timestamps and index to
+    /// it. For an fsync that failed because the volume is full (on NFS the
+    /// client drops the pages it could not write back): none of those bytes
+    /// was acknowledged or visible, and the next append rewrites the range,
+    /// so the next fsync covers fresh pages.
+    pub fn rewind_to_durable(&mut self) -> Result<(), LogError> {
+        let seg = &self.active_seg;
+        let size = seg.size();
+        self.active.set_len(size)?;
+        self.write_pos = size;
+        self.next_offset = seg.next_offset();
+        self.written_max_ts = seg.max_ts.load(Ordering::Acquire);
+        self.written_max_ts_pos = seg.max_ts_pos.load(Ordering::Acquire);
+        if let Some(ix) = seg.live_index.lock().unwrap().as_mut() {
+            ix.truncate_from(size);
+        }
+        Ok(())
     }
 
     /// fsync inline (tests, roll, close).

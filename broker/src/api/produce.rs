@@ -102,6 +102,15 @@ pub async fn handle(b: &Arc<Broker>, v: i16, r: ProduceRequest) -> Reply<Produce
                     continue;
                 }
             };
+            if !b.reserve.admit(records.len() as u64) {
+                // The cluster files share this volume: keep its last bytes
+                // for them (see `crate::reserve`).
+                kaas_actors::telemetry::global()
+                    .no_space_refusals
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                slots.push(fail(ResponseError::KafkaStorageError.into()));
+                continue;
+            }
             if let Err(e) = check_batches(&infos, v) {
                 tracing::debug!(topic = %leader.name, partition = pd.index, version = v, error = %e.0, "refused produce batch");
                 slots.push(fail(e));

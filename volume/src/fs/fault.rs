@@ -49,6 +49,8 @@ struct Quirks {
     creates: u64,
     /// create_exclusive silently truncates an existing file (not exclusive).
     break_exclusive: bool,
+    /// The volume is full: a write lands its first half, then ENOSPC.
+    full: bool,
     next_handle: u64,
     /// open handle id -> current path of its file.
     open: HashMap<u64, PathBuf>,
@@ -94,6 +96,13 @@ impl FaultFs {
     /// `AlreadyExists`: a retried NFS create whose first reply was lost.
     pub fn lose_create_reply(&self, n: u64) {
         self.state.lock().unwrap().quirks.lose_create_reply = Some(n);
+    }
+
+    /// A full volume: while on, every write stores the first half of its
+    /// buffer and then fails with ENOSPC (a short write, as a real full
+    /// filesystem does it).
+    pub fn full(&self, on: bool) {
+        self.state.lock().unwrap().quirks.full = on;
     }
 
     /// Make `create_exclusive` non-exclusive (open-or-create): a substrate
@@ -246,6 +255,10 @@ impl ReadFile for FaultFile {
 impl WriteFile for FaultFile {
     fn write_all_at(&self, buf: &[u8], pos: u64) -> io::Result<()> {
         self.fs.step("write", &self.path)?;
+        if self.fs.state.lock().unwrap().quirks.full {
+            self.inner.write_all_at(&buf[..buf.len() / 2], pos)?;
+            return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+        }
         self.inner.write_all_at(buf, pos)
     }
     fn sync_data(&self) -> io::Result<()> {

@@ -77,6 +77,22 @@ pub enum SubstrateError {
 }
 
 impl SubstrateError {
+    /// Whether the check could not run because the volume (or quota) is
+    /// full: not a verdict on the substrate.
+    pub fn is_no_space(&self) -> bool {
+        match self {
+            SubstrateError::Dir { source, .. } | SubstrateError::Io { source, .. } => {
+                source.kind() == io::ErrorKind::StorageFull
+                    || source.kind() == io::ErrorKind::QuotaExceeded
+                    || matches!(
+                        source.raw_os_error(),
+                        Some(libc::ENOSPC) | Some(libc::EDQUOT)
+                    )
+            }
+            _ => false,
+        }
+    }
+
     fn io<'a>(step: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> Self + 'a {
         move |source| SubstrateError::Io {
             step,
@@ -264,11 +280,17 @@ impl<'a> Scratch<'a> {
                 source,
             })?;
         let owner = path.join("owner");
-        let f = probes::create_own(fs, &owner)
-            .map_err(SubstrateError::io("create owner file", &owner))?;
-        f.write_all_at(os::process_identity().as_bytes(), 0)
-            .map_err(SubstrateError::io("write owner file", &owner))?;
-        drop(f);
+        let made = probes::create_own(fs, &owner)
+            .map_err(SubstrateError::io("create owner file", &owner))
+            .and_then(|f| {
+                f.write_all_at(os::process_identity().as_bytes(), 0)
+                    .map_err(SubstrateError::io("write owner file", &owner))
+            });
+        if let Err(e) = made {
+            // Leave nothing behind (a full volume fails here at every start).
+            let _ = crate::fs::remove_tree(fs, &path);
+            return Err(e);
+        }
         let scratch = Self { fs, path };
         scratch.sweep_stale(dir, &name, &owner);
         Ok(scratch)
