@@ -47,6 +47,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::OffsetForLeaderEpoch, 2, 4),
     (ApiKey::DescribeConfigs, 1, 4),
     (ApiKey::DescribeCluster, 0, 1),
+    (ApiKey::DeleteGroups, 0, 2),
+    (ApiKey::OffsetDelete, 0, 0),
 ];
 
 /// The lowest Produce version that may carry zstd batches: Produce v7 came
@@ -165,6 +167,8 @@ mod tests {
             ApiKey::SyncGroup => RequestKind::SyncGroup(SyncGroupRequest::default()),
             ApiKey::DescribeGroups => RequestKind::DescribeGroups(DescribeGroupsRequest::default()),
             ApiKey::ListGroups => RequestKind::ListGroups(ListGroupsRequest::default()),
+            ApiKey::DeleteGroups => RequestKind::DeleteGroups(DeleteGroupsRequest::default()),
+            ApiKey::OffsetDelete => RequestKind::OffsetDelete(OffsetDeleteRequest::default()),
             other => panic!("no default request for {other:?}"),
         }
     }
@@ -205,6 +209,8 @@ mod tests {
                 ResponseKind::DescribeGroups(DescribeGroupsResponse::default())
             }
             ApiKey::ListGroups => ResponseKind::ListGroups(ListGroupsResponse::default()),
+            ApiKey::DeleteGroups => ResponseKind::DeleteGroups(DeleteGroupsResponse::default()),
+            ApiKey::OffsetDelete => ResponseKind::OffsetDelete(OffsetDeleteResponse::default()),
             other => panic!("no default response for {other:?}"),
         }
     }

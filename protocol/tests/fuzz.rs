@@ -178,6 +178,11 @@ fn request_corpus() -> Vec<Bytes> {
                     RequestKind::DescribeGroups(DescribeGroupsRequest::default())
                 }
                 ApiKey::ListGroups => RequestKind::ListGroups(ListGroupsRequest::default()),
+                ApiKey::DeleteGroups => RequestKind::DeleteGroups(
+                    DeleteGroupsRequest::default()
+                        .with_groups_names(vec![GroupId(StrBytes::from_static_str("g"))]),
+                ),
+                ApiKey::OffsetDelete => RequestKind::OffsetDelete(OffsetDeleteRequest::default()),
                 other => panic!("corpus lacks {other:?}"),
             };
             let frame = request_frame(key, v, &body);

@@ -322,3 +322,91 @@ def test_kcat_balanced_consumer_commits_and_resumes(broker, topic_name):
                            capture_output=True, timeout=60)
     assert again.returncode == 0, again.stderr[-500:]
     assert again.stdout.split() == [], "resumed at the committed end"
+
+
+OFFSET_DELETE = 47
+GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP, GROUP_SUBSCRIBED_TO_TOPIC = 69, 68, 86
+
+
+def offset_delete(addr, group: str, parts: dict[str, list[int]]):
+    """OffsetDelete v0: (group error, {(topic, partition): error})."""
+    with w.connect(addr) as s:
+        body = w.string(group) + array([w.string(t) + array([w.i32(p) for p in ps])
+                                        for t, ps in parts.items()])
+        r = call(s, OFFSET_DELETE, 0, body)
+        err = r.i16()
+        r.i32()  # throttle
+        out = {}
+        for _ in range(r.i32()):
+            t = r.string()
+            for _ in range(r.i32()):
+                p = r.i32()
+                out[(t, p)] = r.i16()
+        return err, out
+
+
+def committed(bootstrap: str, group: str, topic: str, partition: int = 0) -> int:
+    from confluent_kafka import TopicPartition
+    c = Consumer(client_conf(bootstrap, **{"group.id": group, "enable.auto.commit": False}))
+    try:
+        return c.committed([TopicPartition(topic, partition)], timeout=20)[0].offset
+    finally:
+        c.close()
+
+
+def test_delete_groups_and_offset_delete(broker, topic_name):
+    """DeleteGroups (confluent-kafka and kafka-python AdminClients) and
+    OffsetDelete (raw v0): a group with a live member is NON_EMPTY_GROUP and
+    keeps the offsets of topics it subscribes to (GROUP_SUBSCRIBED_TO_TOPIC);
+    other offsets go; an empty group is deleted with all its offsets, then
+    unknown (GROUP_ID_NOT_FOUND)."""
+    from confluent_kafka import KafkaError, TopicPartition
+    from confluent_kafka.admin import AdminClient
+    other = topic_name + "-other"
+    create_topic(broker.bootstrap, topic_name, 1)
+    create_topic(broker.bootstrap, other, 1)
+    produce(broker.bootstrap, topic_name, 0, 10)
+    group = f"del-{uuid.uuid4().hex[:8]}"
+    c = consumer(broker.bootstrap, group)
+    c.subscribe([topic_name])
+    deadline = time.monotonic() + 30
+    while not c.assignment() and time.monotonic() < deadline:
+        c.poll(0.2)
+    assert c.assignment(), "never joined"
+    c.commit(offsets=[TopicPartition(topic_name, 0, 5), TopicPartition(other, 0, 7)],
+             asynchronous=False)
+    a = AdminClient(client_conf(broker.bootstrap))
+    with pytest.raises(Exception) as e:
+        a.delete_consumer_groups([group], request_timeout=20)[group].result(timeout=30)
+    assert e.value.args[0].code() == KafkaError.NON_EMPTY_GROUP, e.value
+    err, res = offset_delete(broker.addr, group, {topic_name: [0], other: [0]})
+    assert err == 0
+    assert res == {(topic_name, 0): GROUP_SUBSCRIBED_TO_TOPIC, (other, 0): 0}, res
+    assert committed(broker.bootstrap, group, other) < 0, "deleted offset still committed"
+    assert committed(broker.bootstrap, group, topic_name) == 5
+    c.close()
+    # Empty now: deleted with every offset.
+    wait_until(lambda: a.delete_consumer_groups([group], request_timeout=20)[group]
+               .exception(timeout=30) is None, 30, what="the group deleted once empty")
+    assert committed(broker.bootstrap, group, topic_name) < 0
+    listed = [g.group_id for g in a.list_consumer_groups().result(timeout=20).valid]
+    assert group not in listed
+    with pytest.raises(Exception) as e:
+        a.delete_consumer_groups([group], request_timeout=20)[group].result(timeout=30)
+    assert e.value.args[0].code() == KafkaError.GROUP_ID_NOT_FOUND, e.value
+    err, _ = offset_delete(broker.addr, group, {topic_name: [0]})
+    assert err == GROUP_ID_NOT_FOUND
+    # kafka-python: a group that only stores offsets (a standalone
+    # consumer's) is deletable too.
+    from kafka import KafkaAdminClient
+    solo = f"solo-{uuid.uuid4().hex[:8]}"
+    c2 = Consumer(client_conf(broker.bootstrap, **{"group.id": solo, "enable.auto.commit": False}))
+    c2.commit(offsets=[TopicPartition(topic_name, 0, 3)], asynchronous=False)
+    c2.close()
+    ka = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        from kafka.errors import NoError
+        assert ka.delete_consumer_groups([solo]) == [(solo, NoError)]
+    finally:
+        ka.close()
+    assert committed(broker.bootstrap, solo, topic_name) < 0

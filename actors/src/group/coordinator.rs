@@ -41,6 +41,7 @@ use crate::partition::claim::{self, ClaimOwner, EpochWriter};
 use crate::partition::leader::OnFenced;
 use crate::telemetry::{self, ActorStats, Mailbox};
 use actix::prelude::*;
+use kaas_protocol::kafka_protocol::ResponseError;
 use kaas_volume::fs::{GuardedFs, SharedFs, WriteGuard};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::PathBuf;
@@ -763,6 +764,159 @@ impl Handler<DescribeGroupsRequest> for GroupCoordinator {
     }
 }
 
+impl GroupCoordinator {
+    /// Append `records` and answer `ok` once they are durable.
+    fn answer_when_durable<T: Send + 'static>(
+        &mut self,
+        records: &[Record],
+        ok: T,
+        ctx: &mut Context<Self>,
+    ) -> ResponseFuture<CoordReply<T>> {
+        let Some(ticket) = self.append(records, ctx) else {
+            return ready(Err(CoordinatorError::Unavailable));
+        };
+        let (tx, rx) = oneshot::channel();
+        self.after(ticket, Box::new(move |r| drop(tx.send(r.map(|_| ok)))));
+        Box::pin(async move { rx.await.unwrap_or(Err(CoordinatorError::Unavailable)) })
+    }
+}
+
+impl Handler<DeleteGroupRequest> for GroupCoordinator {
+    type Result = ResponseFuture<CoordReply<Result<(), ResponseError>>>;
+    fn handle(&mut self, m: DeleteGroupRequest, ctx: &mut Context<Self>) -> Self::Result {
+        let s = match self.serving() {
+            Ok(s) => s,
+            Err(e) => return ready(Err(e)),
+        };
+        let id = m.0;
+        let offsets: Vec<Record> = s
+            .log
+            .state()
+            .group_offsets(&id)
+            .map(|(k, _)| Record::OffsetTombstone {
+                group: id.clone(),
+                topic: k.topic.clone(),
+                partition: k.partition,
+            })
+            .collect();
+        // A group is members (the state machine) or offsets (a standalone
+        // consumer's): either makes it exist; only an empty one goes.
+        match s.groups.delete(&id) {
+            Ok(()) => {}
+            Err(ResponseError::GroupIdNotFound) if !offsets.is_empty() => {}
+            Err(e) => return ready(Ok(Err(e))),
+        }
+        let mut records = offsets;
+        records.push(Record::GroupTombstone { group: id });
+        self.answer_when_durable(&records, Ok(()), ctx)
+    }
+}
+
+impl Handler<DeleteOffsetsRequest> for GroupCoordinator {
+    type Result = ResponseFuture<
+        CoordReply<Result<Vec<(String, i32, Option<ResponseError>)>, ResponseError>>,
+    >;
+    fn handle(&mut self, m: DeleteOffsetsRequest, ctx: &mut Context<Self>) -> Self::Result {
+        let s = match self.serving() {
+            Ok(s) => s,
+            Err(e) => return ready(Err(e)),
+        };
+        let has_offsets = s.log.state().group_offsets(&m.group_id).next().is_some();
+        // Kafka: a group with members may only lose the offsets of topics
+        // none of its consumers subscribes to; a non-consumer group with
+        // members keeps them all.
+        let subscribed: Option<std::collections::BTreeSet<String>> = match s.groups.get(&m.group_id)
+        {
+            Some(g) if g.state() != GroupState::Empty && g.state() != GroupState::Dead => {
+                let rec = g.to_record();
+                if rec.protocol_type.as_deref() != Some("consumer") {
+                    return ready(Ok(Err(ResponseError::NonEmptyGroup)));
+                }
+                Some(
+                    rec.members
+                        .iter()
+                        .flat_map(|mm| subscribed_topics(&mm.subscription))
+                        .collect(),
+                )
+            }
+            Some(_) => None,
+            None if has_offsets => None,
+            None => return ready(Ok(Err(ResponseError::GroupIdNotFound))),
+        };
+        let mut records = Vec::new();
+        let mut out = Vec::with_capacity(m.partitions.len());
+        for (topic, partition) in m.partitions {
+            if subscribed.as_ref().is_some_and(|t| t.contains(&topic)) {
+                out.push((
+                    topic,
+                    partition,
+                    Some(ResponseError::GroupSubscribedToTopic),
+                ));
+                continue;
+            }
+            let k = OffsetKey {
+                group: m.group_id.clone(),
+                topic,
+                partition,
+            };
+            if s.log.state().offsets.contains_key(&k) {
+                records.push(Record::OffsetTombstone {
+                    group: k.group,
+                    topic: k.topic.clone(),
+                    partition,
+                });
+            }
+            out.push((k.topic, partition, None));
+        }
+        if records.is_empty() {
+            return ready(Ok(Ok(out)));
+        }
+        self.answer_when_durable(&records, Ok(out), ctx)
+    }
+}
+
+/// The topics of a consumer-protocol subscription (`ConsumerProtocol`
+/// Subscription v0+: version i16, then an array of strings; later versions
+/// only append fields). Malformed bytes subscribe to nothing.
+fn subscribed_topics(b: &[u8]) -> Vec<String> {
+    fn parse(b: &[u8]) -> Option<Vec<String>> {
+        let n = i32::from_be_bytes(b.get(2..6)?.try_into().ok()?);
+        let mut pos = 6usize;
+        let mut out = Vec::new();
+        for _ in 0..n.clamp(0, 100_000) {
+            let len = i16::from_be_bytes(b.get(pos..pos + 2)?.try_into().ok()?);
+            pos += 2;
+            let len = usize::try_from(len).ok()?;
+            out.push(String::from_utf8(b.get(pos..pos + len)?.to_vec()).ok()?);
+            pos += len;
+        }
+        Some(out)
+    }
+    parse(b).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod subscription_tests {
+    use super::subscribed_topics;
+
+    #[test]
+    fn subscriptions_parse_and_garbage_subscribes_to_nothing() {
+        // v1: version, topics ["a", "bc"], user data (ignored), owned partitions.
+        let mut b = vec![0, 1, 0, 0, 0, 2, 0, 1, b'a', 0, 2, b'b', b'c'];
+        b.extend_from_slice(&[0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0]);
+        assert_eq!(subscribed_topics(&b), vec!["a", "bc"]);
+        for bad in [
+            &b[..0],
+            &b[..5],
+            &b[..9],
+            &[0, 0, 0x7f, 0xff, 0xff, 0xff][..],
+        ] {
+            assert!(subscribed_topics(bad).is_empty());
+        }
+        assert!(subscribed_topics(&[0, 0, 0, 0, 0, 1, 0xff, 0xff]).is_empty());
+    }
+}
+
 impl Handler<StopCoordinator> for GroupCoordinator {
     type Result = ResponseFuture<()>;
     fn handle(&mut self, _: StopCoordinator, ctx: &mut Context<Self>) -> Self::Result {
@@ -792,7 +946,9 @@ impl Handler<StopCoordinator> for GroupCoordinator {
 }
 
 crate::instrumented!(
-    GroupCoordinator: JoinGroupRequest,
+    GroupCoordinator: DeleteGroupRequest,
+    DeleteOffsetsRequest,
+    JoinGroupRequest,
     SyncGroupRequest,
     HeartbeatRequest,
     LeaveGroupRequest,

@@ -146,6 +146,24 @@ message!(ListGroupsRequest => Vec<GroupListing>, "list_groups");
 pub struct DescribeGroupsRequest(pub Vec<String>);
 message!(DescribeGroupsRequest => Vec<(String, GroupState, Option<GroupMetadata>)>, "describe_groups");
 
+/// DeleteGroups of one group: answered once its tombstones are durable.
+/// The inner result: GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP, or success.
+#[derive(Debug)]
+pub struct DeleteGroupRequest(pub String);
+message!(DeleteGroupRequest => Result<(), ResponseError>, "delete_group");
+
+/// OffsetDelete: remove a group's committed offsets of some partitions,
+/// answered once the tombstones are durable. The inner result: a
+/// group-level error, or one optional error per partition asked for.
+#[derive(Debug)]
+pub struct DeleteOffsetsRequest {
+    /// The group.
+    pub group_id: String,
+    /// (topic, partition) to delete.
+    pub partitions: Vec<(String, i32)>,
+}
+message!(DeleteOffsetsRequest => Result<Vec<(String, i32, Option<ResponseError>)>, ResponseError>, "delete_offsets");
+
 /// Stop for good: resolves once the shard's files are synced and closed.
 #[derive(Debug)]
 pub struct StopCoordinator;

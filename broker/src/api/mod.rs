@@ -11,7 +11,8 @@
 //!
 //! Grouping: topic administration lives in `admin/`; consumer-group APIs
 //! (FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
-//! OffsetCommit, OffsetFetch, ListGroups, DescribeGroups) in `group/`;
+//! OffsetCommit, OffsetFetch, OffsetDelete, ListGroups, DescribeGroups,
+//! DeleteGroups) in `group/`;
 //! transaction APIs (AddPartitionsToTxn, EndTxn, TxnOffsetCommit, ...) go in
 //! `txn/`.
 //!
@@ -110,6 +111,8 @@ routes! {
     DescribeConfigs => admin::describe_configs::handle,
     DescribeCluster => describe_cluster::handle,
     FindCoordinator => group::find_coordinator::handle,
+    DeleteGroups => group::delete_groups::handle,
+    OffsetDelete => group::offset_delete::handle,
     JoinGroup => group::join_group::handle,
     SyncGroup => group::sync_group::handle,
     Heartbeat => group::heartbeat::handle,

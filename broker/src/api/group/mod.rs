@@ -9,6 +9,7 @@
 //! ConsumerGroupDescribe) is not served: not advertised, so refused as
 //! Kafka refuses an unknown API.
 
+pub mod delete_groups;
 pub mod describe_groups;
 pub mod find_coordinator;
 pub mod heartbeat;
@@ -16,6 +17,7 @@ pub mod join_group;
 pub mod leave_group;
 pub mod list_groups;
 pub mod offset_commit;
+pub mod offset_delete;
 pub mod offset_fetch;
 pub mod sync_group;
 
