@@ -124,6 +124,13 @@ impl CommitGate {
         self.log = Some(log);
     }
 
+    /// Replace the open log's storage settings (writes nothing).
+    pub fn set_config(&mut self, cfg: super::log::LogConfig) {
+        if let Some(log) = self.log.as_mut() {
+            log.set_config(cfg);
+        }
+    }
+
     /// Read-only access to the open log.
     pub fn log(&self) -> Option<&PartitionLog> {
         self.log.as_ref()

@@ -16,7 +16,9 @@
 use super::claim::ClaimOwner;
 use super::commit::{refused, storage, CommitGate, Halt, Refused};
 use super::log::{Claimant, LogConfig, LogError, PartitionLog};
-use super::messages::{AppendBatches, AppendTicket, EnforceRetention, PartitionError, StopLeader};
+use super::messages::{
+    AppendBatches, AppendTicket, EnforceRetention, PartitionError, SetLogConfig, StopLeader,
+};
 use super::reader::PartitionReader;
 use crate::clock::{self, SharedClock};
 use crate::cluster::lease::{Lease, LeaseGuard};
@@ -306,7 +308,9 @@ impl Drop for PartitionLeader {
 impl PartitionLeader {
     fn opened(&mut self, res: Result<PartitionLog, LogError>, ctx: &mut Context<Self>) {
         match res {
-            Ok(log) => {
+            Ok(mut log) => {
+                // A config altered while the open ran is in the spec.
+                log.set_config(self.spec.cfg.clone());
                 tracing::info!(topic = %self.spec.topic, partition = self.spec.partition, epoch = self.spec.epoch, hw = log.high_watermark(), "partition leader open");
                 *self.reader.write().unwrap() =
                     Some(PartitionReader::new(self.fs.read_only(), log.view()));
@@ -478,6 +482,30 @@ impl Handler<EnforceRetention> for PartitionLeader {
     }
 }
 
+impl Handler<SetLogConfig> for PartitionLeader {
+    type Result = ();
+
+    fn handle(&mut self, m: SetLogConfig, ctx: &mut Context<Self>) {
+        if m.cfg == self.spec.cfg {
+            return;
+        }
+        tracing::info!(topic = %self.spec.topic, partition = self.spec.partition, cfg = ?m.cfg, "topic config applied");
+        self.spec.cfg = m.cfg.clone();
+        self.gate.set_config(m.cfg);
+        if self.stopping || self.opening {
+            return;
+        }
+        match self.gate.enforce_retention() {
+            Ok(Some(n)) if n > 0 => {
+                let log_start = self.gate.log().map(|l| l.log_start_offset());
+                tracing::info!(topic = %self.spec.topic, partition = self.spec.partition, segments = n, log_start, "retention removed segments");
+            }
+            Ok(_) => {}
+            Err(h) => self.halted(h, ctx),
+        }
+    }
+}
+
 impl Handler<StopLeader> for PartitionLeader {
     type Result = ResponseFuture<()>;
 
@@ -496,7 +524,7 @@ impl Handler<StopLeader> for PartitionLeader {
         Box::pin(async {})
     }
 }
-crate::instrumented!(PartitionLeader: AppendBatches, EnforceRetention, StopLeader);
+crate::instrumented!(PartitionLeader: AppendBatches, EnforceRetention, SetLogConfig, StopLeader);
 
 impl crate::registry::Owner for PartitionHandle {
     fn stop(self) -> futures::future::LocalBoxFuture<'static, ()> {

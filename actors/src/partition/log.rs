@@ -67,7 +67,7 @@ pub(crate) fn create_or_truncate_segment(
 pub const CLAIMS_KEPT: i32 = 16;
 
 /// Per-partition storage settings (Kafka topic config names in comments).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogConfig {
     /// segment.bytes
     pub segment_bytes: u64,
@@ -720,6 +720,17 @@ impl PartitionLog {
     /// One past the last durable offset.
     pub fn high_watermark(&self) -> i64 {
         self.active_seg.next_offset()
+    }
+
+    /// Replace the storage settings (a topic config altered live): the
+    /// next roll and retention pass use them. Writes nothing.
+    pub fn set_config(&mut self, cfg: LogConfig) {
+        self.cfg = cfg;
+    }
+
+    /// The storage settings in force.
+    pub fn config(&self) -> &LogConfig {
+        &self.cfg
     }
 
     /// First offset in the log.

@@ -57,6 +57,21 @@ impl MessageName for EnforceRetention {
     const NAME: &'static str = "enforce_retention";
 }
 
+/// A topic's configs changed (AlterConfigs, seen in a newer assignment):
+/// the leader uses `cfg` from now on (and across its restarts) and runs
+/// retention at once, so a lowered retention takes effect without waiting
+/// for the periodic pass.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct SetLogConfig {
+    /// The new storage settings.
+    pub cfg: crate::partition::log::LogConfig,
+}
+
+impl MessageName for SetLogConfig {
+    const NAME: &'static str = "set_log_config";
+}
+
 /// Flush, checkpoint and stop for good (topic deletion, shutdown).
 #[derive(Message)]
 #[rtype(result = "()")]
