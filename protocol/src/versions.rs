@@ -47,6 +47,9 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::OffsetForLeaderEpoch, 2, 4),
     (ApiKey::DescribeConfigs, 1, 4),
     (ApiKey::DescribeCluster, 0, 1),
+    (ApiKey::CreatePartitions, 0, 3),
+    (ApiKey::AlterConfigs, 0, 2),
+    (ApiKey::IncrementalAlterConfigs, 0, 1),
 ];
 
 /// The lowest Produce version that may carry zstd batches: Produce v7 came
@@ -165,6 +168,13 @@ mod tests {
             ApiKey::SyncGroup => RequestKind::SyncGroup(SyncGroupRequest::default()),
             ApiKey::DescribeGroups => RequestKind::DescribeGroups(DescribeGroupsRequest::default()),
             ApiKey::ListGroups => RequestKind::ListGroups(ListGroupsRequest::default()),
+            ApiKey::CreatePartitions => {
+                RequestKind::CreatePartitions(CreatePartitionsRequest::default())
+            }
+            ApiKey::AlterConfigs => RequestKind::AlterConfigs(AlterConfigsRequest::default()),
+            ApiKey::IncrementalAlterConfigs => {
+                RequestKind::IncrementalAlterConfigs(IncrementalAlterConfigsRequest::default())
+            }
             other => panic!("no default request for {other:?}"),
         }
     }
@@ -205,6 +215,13 @@ mod tests {
                 ResponseKind::DescribeGroups(DescribeGroupsResponse::default())
             }
             ApiKey::ListGroups => ResponseKind::ListGroups(ListGroupsResponse::default()),
+            ApiKey::CreatePartitions => {
+                ResponseKind::CreatePartitions(CreatePartitionsResponse::default())
+            }
+            ApiKey::AlterConfigs => ResponseKind::AlterConfigs(AlterConfigsResponse::default()),
+            ApiKey::IncrementalAlterConfigs => {
+                ResponseKind::IncrementalAlterConfigs(IncrementalAlterConfigsResponse::default())
+            }
             other => panic!("no default response for {other:?}"),
         }
     }

@@ -269,7 +269,15 @@ pub fn effective(stamp: &TopicStamp, file: Option<TopicConfigFile>) -> BTreeMap<
 /// `Ok(None)` if the directory has no stamp; unparsable files are
 /// `InvalidData`.
 pub fn read_topic(fs: &dyn Fs, dir: &Path) -> io::Result<Option<TopicStamp>> {
-    let mut stamp: TopicStamp = match fs.read(&dir.join(layout::TOPIC_STAMP)) {
+    read_topic_with(|p| fs.read(p), dir)
+}
+
+/// [`read_topic`] through any reader of whole files (a read-only view).
+pub fn read_topic_with(
+    read: impl Fn(&Path) -> io::Result<Vec<u8>>,
+    dir: &Path,
+) -> io::Result<Option<TopicStamp>> {
+    let mut stamp: TopicStamp = match read(&dir.join(layout::TOPIC_STAMP)) {
         Ok(b) => serde_json::from_slice(&b).map_err(|e| {
             io::Error::new(
                 io::ErrorKind::InvalidData,
@@ -279,7 +287,11 @@ pub fn read_topic(fs: &dyn Fs, dir: &Path) -> io::Result<Option<TopicStamp>> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),
     };
-    let file = read_file(fs, dir)?;
+    let file = match read(&dir.join(layout::TOPIC_CONFIG)) {
+        Ok(b) => Some(parse_file(&b)?),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e),
+    };
     stamp.configs = effective(&stamp, file);
     Ok(Some(stamp))
 }

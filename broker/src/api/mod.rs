@@ -118,6 +118,9 @@ routes! {
     OffsetFetch => group::offset_fetch::handle,
     ListGroups => group::list_groups::handle,
     DescribeGroups => group::describe_groups::handle,
+    CreatePartitions => admin::create_partitions::handle,
+    AlterConfigs => admin::alter_configs::handle,
+    IncrementalAlterConfigs => admin::alter_configs::handle_incremental,
 }
 
 /// Whether `routed` has exactly the api keys of `advertised` (no more, no
