@@ -50,6 +50,11 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::AlterConfigs, 0, 2),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
+    (ApiKey::DeleteRecords, 0, 2),
+    (ApiKey::DescribeLogDirs, 1, 4),
+    (ApiKey::ElectLeaders, 0, 2),
+    (ApiKey::AlterPartitionReassignments, 0, 0),
+    (ApiKey::ListPartitionReassignments, 0, 0),
 ];
 
 /// The lowest Produce version that may carry zstd batches: Produce v7 came
@@ -175,6 +180,17 @@ mod tests {
             ApiKey::IncrementalAlterConfigs => {
                 RequestKind::IncrementalAlterConfigs(IncrementalAlterConfigsRequest::default())
             }
+            ApiKey::DeleteRecords => RequestKind::DeleteRecords(DeleteRecordsRequest::default()),
+            ApiKey::DescribeLogDirs => {
+                RequestKind::DescribeLogDirs(DescribeLogDirsRequest::default())
+            }
+            ApiKey::ElectLeaders => RequestKind::ElectLeaders(ElectLeadersRequest::default()),
+            ApiKey::AlterPartitionReassignments => RequestKind::AlterPartitionReassignments(
+                AlterPartitionReassignmentsRequest::default(),
+            ),
+            ApiKey::ListPartitionReassignments => RequestKind::ListPartitionReassignments(
+                ListPartitionReassignmentsRequest::default(),
+            ),
             other => panic!("no default request for {other:?}"),
         }
     }
@@ -222,6 +238,19 @@ mod tests {
             ApiKey::IncrementalAlterConfigs => {
                 ResponseKind::IncrementalAlterConfigs(IncrementalAlterConfigsResponse::default())
             }
+            ApiKey::DeleteRecords => {
+                ResponseKind::DeleteRecords(DeleteRecordsResponse::default())
+            }
+            ApiKey::DescribeLogDirs => {
+                ResponseKind::DescribeLogDirs(DescribeLogDirsResponse::default())
+            }
+            ApiKey::ElectLeaders => ResponseKind::ElectLeaders(ElectLeadersResponse::default()),
+            ApiKey::AlterPartitionReassignments => ResponseKind::AlterPartitionReassignments(
+                AlterPartitionReassignmentsResponse::default(),
+            ),
+            ApiKey::ListPartitionReassignments => ResponseKind::ListPartitionReassignments(
+                ListPartitionReassignmentsResponse::default(),
+            ),
             other => panic!("no default response for {other:?}"),
         }
     }

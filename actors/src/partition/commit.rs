@@ -337,6 +337,18 @@ impl CommitGate {
         }
     }
 
+    /// DeleteRecords: raise the log start offset to `offset` (see
+    /// [`PartitionLog::delete_records`]); the new log start offset.
+    pub fn delete_records(&mut self, offset: i64) -> Result<Option<i64>, Halt> {
+        let Some(log) = self.writable()? else {
+            return Ok(None);
+        };
+        match log.delete_records(offset) {
+            Ok(n) => Ok(Some(n)),
+            Err(e) => Err(self.failed(e)),
+        }
+    }
+
     /// Stop for good: a final fsync, release what it covered (only under a
     /// valid lease), close (checkpoint) only if the lease still holds, and
     /// fail whatever is left with NOT_LEADER. Errors are logged by the

@@ -17,7 +17,8 @@ use super::claim::ClaimOwner;
 use super::commit::{refused, storage, CommitGate, Halt, Refused};
 use super::log::{Claimant, LogConfig, LogError, PartitionLog};
 use super::messages::{
-    AppendBatches, AppendTicket, EnforceRetention, PartitionError, SetLogConfig, StopLeader,
+    AppendBatches, AppendTicket, DeleteRecordsBefore, EnforceRetention, PartitionError,
+    SetLogConfig, StopLeader,
 };
 use super::reader::PartitionReader;
 use crate::clock::{self, SharedClock};
@@ -482,6 +483,24 @@ impl Handler<EnforceRetention> for PartitionLeader {
     }
 }
 
+impl Handler<DeleteRecordsBefore> for PartitionLeader {
+    type Result = Result<i64, PartitionError>;
+
+    fn handle(&mut self, m: DeleteRecordsBefore, ctx: &mut Context<Self>) -> Self::Result {
+        match self.gate.delete_records(m.offset) {
+            Ok(Some(start)) => {
+                tracing::info!(topic = %self.spec.topic, partition = self.spec.partition, log_start = start, "records deleted");
+                Ok(start)
+            }
+            Ok(None) => Err(self.unavailable()),
+            Err(h) => {
+                self.halted(h, ctx);
+                Err(self.unavailable())
+            }
+        }
+    }
+}
+
 impl Handler<SetLogConfig> for PartitionLeader {
     type Result = ();
 
@@ -524,7 +543,13 @@ impl Handler<StopLeader> for PartitionLeader {
         Box::pin(async {})
     }
 }
-crate::instrumented!(PartitionLeader: AppendBatches, EnforceRetention, SetLogConfig, StopLeader);
+crate::instrumented!(
+    PartitionLeader: AppendBatches,
+    EnforceRetention,
+    DeleteRecordsBefore,
+    SetLogConfig,
+    StopLeader
+);
 
 impl crate::registry::Owner for PartitionHandle {
     fn stop(self) -> futures::future::LocalBoxFuture<'static, ()> {

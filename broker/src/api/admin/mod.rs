@@ -11,8 +11,12 @@
 pub mod alter_configs;
 pub mod create_partitions;
 pub mod create_topics;
+pub mod delete_records;
 pub mod delete_topics;
 pub mod describe_configs;
+pub mod describe_log_dirs;
+pub mod elect_leaders;
+pub mod reassignments;
 
 use crate::state::Broker;
 use kaas_actors::topic::TopicStamp;
