@@ -188,9 +188,9 @@ mod tests {
             ApiKey::AlterPartitionReassignments => RequestKind::AlterPartitionReassignments(
                 AlterPartitionReassignmentsRequest::default(),
             ),
-            ApiKey::ListPartitionReassignments => RequestKind::ListPartitionReassignments(
-                ListPartitionReassignmentsRequest::default(),
-            ),
+            ApiKey::ListPartitionReassignments => {
+                RequestKind::ListPartitionReassignments(ListPartitionReassignmentsRequest::default())
+            }
             other => panic!("no default request for {other:?}"),
         }
     }
@@ -238,9 +238,7 @@ mod tests {
             ApiKey::IncrementalAlterConfigs => {
                 ResponseKind::IncrementalAlterConfigs(IncrementalAlterConfigsResponse::default())
             }
-            ApiKey::DeleteRecords => {
-                ResponseKind::DeleteRecords(DeleteRecordsResponse::default())
-            }
+            ApiKey::DeleteRecords => ResponseKind::DeleteRecords(DeleteRecordsResponse::default()),
             ApiKey::DescribeLogDirs => {
                 ResponseKind::DescribeLogDirs(DescribeLogDirsResponse::default())
             }

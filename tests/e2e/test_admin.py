@@ -42,7 +42,6 @@ INVALID_PARTITIONS = 37
 INVALID_CONFIG = 40
 INVALID_REQUEST = 42
 ELECTION_NOT_NEEDED = 84
-INVALID_REPLICA_ASSIGNMENT = 39
 
 DESCRIBE_CONFIGS = 32
 TOPIC, BROKER = 2, 4
@@ -62,7 +61,10 @@ def alter(bootstrap_: str, topic: str, ops: dict[str, str | None], validate_only
         AlterConfigOpType.DELETE if v is None else AlterConfigOpType.SET))
         for k, v in ops.items()]
     res = ConfigResource("topic", topic, incremental_configs=entries)
-    fut = admin(bootstrap_).incremental_alter_configs([res], validate_only=validate_only)
+    # Keep the client referenced until the future resolves (a collected
+    # handle fails its futures with _DESTROY).
+    a = admin(bootstrap_)
+    fut = a.incremental_alter_configs([res], validate_only=validate_only)
     try:
         list(fut.values())[0].result(timeout=30)
         return 0
@@ -107,7 +109,8 @@ def describe_v4(addr, resource_type: int, name: str, synonyms=True, docs=True):
 
 def topic_configs(bootstrap_: str, topic: str) -> dict:
     res = ConfigResource("topic", topic)
-    fut = admin(bootstrap_).describe_configs([res])
+    a = admin(bootstrap_)
+    fut = a.describe_configs([res])
     return list(fut.values())[0].result(timeout=30)
 
 
@@ -133,20 +136,20 @@ def fill(bootstrap_: str, topic: str, n: int, size: int = 1024, partition: int =
 @pytest.mark.timeout(120)
 def test_lowering_retention_removes_segments_without_restart(broker, topic_name):
     create_topic(broker.bootstrap, topic_name, 1, config={"segment.bytes": "16384"})
-    fill(broker.bootstrap, topic_name, 300)
+    fill(broker.bootstrap, topic_name, 400)
     pdir = broker.partition_dir(topic_name, 0)
     before = segment_files(pdir)
-    assert len(before) >= 5, before
+    assert len(before) >= 3, before
     assert kw.list_offsets_v7(broker.addr, topic_name, 0, kw.EARLIEST_TIMESTAMP).offset == 0
     # The periodic retention pass runs every 5 minutes (default): only the
     # live apply of the altered config can remove segments in this test.
-    assert alter(broker.bootstrap, topic_name, {"retention.bytes": "32768"}) == 0
-    wait_until(lambda: len(segment_files(pdir)) <= 4, timeout=20,
+    assert alter(broker.bootstrap, topic_name, {"retention.bytes": "16384"}) == 0
+    wait_until(lambda: len(segment_files(pdir)) < len(before), timeout=20,
                what="segments removed after retention.bytes was lowered")
     low = kw.list_offsets_v7(broker.addr, topic_name, 0, kw.EARLIEST_TIMESTAMP).offset
     assert low > 0
     assert min(b for b, _, _ in segment_files(pdir)) <= low
-    assert topic_configs(broker.bootstrap, topic_name)["retention.bytes"].value == "32768"
+    assert topic_configs(broker.bootstrap, topic_name)["retention.bytes"].value == "16384"
 
 
 @pytest.mark.timeout(120)
@@ -197,15 +200,16 @@ def test_invalid_configs_validate_only_and_broker_resource(broker, topic_name):
     assert not (broker.topic_dir(topic_name) / ".topic-config.json").exists()
     # CreateTopics refuses the same.
     from confluent_kafka.admin import NewTopic
-    fut = admin(bs).create_topics([NewTopic(topic_name + "-c", 1, 1,
-                                            config={"cleanup.policy": "compact"})])
+    a = admin(bs)
+    fut = a.create_topics([NewTopic(topic_name + "-c", 1, 1,
+                                    config={"cleanup.policy": "compact"})])
     with pytest.raises(KafkaException) as e:
         list(fut.values())[0].result(timeout=30)
     assert e.value.args[0].code() == INVALID_CONFIG
     # Broker configs are static.
     res = ConfigResource("broker", str(broker.broker_id), incremental_configs=[
         ConfigEntry("log.retention.ms", "1000", incremental_operation=AlterConfigOpType.SET)])
-    fut = admin(bs).incremental_alter_configs([res])
+    fut = a.incremental_alter_configs([res])
     with pytest.raises(KafkaException) as e:
         list(fut.values())[0].result(timeout=30)
     assert e.value.args[0].code() == INVALID_REQUEST
@@ -289,7 +293,8 @@ def test_configs_survive_restart_and_recreate_gets_defaults(broker, topic_name):
     wait_until(lambda: produce_one(broker.addr, topic_name, b"x" * 5000) == MESSAGE_TOO_LARGE,
                timeout=10, what="max.message.bytes enforced after restart")
     # Delete and recreate: a new incarnation starts from the defaults.
-    fut = admin(broker.bootstrap).delete_topics([topic_name], operation_timeout=30)
+    a = admin(broker.bootstrap)
+    fut = a.delete_topics([topic_name], operation_timeout=30)
     fut[topic_name].result(timeout=30)
     wait_until(lambda: not broker.topic_dir(topic_name).exists(), timeout=30,
                what="topic directory removed")
@@ -309,7 +314,7 @@ def test_delete_records_moves_log_start(broker, topic_name):
     create_topic(broker.bootstrap, topic_name, 1, config={"segment.bytes": "16384"})
     fill(broker.bootstrap, topic_name, 200)
     pdir = broker.partition_dir(topic_name, 0)
-    segs = len(segment_files(pdir))
+    assert len(segment_files(pdir)) >= 2 and segment_files(pdir)[1][0] < 120, segment_files(pdir)
     a = admin(broker.bootstrap)
     tp = TopicPartition(topic_name, 0, 120)
     res = a.delete_records([tp])
@@ -319,8 +324,9 @@ def test_delete_records_moves_log_start(broker, topic_name):
     assert kw.list_offsets_v7(broker.addr, topic_name, 0, kw.EARLIEST_TIMESTAMP).offset == 120
     assert kw.fetch_raw(broker.addr, 10, topic_name, 0, 50).error_code == kw.OFFSET_OUT_OF_RANGE
     assert kw.fetch_raw(broker.addr, 10, topic_name, 0, 120).error_code == 0
-    # Whole segments below the new start are gone.
-    assert len(segment_files(pdir)) < segs
+    # Whole segments below the new start are gone; the one holding it stays.
+    bases = [b for b, _, _ in segment_files(pdir)]
+    assert 0 not in bases and min(bases) <= 120, bases
     # Beyond the high watermark.
     res = a.delete_records([TopicPartition(topic_name, 0, 10_000)])
     with pytest.raises(KafkaException) as e:
@@ -347,8 +353,8 @@ def test_delete_records_moves_log_start(broker, topic_name):
 
 
 def _grow(bootstrap_, topic, count, validate_only=False):
-    fut = admin(bootstrap_).create_partitions([NewPartitions(topic, count)],
-                                              validate_only=validate_only)
+    a = admin(bootstrap_)
+    fut = a.create_partitions([NewPartitions(topic, count)], validate_only=validate_only)
     try:
         list(fut.values())[0].result(timeout=30)
         return 0
@@ -437,20 +443,28 @@ def test_configs_follow_a_failover(broker_factory, topic_name):
 def test_log_dirs_elections_and_reassignments(broker, topic_name):
     create_topic(broker.bootstrap, topic_name, 2)
     fill(broker.bootstrap, topic_name, 10, size=100, partition=1)
-    from kafka.admin import KafkaAdminClient
-    k = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
-    try:
-        resp = k.describe_log_dirs()
-        (err, log_dir, topics), = [tuple(x[:3]) for x in resp.log_dirs]
-        assert err == 0 and log_dir == str(broker.data_dir)
-        sizes = {(t[0], p[0]): p[1] for t in topics for p in t[1]}
-        assert sizes[(topic_name, 1)] > 1000, sizes
-        assert (topic_name, 0) in sizes
-    finally:
-        k.close()
+    # DescribeLogDirs v1 on the wire (kafka-python 2.3 only speaks v0,
+    # which Kafka 4 and the protocol crate no longer serve).
+    req = kw.request_header(35, 1, 9) + kw.i32(-1)
+    with kw.connect(broker.addr) as sock:
+        r = kw.Reader(kw.roundtrip(sock, req))
+    assert r.i32() == 9
+    r.i32()  # throttle
+    assert r.i32() == 1
+    assert r.i16() == 0
+    assert r.string() == str(broker.data_dir)
+    sizes = {}
+    for _ in range(r.i32()):
+        name = r.string()
+        for _ in range(r.i32()):
+            p, size, _lag, _future = r.i32(), r.i64(), r.i64(), r.i8()
+            sizes[(name, p)] = size
+    assert sizes[(topic_name, 1)] > 1000, sizes
+    assert (topic_name, 0) in sizes
     from confluent_kafka import ElectionType
-    fut = admin(broker.bootstrap).elect_leaders(
-        ElectionType.PREFERRED, [TopicPartition(topic_name, 0)])
+    a = admin(broker.bootstrap)
+    fut = a.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic_name, 0)])
     out = fut.result(timeout=30)
     err = out[TopicPartition(topic_name, 0)]
     assert err is not None and err.code() == ELECTION_NOT_NEEDED, out
+

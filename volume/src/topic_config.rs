@@ -477,7 +477,10 @@ mod tests {
             ],
         )
         .unwrap();
-        assert_eq!(out, m(&[("retention.ms", "2000"), ("retention.bytes", "10")]));
+        assert_eq!(
+            out,
+            m(&[("retention.ms", "2000"), ("retention.bytes", "10")])
+        );
         // APPEND of compact to the LIST: the result is refused when validated.
         let out = apply_ops(
             &cur,
@@ -521,15 +524,24 @@ mod tests {
             apply_ops(c, &[("segment.ms".into(), AlterOp::Set("7".into()))])
         };
         let v = alter(&RealFs, d.path(), "t", set, true).unwrap();
-        assert_eq!(v.configs, m(&[("retention.ms", "1000"), ("segment.ms", "7")]));
-        assert!(read_file(&RealFs, &dir).unwrap().is_none(), "validate_only wrote");
+        assert_eq!(
+            v.configs,
+            m(&[("retention.ms", "1000"), ("segment.ms", "7")])
+        );
+        assert!(
+            read_file(&RealFs, &dir).unwrap().is_none(),
+            "validate_only wrote"
+        );
         alter(&RealFs, d.path(), "t", set, false).unwrap();
         assert_eq!(
             read_topic(&RealFs, &dir).unwrap().unwrap().configs,
             m(&[("retention.ms", "1000"), ("segment.ms", "7")])
         );
         let bad = |c: &BTreeMap<String, String>| {
-            apply_ops(c, &[("cleanup.policy".into(), AlterOp::Set("compact".into()))])
+            apply_ops(
+                c,
+                &[("cleanup.policy".into(), AlterOp::Set("compact".into()))],
+            )
         };
         assert!(matches!(
             alter(&RealFs, d.path(), "t", bad, false),
@@ -557,7 +569,10 @@ mod tests {
             },
         )
         .unwrap();
-        assert_eq!(read_topic(&RealFs, &dir).unwrap().unwrap().configs, s.configs);
+        assert_eq!(
+            read_topic(&RealFs, &dir).unwrap().unwrap().configs,
+            s.configs
+        );
     }
 
     /// Catches: a torn or missing config file after a crash in the middle
@@ -567,7 +582,10 @@ mod tests {
         let old = m(&[("retention.ms", "1000")]);
         let new = m(&[("retention.ms", "1000"), ("retention.bytes", "4096")]);
         let change = |c: &BTreeMap<String, String>| {
-            apply_ops(c, &[("retention.bytes".into(), AlterOp::Set("4096".into()))])
+            apply_ops(
+                c,
+                &[("retention.bytes".into(), AlterOp::Set("4096".into()))],
+            )
         };
         let count = {
             let d = tempfile::tempdir().unwrap();
@@ -593,7 +611,10 @@ mod tests {
             // Re-driving converges.
             alter(&RealFs, d.path(), "t", change, false).unwrap();
             assert_eq!(
-                read_topic(&RealFs, &d.path().join("t")).unwrap().unwrap().configs,
+                read_topic(&RealFs, &d.path().join("t"))
+                    .unwrap()
+                    .unwrap()
+                    .configs,
                 new,
                 "step {n}"
             );

@@ -471,7 +471,8 @@ impl ControllerState {
                 None => {
                     // The stamp with the configs in force (an altered
                     // set of this incarnation replaces the stamp's).
-                    match kaas_volume::topic_config::read_topic(fs.as_ref(), &data_dir.join(&name)) {
+                    match kaas_volume::topic_config::read_topic(fs.as_ref(), &data_dir.join(&name))
+                    {
                         Ok(Some(s)) if !(1..=100_000).contains(&s.partitions) => {
                             tracing::warn!(topic = %name, partitions = s.partitions, "topic stamp has an impossible partition count; ignored");
                             None

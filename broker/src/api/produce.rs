@@ -260,16 +260,35 @@ mod tests {
         };
         assert_eq!(check_limits(&[at(now, 61)], &l, now), Ok(()));
         assert_eq!(check_limits(&[at(-1, 61)], &l, now), Ok(()));
-        assert_eq!(check_limits(&[at(now, 62)], &l, now).unwrap_err().code(), 10);
-        assert_eq!(check_limits(&[at(now - 1001, 61)], &l, now).unwrap_err().code(), 32);
-        assert_eq!(check_limits(&[at(now + 501, 61)], &l, now).unwrap_err().code(), 32);
-        assert_eq!(check_limits(&[at(now - 1000, 61), at(now + 500, 61)], &l, now), Ok(()));
+        assert_eq!(
+            check_limits(&[at(now, 62)], &l, now).unwrap_err().code(),
+            10
+        );
+        assert_eq!(
+            check_limits(&[at(now - 1001, 61)], &l, now)
+                .unwrap_err()
+                .code(),
+            32
+        );
+        assert_eq!(
+            check_limits(&[at(now + 501, 61)], &l, now)
+                .unwrap_err()
+                .code(),
+            32
+        );
+        assert_eq!(
+            check_limits(&[at(now - 1000, 61), at(now + 500, 61)], &l, now),
+            Ok(())
+        );
         let open = ProduceLimits {
             max_message_bytes: i64::MAX,
             before_max_ms: i64::MAX,
             after_max_ms: i64::MAX,
         };
-        assert_eq!(check_limits(&[at(0, 1 << 30), at(i64::MAX, 1)], &open, now), Ok(()));
+        assert_eq!(
+            check_limits(&[at(0, 1 << 30), at(i64::MAX, 1)], &open, now),
+            Ok(())
+        );
     }
 
     #[test]

@@ -73,7 +73,8 @@ pub async fn handle(
             .await;
         match res {
             Ok(Ok((stamp, _))) => {
-                if !r.validate_only && !await_partitions(b, &name, stamp.topic_id, t.count, wait).await
+                if !r.validate_only
+                    && !await_partitions(b, &name, stamp.topic_id, t.count, wait).await
                 {
                     tracing::warn!(topic = %name, count = t.count, "partitions added; leaders not yet assigned");
                 }
@@ -88,7 +89,13 @@ pub async fn handle(
 
 /// Wait (bounded) until this broker's assignment shows `count` partitions
 /// of the topic, all led.
-async fn await_partitions(b: &Broker, name: &str, id: uuid::Uuid, count: i32, timeout: Duration) -> bool {
+async fn await_partitions(
+    b: &Broker,
+    name: &str,
+    id: uuid::Uuid,
+    count: i32,
+    timeout: Duration,
+) -> bool {
     if let Some(c) = b.controller.get() {
         c.do_send(kaas_actors::cluster::controller::ReconcileNow);
     }

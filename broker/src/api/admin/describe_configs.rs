@@ -59,12 +59,8 @@ pub async fn handle(
                             continue;
                         }
                     }
-                    rr.configs.push(to_wire(
-                        e,
-                        r.include_synonyms,
-                        r.include_documentation,
-                        v,
-                    ));
+                    rr.configs
+                        .push(to_wire(e, r.include_synonyms, r.include_documentation, v));
                 }
             }
         }
@@ -100,6 +96,7 @@ fn to_wire(e: Entry, synonyms: bool, doc: bool, v: i16) -> DescribeConfigsResour
     c.read_only = e.read_only;
     c.config_source = e.source;
     c.is_sensitive = false;
+    c.documentation = None;
     if synonyms {
         c.synonyms = e
             .synonyms
