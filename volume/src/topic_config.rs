@@ -180,7 +180,7 @@ pub fn validate(k: &str, v: &str) -> Result<(), TopicError> {
         _ => match k {
             "cleanup.policy" => {
                 let items: Vec<&str> = v.split(',').map(str::trim).collect();
-                if items.iter().any(|i| *i == "compact") {
+                if items.contains(&"compact") {
                     bad("compaction is not implemented; only 'delete' is".into())
                 } else if items == ["delete"] {
                     Ok(())
