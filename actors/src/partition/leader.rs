@@ -637,6 +637,34 @@ mod tests {
         t.durable.unwrap().await.unwrap()
     }
 
+    /// Catches: an altered topic config applied only at the next open (or
+    /// the next periodic retention pass, an hour away here) instead of at
+    /// once.
+    #[actix_rt::test]
+    async fn a_lowered_retention_applies_at_once() {
+        let d = tempfile::tempdir().unwrap();
+        let fs: SharedFs = Arc::new(RealFs);
+        let arbiter = actix::Arbiter::new();
+        let mut s = spec(d.path(), "t");
+        s.cfg.segment_bytes = 256;
+        s.retention_check = Duration::from_secs(3600);
+        let h = PartitionLeader::start(s.clone(), fs, &arbiter.handle());
+        let mut hw = Err(PartitionError::TooLarge);
+        for _ in 0..40 {
+            hw = produce(&h).await;
+        }
+        assert_eq!(hw, Ok(40));
+        let start = |h: &PartitionHandle| h.reader.read().unwrap().as_ref().unwrap().offsets().0;
+        assert_eq!(start(&h), 0);
+        let mut cfg = s.cfg.clone();
+        cfg.retention_bytes = 0;
+        h.addr.send(SetLogConfig { cfg }).await.unwrap();
+        assert!(start(&h) > 0, "sealed segments removed at once");
+        assert_eq!(produce(&h).await, Ok(41), "still serving");
+        h.addr.send(StopLeader).await.unwrap();
+        arbiter.stop();
+    }
+
     /// Catches: recovery run inline on the arbiter, where one partition's
     /// slow open stalls every partition sharing the thread.
     #[actix_rt::test]
