@@ -1,6 +1,8 @@
 //! `TopicCatalog`: the actor that owns every topic's identity stamp,
 //! `<data>/<topic>/.topic-id.json` (KIP-516 topic id, partition count,
-//! topic configs), and the create/delete lifecycle of topic directories.
+//! topic configs at creation) and altered-config file
+//! `<data>/<topic>/.topic-config.json`, and the create / grow / delete
+//! lifecycle of topic directories.
 //!
 //! The directory operations themselves (create via `.creating-` + rename,
 //! stamp, rename-aside delete, re-driven removal, adoption of unstamped
@@ -11,6 +13,8 @@
 use crate::telemetry::{ActorStats, Mailbox, MessageName};
 use actix::prelude::*;
 use kaas_volume::fs::SharedFs;
+use kaas_volume::topic_config;
+pub use kaas_volume::topic_config::AlterOp;
 use kaas_volume::topic_dir::{self, Janitor};
 pub use kaas_volume::topic_dir::{validate_configs, validate_name, TopicError, TopicStamp};
 use std::collections::BTreeMap;
@@ -98,6 +102,60 @@ impl TopicCatalog {
     ) -> Result<TopicStamp, TopicError> {
         topic_dir::request_delete(self.fs.as_ref(), &self.data_dir, name, id)
     }
+
+    /// Alter a topic's configs (see [`topic_config::alter`]): `ops` are
+    /// applied to the set in force, or `replace` becomes the whole set
+    /// (AlterConfigs). Returns the stamp with the new set.
+    pub fn alter_configs(&self, m: AlterTopicConfigs) -> Result<TopicStamp, TopicError> {
+        let change = |cur: &BTreeMap<String, String>| match m.change {
+            ConfigChange::Incremental(ops) => topic_config::apply_ops(cur, &ops),
+            ConfigChange::Replace(all) => {
+                for k in all.keys() {
+                    if topic_config::key(k).is_none() {
+                        return Err(TopicError::InvalidConfig(format!(
+                            "unknown or unsupported topic config {k}"
+                        )));
+                    }
+                }
+                Ok(all)
+            }
+        };
+        let stamp = topic_config::alter(
+            self.fs.as_ref(),
+            &self.data_dir,
+            &m.name,
+            change,
+            m.validate_only,
+        )?;
+        if !m.validate_only {
+            tracing::info!(topic = %m.name, configs = ?stamp.configs, "topic configs altered");
+        }
+        Ok(stamp)
+    }
+
+    /// Grow a topic (see [`topic_dir::grow`]); the stamp and the old count.
+    pub fn grow(
+        &self,
+        name: &str,
+        partitions: i32,
+        validate_only: bool,
+    ) -> Result<(TopicStamp, i32), TopicError> {
+        let (stamp, old) = topic_dir::grow(
+            self.fs.as_ref(),
+            &self.data_dir,
+            name,
+            partitions,
+            validate_only,
+        )?;
+        if !validate_only {
+            tracing::info!(topic = %name, from = old, to = partitions, "topic partitions added");
+            self.view
+                .write()
+                .unwrap()
+                .insert(name.to_owned(), stamp.clone());
+        }
+        Ok((stamp, old))
+    }
 }
 
 /// Create a topic.
@@ -111,6 +169,40 @@ pub struct CreateTopic {
     /// Configs.
     pub configs: BTreeMap<String, String>,
     /// CreateTopics validate_only.
+    pub validate_only: bool,
+}
+
+/// How an alter changes a topic's configs.
+#[derive(Debug, Clone)]
+pub enum ConfigChange {
+    /// IncrementalAlterConfigs: changes to the set in force.
+    Incremental(Vec<(String, AlterOp)>),
+    /// AlterConfigs: the new complete set (keys not named revert to their
+    /// defaults, as in Kafka).
+    Replace(BTreeMap<String, String>),
+}
+
+/// Alter a topic's configs (AlterConfigs, IncrementalAlterConfigs).
+#[derive(Message)]
+#[rtype(result = "Result<TopicStamp, TopicError>")]
+pub struct AlterTopicConfigs {
+    /// Topic name.
+    pub name: String,
+    /// The change.
+    pub change: ConfigChange,
+    /// Validate only; write nothing.
+    pub validate_only: bool,
+}
+
+/// Add partitions to a topic (CreatePartitions).
+#[derive(Message)]
+#[rtype(result = "Result<(TopicStamp, i32), TopicError>")]
+pub struct GrowTopic {
+    /// Topic name.
+    pub name: String,
+    /// The new total partition count.
+    pub partitions: i32,
+    /// Validate only; write nothing.
     pub validate_only: bool,
 }
 
@@ -149,7 +241,29 @@ impl MessageName for RequestDelete {
     const NAME: &'static str = "request_delete";
 }
 
-crate::instrumented!(TopicCatalog: CreateTopic, RequestDelete);
+impl MessageName for AlterTopicConfigs {
+    const NAME: &'static str = "alter_topic_configs";
+}
+
+impl MessageName for GrowTopic {
+    const NAME: &'static str = "grow_topic";
+}
+
+crate::instrumented!(TopicCatalog: CreateTopic, RequestDelete, AlterTopicConfigs, GrowTopic);
+
+impl Handler<AlterTopicConfigs> for TopicCatalog {
+    type Result = Result<TopicStamp, TopicError>;
+    fn handle(&mut self, m: AlterTopicConfigs, _: &mut Context<Self>) -> Self::Result {
+        self.alter_configs(m)
+    }
+}
+
+impl Handler<GrowTopic> for TopicCatalog {
+    type Result = Result<(TopicStamp, i32), TopicError>;
+    fn handle(&mut self, m: GrowTopic, _: &mut Context<Self>) -> Self::Result {
+        self.grow(&m.name, m.partitions, m.validate_only)
+    }
+}
 
 impl Handler<CreateTopic> for TopicCatalog {
     type Result = Result<TopicStamp, TopicError>;

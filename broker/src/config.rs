@@ -75,6 +75,10 @@ pub struct BrokerArgs {
     /// Largest request frame accepted (socket.request.max.bytes).
     #[arg(long, env = "KAAS_MAX_REQUEST_BYTES", default_value_t = 104_857_600)]
     pub max_request_bytes: usize,
+    /// Default max.message.bytes (Kafka's message.max.bytes): the largest
+    /// record batch a produce may carry; larger ones get MESSAGE_TOO_LARGE.
+    #[arg(long, env = "KAAS_MESSAGE_MAX_BYTES", default_value_t = 1_048_588)]
+    pub message_max_bytes: i64,
     /// Connections beyond this are closed on accept.
     #[arg(long, env = "KAAS_MAX_CONNECTIONS", default_value_t = 10_000)]
     pub max_connections: usize,

@@ -22,6 +22,7 @@ use kaas_actors::group::shard::{ShardCount, ShardId};
 use kaas_actors::partition::claim::ClaimOwner;
 use kaas_actors::partition::leader::{LeaderSpec, OnFenced, PartitionHandle, PartitionLeader};
 use kaas_actors::partition::log::LogConfig;
+use kaas_actors::partition::messages::SetLogConfig;
 use kaas_actors::producer_id_blocks::ProducerIdBlocks;
 use kaas_actors::registry::OwnerRegistry;
 use kaas_actors::telemetry::Mailbox;
@@ -80,6 +81,17 @@ pub struct Broker {
     pub peer_warnings: crate::limits::PeerWarnings,
     /// The data volume's free-space reserve (see [`crate::reserve`]).
     pub reserve: Arc<crate::reserve::Reserve>,
+}
+
+/// The topic configs a produce is checked against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProduceLimits {
+    /// max.message.bytes: the largest batch.
+    pub max_message_bytes: i64,
+    /// message.timestamp.before.max.ms
+    pub before_max_ms: i64,
+    /// message.timestamp.after.max.ms
+    pub after_max_ms: i64,
 }
 
 /// Why a coordinator shard cannot be served here.
@@ -198,7 +210,7 @@ impl Broker {
 
     /// Storage settings for a topic: its configs over the broker defaults.
     pub fn log_config(&self, t: &TopicStamp) -> LogConfig {
-        let get = |k: &str| t.configs.get(k).and_then(|v| v.parse::<i64>().ok());
+        let get = |k: &str| kaas_volume::topic_config::get_i64(&t.configs, k);
         LogConfig {
             segment_bytes: get("segment.bytes")
                 .map(|v| v as u64)
@@ -207,6 +219,19 @@ impl Broker {
             retention_ms: get("retention.ms").unwrap_or(self.args.retention_ms),
             retention_bytes: get("retention.bytes").unwrap_or(self.args.retention_bytes),
             ..LogConfig::default()
+        }
+    }
+
+    /// What a produce to `topic` must respect (its configs over the broker
+    /// defaults), read under the view's lock without copying the topic.
+    pub fn produce_limits(&self, topic: &str) -> ProduceLimits {
+        let topics = self.topics.read().unwrap();
+        let c = topics.get(topic).map(|t| &t.configs);
+        let get = |k: &str| c.and_then(|c| kaas_volume::topic_config::get_i64(c, k));
+        ProduceLimits {
+            max_message_bytes: get("max.message.bytes").unwrap_or(self.args.message_max_bytes),
+            before_max_ms: get("message.timestamp.before.max.ms").unwrap_or(i64::MAX),
+            after_max_ms: get("message.timestamp.after.max.ms").unwrap_or(i64::MAX),
         }
     }
 
@@ -392,6 +417,33 @@ impl Broker {
         ))
     }
 
+    /// Topic configs are altered live: every leader this broker runs of a
+    /// topic (same incarnation) whose configs differ between the assignment
+    /// applied before (`before`) and the new one (`a`) gets its new storage
+    /// settings. Leaders started by this version already read them.
+    fn apply_config_changes(&self, before: &Assignment, a: &Assignment) {
+        for (name, t) in &a.topics {
+            let changed = before
+                .topics
+                .get(name)
+                .is_some_and(|o| o.topic_id == t.topic_id && o.configs != t.configs);
+            if !changed {
+                continue;
+            }
+            let Some(stamp) = self.topic(name) else {
+                continue;
+            };
+            let cfg = self.log_config(&stamp);
+            for p in 0..t.partitions.len() as i32 {
+                if let Some(((id, _), h)) = self.leaders.get(&(name.clone(), p)) {
+                    if id == t.topic_id {
+                        h.addr.do_send(SetLogConfig { cfg: cfg.clone() });
+                    }
+                }
+            }
+        }
+    }
+
     /// Stop the leaders of `topic` (before deletion) or of every topic (and
     /// then every group coordinator: shutdown).
     pub async fn stop_leaders(&self, topic: Option<&str>) {
@@ -410,6 +462,7 @@ impl LeaderSink for BrokerSink {
         let b = self.0.clone();
         Box::pin(async move {
             let me = b.args.broker_id;
+            let before = b.assignment();
             if lead {
                 b.publish(&a);
             }
@@ -455,6 +508,9 @@ impl LeaderSink for BrokerSink {
             }) + b.coordinators.start_granted(shards, |s, epoch| {
                 Some(b.start_coordinator(*s, *epoch, inc))
             });
+            if lead {
+                b.apply_config_changes(&before, &a);
+            }
             if stopped + started > 0 {
                 tracing::info!(
                     version = a.version,

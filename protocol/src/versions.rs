@@ -49,6 +49,14 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeCluster, 0, 1),
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::OffsetDelete, 0, 0),
+    (ApiKey::CreatePartitions, 0, 3),
+    (ApiKey::AlterConfigs, 0, 2),
+    (ApiKey::IncrementalAlterConfigs, 0, 1),
+    (ApiKey::DeleteRecords, 0, 2),
+    (ApiKey::DescribeLogDirs, 1, 4),
+    (ApiKey::ElectLeaders, 0, 2),
+    (ApiKey::AlterPartitionReassignments, 0, 0),
+    (ApiKey::ListPartitionReassignments, 0, 0),
 ];
 
 /// The lowest Produce version that may carry zstd batches: Produce v7 came
@@ -169,6 +177,24 @@ mod tests {
             ApiKey::ListGroups => RequestKind::ListGroups(ListGroupsRequest::default()),
             ApiKey::DeleteGroups => RequestKind::DeleteGroups(DeleteGroupsRequest::default()),
             ApiKey::OffsetDelete => RequestKind::OffsetDelete(OffsetDeleteRequest::default()),
+            ApiKey::CreatePartitions => {
+                RequestKind::CreatePartitions(CreatePartitionsRequest::default())
+            }
+            ApiKey::AlterConfigs => RequestKind::AlterConfigs(AlterConfigsRequest::default()),
+            ApiKey::IncrementalAlterConfigs => {
+                RequestKind::IncrementalAlterConfigs(IncrementalAlterConfigsRequest::default())
+            }
+            ApiKey::DeleteRecords => RequestKind::DeleteRecords(DeleteRecordsRequest::default()),
+            ApiKey::DescribeLogDirs => {
+                RequestKind::DescribeLogDirs(DescribeLogDirsRequest::default())
+            }
+            ApiKey::ElectLeaders => RequestKind::ElectLeaders(ElectLeadersRequest::default()),
+            ApiKey::AlterPartitionReassignments => RequestKind::AlterPartitionReassignments(
+                AlterPartitionReassignmentsRequest::default(),
+            ),
+            ApiKey::ListPartitionReassignments => {
+                RequestKind::ListPartitionReassignments(ListPartitionReassignmentsRequest::default())
+            }
             other => panic!("no default request for {other:?}"),
         }
     }
@@ -211,6 +237,24 @@ mod tests {
             ApiKey::ListGroups => ResponseKind::ListGroups(ListGroupsResponse::default()),
             ApiKey::DeleteGroups => ResponseKind::DeleteGroups(DeleteGroupsResponse::default()),
             ApiKey::OffsetDelete => ResponseKind::OffsetDelete(OffsetDeleteResponse::default()),
+            ApiKey::CreatePartitions => {
+                ResponseKind::CreatePartitions(CreatePartitionsResponse::default())
+            }
+            ApiKey::AlterConfigs => ResponseKind::AlterConfigs(AlterConfigsResponse::default()),
+            ApiKey::IncrementalAlterConfigs => {
+                ResponseKind::IncrementalAlterConfigs(IncrementalAlterConfigsResponse::default())
+            }
+            ApiKey::DeleteRecords => ResponseKind::DeleteRecords(DeleteRecordsResponse::default()),
+            ApiKey::DescribeLogDirs => {
+                ResponseKind::DescribeLogDirs(DescribeLogDirsResponse::default())
+            }
+            ApiKey::ElectLeaders => ResponseKind::ElectLeaders(ElectLeadersResponse::default()),
+            ApiKey::AlterPartitionReassignments => ResponseKind::AlterPartitionReassignments(
+                AlterPartitionReassignmentsResponse::default(),
+            ),
+            ApiKey::ListPartitionReassignments => ResponseKind::ListPartitionReassignments(
+                ListPartitionReassignmentsResponse::default(),
+            ),
             other => panic!("no default response for {other:?}"),
         }
     }

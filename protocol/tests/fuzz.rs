@@ -183,6 +183,26 @@ fn request_corpus() -> Vec<Bytes> {
                         .with_groups_names(vec![GroupId(StrBytes::from_static_str("g"))]),
                 ),
                 ApiKey::OffsetDelete => RequestKind::OffsetDelete(OffsetDeleteRequest::default()),
+                ApiKey::CreatePartitions => {
+                    RequestKind::CreatePartitions(CreatePartitionsRequest::default())
+                }
+                ApiKey::AlterConfigs => RequestKind::AlterConfigs(AlterConfigsRequest::default()),
+                ApiKey::IncrementalAlterConfigs => {
+                    RequestKind::IncrementalAlterConfigs(IncrementalAlterConfigsRequest::default())
+                }
+                ApiKey::DeleteRecords => {
+                    RequestKind::DeleteRecords(DeleteRecordsRequest::default())
+                }
+                ApiKey::DescribeLogDirs => {
+                    RequestKind::DescribeLogDirs(DescribeLogDirsRequest::default())
+                }
+                ApiKey::ElectLeaders => RequestKind::ElectLeaders(ElectLeadersRequest::default()),
+                ApiKey::AlterPartitionReassignments => RequestKind::AlterPartitionReassignments(
+                    AlterPartitionReassignmentsRequest::default(),
+                ),
+                ApiKey::ListPartitionReassignments => RequestKind::ListPartitionReassignments(
+                    ListPartitionReassignmentsRequest::default(),
+                ),
                 other => panic!("corpus lacks {other:?}"),
             };
             let frame = request_frame(key, v, &body);

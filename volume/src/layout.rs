@@ -6,6 +6,7 @@
 //! ```text
 //! <data>/
 //!   <topic>/.topic-id.json                 topic stamp (KIP-516 id)
+//!   <topic>/.topic-config.json             altered topic configs {topic_id, configs}
 //!   <topic>/<p>/<base:020>-e<E>.log        segment (and .index, .timeindex)
 //!   <topic>/<p>/manifest-e<E>.json         partition manifest of epoch E
 //!   <topic>/<p>/leader-e<E>.claim          leader-epoch claim (O_EXCL)
@@ -38,6 +39,9 @@ pub const TOPIC_STAMP: &str = ".topic-id.json";
 /// Prefix of the delete request inside a topic directory:
 /// `.delete-requested-<topic id>` (see [`delete_request`]).
 pub const DELETE_REQUEST_PREFIX: &str = ".delete-requested-";
+/// A topic's altered configs inside its directory (AlterConfigs /
+/// IncrementalAlterConfigs); carries the topic id it belongs to.
+pub const TOPIC_CONFIG: &str = ".topic-config.json";
 /// Prefix of a topic directory renamed aside for deletion.
 pub const DELETED_PREFIX: &str = ".deleted-";
 /// Prefix of a topic directory being built by a create.
@@ -277,6 +281,11 @@ impl Layout {
         self.topic_dir(topic).join(TOPIC_STAMP)
     }
 
+    /// `<data>/<topic>/.topic-config.json`.
+    pub fn topic_config(&self, topic: &str) -> PathBuf {
+        self.topic_dir(topic).join(TOPIC_CONFIG)
+    }
+
     /// `<data>/<topic>/<p>`.
     pub fn partition_dir(&self, topic: &str, p: i32) -> PathBuf {
         partition_dir(&self.data, topic, p)
@@ -451,6 +460,7 @@ mod tests {
         assert_eq!(l.cluster, Path::new("/d/__cluster"));
         assert_eq!(l.partition_dir("t", 3), Path::new("/d/t/3"));
         assert_eq!(l.topic_stamp("t"), Path::new("/d/t/.topic-id.json"));
+        assert_eq!(l.topic_config("t"), Path::new("/d/t/.topic-config.json"));
         assert_eq!(l.broker_record(4), Path::new("/d/__cluster/brokers/4.json"));
         assert_eq!(
             l.controller_epoch(2),

@@ -10,6 +10,8 @@
 //!   claims, controller epochs, producer-id blocks, the cluster id);
 //! * [`topic_dir`] — topic-directory operations (create, stamp, rename-aside
 //!   delete, re-driven removal);
+//! * [`topic_config`] — the topic configs kaas implements (validation,
+//!   types, documentation) and the per-topic config file;
 //! * [`substrate`] — the checker that refuses a mount breaking the contract.
 
 pub mod cluster_id;
@@ -17,4 +19,5 @@ pub mod fs;
 pub mod identity;
 pub mod layout;
 pub mod substrate;
+pub mod topic_config;
 pub mod topic_dir;

@@ -64,6 +64,9 @@ pub enum TopicError {
     /// INVALID_PARTITIONS (37)
     #[error("invalid partition count {0}")]
     InvalidPartitions(i32),
+    /// INVALID_PARTITIONS (37), with Kafka's explanation.
+    #[error("{0}")]
+    InvalidPartitionCount(String),
     /// INVALID_CONFIG (40)
     #[error("invalid config: {0}")]
     InvalidConfig(String),
@@ -104,44 +107,10 @@ pub fn validate_name(name: &str) -> Result<(), TopicError> {
 }
 
 /// Validate topic configs against what kaas implements; anything else is
-/// refused with INVALID_CONFIG rather than accepted and ignored.
+/// refused with INVALID_CONFIG rather than accepted and ignored (see
+/// [`crate::topic_config`]).
 pub fn validate_configs(configs: &BTreeMap<String, String>) -> Result<(), TopicError> {
-    for (k, v) in configs {
-        let int = |min: i64| -> Result<(), TopicError> {
-            match v.parse::<i64>() {
-                Ok(n) if n >= min => Ok(()),
-                _ => Err(TopicError::InvalidConfig(format!(
-                    "{k}={v}: expected an integer >= {min}"
-                ))),
-            }
-        };
-        match k.as_str() {
-            "segment.bytes" => int(1024)?,
-            "segment.ms" => int(1)?,
-            "retention.ms" | "retention.bytes" => int(-1)?,
-            "max.message.bytes" => int(0)?,
-            "min.insync.replicas" => int(1)?,
-            "cleanup.policy" if v == "delete" => {}
-            "cleanup.policy" => {
-                return Err(TopicError::InvalidConfig(format!(
-                    "cleanup.policy={v}: only 'delete' is implemented"
-                )))
-            }
-            "message.timestamp.type" if v == "CreateTime" => {}
-            "message.timestamp.type" => {
-                return Err(TopicError::InvalidConfig(format!(
-                    "message.timestamp.type={v}: only CreateTime is implemented"
-                )))
-            }
-            "compression.type" if v == "producer" => {}
-            _ => {
-                return Err(TopicError::InvalidConfig(format!(
-                    "unknown or unsupported topic config {k}"
-                )))
-            }
-        }
-    }
-    Ok(())
+    crate::topic_config::validate_configs(configs)
 }
 
 /// Write `stamp` into the topic directory `dir` (temp → fsync → rename).
@@ -372,6 +341,43 @@ pub fn delete_incarnation(fs: &dyn Fs, data: &Path, name: &str, id: Uuid) -> io:
         tracing::warn!(topic = %name, error = %e, "topic tree removal incomplete; janitor will retry");
     }
     Ok(true)
+}
+
+/// Grow topic `name` to `partitions` (CreatePartitions): rewrite its stamp
+/// (temp → fsync → rename) with the same id and the new count; the
+/// controller grants the new partitions on its next pass like any other.
+/// Only growth: a count not above the current one is INVALID_PARTITIONS.
+/// Returns the new stamp and the old count. Two brokers growing one
+/// topic at the same instant are last-writer-wins on the stamp (see
+/// ARCHITECTURE.md, known gaps).
+pub fn grow(
+    fs: &dyn Fs,
+    data: &Path,
+    name: &str,
+    partitions: i32,
+    validate_only: bool,
+) -> Result<(TopicStamp, i32), TopicError> {
+    validate_name(name).map_err(|_| TopicError::Unknown(name.to_owned()))?;
+    let dir = data.join(name);
+    let mut stamp = match read_stamp(fs, &dir)? {
+        Some(Ok(s)) => s,
+        Some(Err(e)) => return Err(TopicError::Storage(format!("unreadable topic stamp: {e}"))),
+        None => return Err(TopicError::Unknown(name.to_owned())),
+    };
+    let old = stamp.partitions;
+    if partitions <= old {
+        return Err(TopicError::InvalidPartitionCount(format!(
+            "topic {name} has {old} partitions; the new count must be greater (partitions can only be added), got {partitions}"
+        )));
+    }
+    if partitions > 100_000 {
+        return Err(TopicError::InvalidPartitions(partitions));
+    }
+    stamp.partitions = partitions;
+    if !validate_only {
+        write_stamp(fs, &dir, &stamp)?;
+    }
+    Ok((stamp, old))
 }
 
 /// Re-drives the removal of renamed-aside topics and abandoned creates.
@@ -677,6 +683,30 @@ mod tests {
         for ok in ["a-b", "ab", "a.b.c", "b.a"] {
             plan_create(&RealFs, d.path(), ok, 1, BTreeMap::new()).unwrap();
         }
+    }
+
+    /// Catches: CreatePartitions shrinking a topic, or writing anything
+    /// under validate_only.
+    #[test]
+    fn grow_only_grows_and_keeps_the_identity() {
+        let d = tempfile::tempdir().unwrap();
+        let s = create_named(&RealFs, d.path(), "t");
+        for n in [0, 1] {
+            assert!(matches!(
+                grow(&RealFs, d.path(), "t", n, false),
+                Err(TopicError::InvalidPartitionCount(_))
+            ));
+        }
+        let (v, old) = grow(&RealFs, d.path(), "t", 3, true).unwrap();
+        assert_eq!((v.partitions, old), (3, 1));
+        assert_eq!(scan(&RealFs, d.path()).unwrap()["t"].partitions, 1);
+        grow(&RealFs, d.path(), "t", 3, false).unwrap();
+        let now = &scan(&RealFs, d.path()).unwrap()["t"];
+        assert_eq!((now.partitions, now.topic_id), (3, s.topic_id));
+        assert_eq!(
+            grow(&RealFs, d.path(), "nope", 3, false),
+            Err(TopicError::Unknown("nope".into()))
+        );
     }
 
     /// Leftovers of an older version, named with the topic, are still

@@ -37,7 +37,7 @@ use crate::cluster::election::{
 use crate::partition::claim::parse_claim_name;
 use crate::partition::manifest::{parse_manifest_name, parse_segment_name};
 use crate::telemetry::{ActorStats, Mailbox, MessageName};
-use crate::topic::{validate_name, TopicStamp, STAMP};
+use crate::topic::validate_name;
 use actix::prelude::*;
 use kaas_volume::fs::SharedFs;
 use std::collections::{BTreeMap, HashMap};
@@ -469,7 +469,10 @@ impl ControllerState {
             let info = match fresh {
                 Some(t) => Some(t),
                 None => {
-                    match read_json::<TopicStamp>(fs.as_ref(), &data_dir.join(&name).join(STAMP)) {
+                    // The stamp with the configs in force (an altered
+                    // set of this incarnation replaces the stamp's).
+                    match kaas_volume::topic_config::read_topic(fs.as_ref(), &data_dir.join(&name))
+                    {
                         Ok(Some(s)) if !(1..=100_000).contains(&s.partitions) => {
                             tracing::warn!(topic = %name, partitions = s.partitions, "topic stamp has an impossible partition count; ignored");
                             None

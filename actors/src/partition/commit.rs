@@ -127,6 +127,13 @@ impl CommitGate {
         self.log = Some(log);
     }
 
+    /// Replace the open log's storage settings (writes nothing).
+    pub fn set_config(&mut self, cfg: super::log::LogConfig) {
+        if let Some(log) = self.log.as_mut() {
+            log.set_config(cfg);
+        }
+    }
+
     /// Read-only access to the open log.
     pub fn log(&self) -> Option<&PartitionLog> {
         self.log.as_ref()
@@ -342,6 +349,18 @@ impl CommitGate {
             return Ok(None);
         };
         match log.enforce_retention(now) {
+            Ok(n) => Ok(Some(n)),
+            Err(e) => Err(self.failed(e)),
+        }
+    }
+
+    /// DeleteRecords: raise the log start offset to `offset` (see
+    /// [`PartitionLog::delete_records`]); the new log start offset.
+    pub fn delete_records(&mut self, offset: i64) -> Result<Option<i64>, Halt> {
+        let Some(log) = self.writable()? else {
+            return Ok(None);
+        };
+        match log.delete_records(offset) {
             Ok(n) => Ok(Some(n)),
             Err(e) => Err(self.failed(e)),
         }

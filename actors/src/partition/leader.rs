@@ -16,7 +16,10 @@
 use super::claim::ClaimOwner;
 use super::commit::{refused, storage, CommitGate, Halt, Refused};
 use super::log::{Claimant, LogConfig, LogError, PartitionLog};
-use super::messages::{AppendBatches, AppendTicket, EnforceRetention, PartitionError, StopLeader};
+use super::messages::{
+    AppendBatches, AppendTicket, DeleteRecordsBefore, EnforceRetention, PartitionError,
+    SetLogConfig, StopLeader,
+};
 use super::reader::PartitionReader;
 use crate::clock::{self, SharedClock};
 use crate::cluster::lease::{Lease, LeaseGuard};
@@ -306,7 +309,9 @@ impl Drop for PartitionLeader {
 impl PartitionLeader {
     fn opened(&mut self, res: Result<PartitionLog, LogError>, ctx: &mut Context<Self>) {
         match res {
-            Ok(log) => {
+            Ok(mut log) => {
+                // A config altered while the open ran is in the spec.
+                log.set_config(self.spec.cfg.clone());
                 tracing::info!(topic = %self.spec.topic, partition = self.spec.partition, epoch = self.spec.epoch, hw = log.high_watermark(), "partition leader open");
                 *self.reader.write().unwrap() =
                     Some(PartitionReader::new(self.fs.read_only(), log.view()));
@@ -484,6 +489,48 @@ impl Handler<EnforceRetention> for PartitionLeader {
     }
 }
 
+impl Handler<DeleteRecordsBefore> for PartitionLeader {
+    type Result = Result<i64, PartitionError>;
+
+    fn handle(&mut self, m: DeleteRecordsBefore, ctx: &mut Context<Self>) -> Self::Result {
+        match self.gate.delete_records(m.offset) {
+            Ok(Some(start)) => {
+                tracing::info!(topic = %self.spec.topic, partition = self.spec.partition, log_start = start, "records deleted");
+                Ok(start)
+            }
+            Ok(None) => Err(self.unavailable()),
+            Err(h) => {
+                self.halted(h, ctx);
+                Err(self.unavailable())
+            }
+        }
+    }
+}
+
+impl Handler<SetLogConfig> for PartitionLeader {
+    type Result = ();
+
+    fn handle(&mut self, m: SetLogConfig, ctx: &mut Context<Self>) {
+        if m.cfg == self.spec.cfg {
+            return;
+        }
+        tracing::info!(topic = %self.spec.topic, partition = self.spec.partition, cfg = ?m.cfg, "topic config applied");
+        self.spec.cfg = m.cfg.clone();
+        self.gate.set_config(m.cfg);
+        if self.stopping || self.opening {
+            return;
+        }
+        match self.gate.enforce_retention() {
+            Ok(Some(n)) if n > 0 => {
+                let log_start = self.gate.log().map(|l| l.log_start_offset());
+                tracing::info!(topic = %self.spec.topic, partition = self.spec.partition, segments = n, log_start, "retention removed segments");
+            }
+            Ok(_) => {}
+            Err(h) => self.halted(h, ctx),
+        }
+    }
+}
+
 impl Handler<StopLeader> for PartitionLeader {
     type Result = ResponseFuture<()>;
 
@@ -502,7 +549,13 @@ impl Handler<StopLeader> for PartitionLeader {
         Box::pin(async {})
     }
 }
-crate::instrumented!(PartitionLeader: AppendBatches, EnforceRetention, StopLeader);
+crate::instrumented!(
+    PartitionLeader: AppendBatches,
+    EnforceRetention,
+    DeleteRecordsBefore,
+    SetLogConfig,
+    StopLeader
+);
 
 impl crate::registry::Owner for PartitionHandle {
     fn stop(self) -> futures::future::LocalBoxFuture<'static, ()> {
@@ -588,6 +641,34 @@ mod tests {
             .await
             .unwrap()?;
         t.durable.unwrap().await.unwrap()
+    }
+
+    /// Catches: an altered topic config applied only at the next open (or
+    /// the next periodic retention pass, an hour away here) instead of at
+    /// once.
+    #[actix_rt::test]
+    async fn a_lowered_retention_applies_at_once() {
+        let d = tempfile::tempdir().unwrap();
+        let fs: SharedFs = Arc::new(RealFs);
+        let arbiter = actix::Arbiter::new();
+        let mut s = spec(d.path(), "t");
+        s.cfg.segment_bytes = 256;
+        s.retention_check = Duration::from_secs(3600);
+        let h = PartitionLeader::start(s.clone(), fs, &arbiter.handle());
+        let mut hw = Err(PartitionError::TooLarge);
+        for _ in 0..40 {
+            hw = produce(&h).await;
+        }
+        assert_eq!(hw, Ok(40));
+        let start = |h: &PartitionHandle| h.reader.read().unwrap().as_ref().unwrap().offsets().0;
+        assert_eq!(start(&h), 0);
+        let mut cfg = s.cfg.clone();
+        cfg.retention_bytes = 0;
+        h.addr.send(SetLogConfig { cfg }).await.unwrap();
+        assert!(start(&h) > 0, "sealed segments removed at once");
+        assert_eq!(produce(&h).await, Ok(41), "still serving");
+        h.addr.send(StopLeader).await.unwrap();
+        arbiter.stop();
     }
 
     /// Catches: recovery run inline on the arbiter, where one partition's

@@ -67,7 +67,7 @@ pub(crate) fn create_or_truncate_segment(
 pub const CLAIMS_KEPT: i32 = 16;
 
 /// Per-partition storage settings (Kafka topic config names in comments).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogConfig {
     /// segment.bytes
     pub segment_bytes: u64,
@@ -734,6 +734,17 @@ impl PartitionLog {
         self.active_seg.next_offset()
     }
 
+    /// Replace the storage settings (a topic config altered live): the
+    /// next roll and retention pass use them. Writes nothing.
+    pub fn set_config(&mut self, cfg: LogConfig) {
+        self.cfg = cfg;
+    }
+
+    /// The storage settings in force.
+    pub fn config(&self) -> &LogConfig {
+        &self.cfg
+    }
+
     /// First offset in the log.
     pub fn log_start_offset(&self) -> i64 {
         self.manifest.log_start_offset
@@ -997,14 +1008,42 @@ impl PartitionLog {
         if drop == 0 {
             return Ok(0);
         }
-        let removed: Vec<SegmentEntry> = self.manifest.segments.drain(..drop).collect();
-        self.manifest.log_start_offset = self
+        let log_start = self
             .manifest
             .segments
-            .first()
+            .get(drop)
             .map(|s| s.base)
-            .unwrap_or(self.next_offset)
-            .max(self.manifest.log_start_offset);
+            .unwrap_or(self.next_offset);
+        self.drop_front(drop, log_start)?;
+        Ok(drop)
+    }
+
+    /// DeleteRecords: move the log start offset up to `offset` (clamped to
+    /// the high watermark; never down), persisted in the manifest, and
+    /// remove every whole sealed segment below it. Returns the new log
+    /// start offset. Manifest first, then unlink, as retention.
+    pub fn delete_records(&mut self, offset: i64) -> Result<i64, LogError> {
+        let target = offset.min(self.high_watermark());
+        if target <= self.manifest.log_start_offset {
+            return Ok(self.manifest.log_start_offset);
+        }
+        // A segment goes when the next one starts at or below the target
+        // (so all of it is below); the active segment always stays.
+        let segs = &self.manifest.segments;
+        let drop = (0..segs.len().saturating_sub(1))
+            .take_while(|&i| segs[i].sealed && segs[i + 1].base <= target)
+            .count();
+        self.drop_front(drop, target)?;
+        Ok(self.manifest.log_start_offset)
+    }
+
+    /// Remove the first `drop` segments and raise the log start offset to
+    /// `log_start` (never lower it): manifest first (readers stop seeing
+    /// them), then the view, then unlink; a crash in between leaves
+    /// unlisted files that the next open sweeps.
+    fn drop_front(&mut self, drop: usize, log_start: i64) -> Result<(), LogError> {
+        let removed: Vec<SegmentEntry> = self.manifest.segments.drain(..drop).collect();
+        self.manifest.log_start_offset = log_start.max(self.manifest.log_start_offset);
         self.write_manifest()?;
         {
             let mut v = self.view.write().unwrap();
@@ -1019,7 +1058,7 @@ impl PartitionLog {
                 )?;
             }
         }
-        Ok(drop)
+        Ok(())
     }
 
     /// Clean shutdown: fsync and checkpoint so the next open scans nothing.

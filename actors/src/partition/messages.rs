@@ -57,6 +57,35 @@ impl MessageName for EnforceRetention {
     const NAME: &'static str = "enforce_retention";
 }
 
+/// DeleteRecords: move the log start offset up to `offset` (the caller
+/// checked it is not above the high watermark); replies with the new log
+/// start offset once the manifest recording it is written.
+#[derive(Message)]
+#[rtype(result = "Result<i64, PartitionError>")]
+pub struct DeleteRecordsBefore {
+    /// The new log start offset.
+    pub offset: i64,
+}
+
+impl MessageName for DeleteRecordsBefore {
+    const NAME: &'static str = "delete_records_before";
+}
+
+/// A topic's configs changed (AlterConfigs, seen in a newer assignment):
+/// the leader uses `cfg` from now on (and across its restarts) and runs
+/// retention at once, so a lowered retention takes effect without waiting
+/// for the periodic pass.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct SetLogConfig {
+    /// The new storage settings.
+    pub cfg: crate::partition::log::LogConfig,
+}
+
+impl MessageName for SetLogConfig {
+    const NAME: &'static str = "set_log_config";
+}
+
 /// Flush, checkpoint and stop for good (topic deletion, shutdown).
 #[derive(Message)]
 #[rtype(result = "()")]

@@ -73,6 +73,13 @@ impl PartitionReader {
         (v.log_start_offset, v.high_watermark, v.epoch)
     }
 
+    /// Bytes of the log served now (every segment's durable size):
+    /// DescribeLogDirs.
+    pub fn size_bytes(&self) -> u64 {
+        let v = self.view.read().unwrap();
+        v.segments.iter().map(|s| s.size()).sum()
+    }
+
     fn snapshot(&self) -> (i64, i64, Vec<Arc<SegView>>) {
         let v = self.view.read().unwrap();
         (v.log_start_offset, v.high_watermark, v.segments.clone())

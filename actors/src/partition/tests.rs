@@ -782,3 +782,76 @@ fn a_roll_onto_a_leftover_segment_fsyncs_the_truncation() {
     log.sync_now().unwrap();
     assert_eq!(o, next);
 }
+
+/// Catches: DeleteRecords losing the new log start on a crash half-way
+/// (manifest written, files not yet unlinked, or the reverse), or a
+/// recovery that serves records below a start it had acknowledged.
+#[test]
+fn crash_at_every_step_of_delete_records() {
+    crash_every_step(
+        "delete_records",
+        |log| {
+            log.roll(2_000).unwrap();
+            append(log, &["x"], 50_000);
+            log.sync_now().unwrap();
+            log.roll(3_000).unwrap();
+        },
+        |log| log.delete_records(12).map(|_| ()),
+        |log, got| {
+            let start = log.log_start_offset();
+            assert!(start == 0 || start == 12, "start {start}");
+            assert!(got.iter().all(|(o, _)| *o >= start), "{got:?}");
+        },
+    );
+}
+
+/// Catches: DeleteRecords moving the start without persisting it, dropping
+/// a segment that still holds records at or above the new start, lowering
+/// the start, or going past the high watermark.
+#[test]
+fn delete_records_moves_the_start_persists_it_and_drops_whole_segments() {
+    let d = tempfile::tempdir().unwrap();
+    let fs: SharedFs = Arc::new(RealFs);
+    let mut log = open(fs.clone(), d.path(), 1);
+    for i in 0..10 {
+        append(&mut log, &[&format!("v{i}")], 1_000 + i);
+        log.sync_now().unwrap();
+    }
+    log.roll(2_000).unwrap();
+    for i in 10..20 {
+        append(&mut log, &[&format!("v{i}")], 1_000 + i);
+        log.sync_now().unwrap();
+    }
+    // Inside the first segment: nothing removed, start moves.
+    assert_eq!(log.delete_records(5).unwrap(), 5);
+    let r = PartitionReader::new(fs.read_only(), log.view());
+    assert!(matches!(
+        r.read(4, 1000),
+        Err(super::reader::ReadError::OutOfRange { .. })
+    ));
+    assert!(r.read(5, 1000).is_ok());
+    // Never lowered.
+    assert_eq!(log.delete_records(3).unwrap(), 5);
+    // At the second segment's base: the first segment goes.
+    let logs = |d: &Path| {
+        std::fs::read_dir(d)
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .ends_with(".log")
+            })
+            .count()
+    };
+    let before = logs(d.path());
+    assert_eq!(log.delete_records(10).unwrap(), 10);
+    assert_eq!(logs(d.path()), before - 1);
+    // Clamped to the high watermark.
+    assert_eq!(log.delete_records(1_000).unwrap(), 20);
+    drop(log);
+    let log = open(fs.clone(), d.path(), 2);
+    assert_eq!(log.log_start_offset(), 20);
+    assert_eq!(read_all(fs, &log), vec![]);
+}

@@ -121,7 +121,9 @@ impl From<&TopicError> for ApiError {
             TopicError::InvalidName(..) | TopicError::Collides { .. } => {
                 ResponseError::InvalidTopicException
             }
-            TopicError::InvalidPartitions(_) => ResponseError::InvalidPartitions,
+            TopicError::InvalidPartitions(_) | TopicError::InvalidPartitionCount(_) => {
+                ResponseError::InvalidPartitions
+            }
             TopicError::InvalidConfig(_) => ResponseError::InvalidConfig,
             TopicError::Storage(_) => ResponseError::KafkaStorageError,
         })

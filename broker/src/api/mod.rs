@@ -121,6 +121,14 @@ routes! {
     OffsetFetch => group::offset_fetch::handle,
     ListGroups => group::list_groups::handle,
     DescribeGroups => group::describe_groups::handle,
+    CreatePartitions => admin::create_partitions::handle,
+    AlterConfigs => admin::alter_configs::handle,
+    IncrementalAlterConfigs => admin::alter_configs::handle_incremental,
+    DeleteRecords => admin::delete_records::handle,
+    DescribeLogDirs => admin::describe_log_dirs::handle,
+    ElectLeaders => admin::elect_leaders::handle,
+    AlterPartitionReassignments => admin::reassignments::handle_alter,
+    ListPartitionReassignments => admin::reassignments::handle_list,
 }
 
 /// Whether `routed` has exactly the api keys of `advertised` (no more, no

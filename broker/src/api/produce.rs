@@ -8,7 +8,7 @@
 
 use super::error::{ApiError, NONE};
 use super::{locate, Reply, TopicRef};
-use crate::state::Broker;
+use crate::state::{Broker, ProduceLimits};
 use futures::FutureExt;
 use kaas_actors::partition::messages::{AppendBatches, AppendTicket};
 use kaas_protocol::batch::validate_batches;
@@ -68,6 +68,32 @@ fn check_batches(infos: &[BatchInfo], v: i16) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// What the topic's configs refuse (checked per batch, as Kafka's log
+/// validator does): a batch larger than max.message.bytes
+/// (MESSAGE_TOO_LARGE), a CreateTime timestamp further in the past than
+/// message.timestamp.before.max.ms or further in the future than
+/// message.timestamp.after.max.ms (INVALID_TIMESTAMP). Timestamps checked
+/// are the batch's first and max ones: records in between are not decoded
+/// (compressed batches stay as sent).
+fn check_limits(infos: &[BatchInfo], l: &ProduceLimits, now_ms: i64) -> Result<(), ApiError> {
+    for i in infos {
+        if i.len as i64 > l.max_message_bytes {
+            return Err(ResponseError::MessageTooLarge.into());
+        }
+        for ts in [i.base_timestamp, i.max_timestamp] {
+            if ts < 0 {
+                continue; // NO_TIMESTAMP
+            }
+            if now_ms.saturating_sub(ts) > l.before_max_ms
+                || ts.saturating_sub(now_ms) > l.after_max_ms
+            {
+                return Err(ResponseError::InvalidTimestamp.into());
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Dispatch phase: validate and enqueue every partition, in request order.
 pub async fn handle(b: &Arc<Broker>, v: i16, r: ProduceRequest) -> Reply<ProduceResponse> {
     let acks = r.acks;
@@ -113,6 +139,12 @@ pub async fn handle(b: &Arc<Broker>, v: i16, r: ProduceRequest) -> Reply<Produce
             }
             if let Err(e) = check_batches(&infos, v) {
                 tracing::debug!(topic = %leader.name, partition = pd.index, version = v, error = %e.0, "refused produce batch");
+                slots.push(fail(e));
+                continue;
+            }
+            let limits = b.produce_limits(&leader.name);
+            if let Err(e) = check_limits(&infos, &limits, kaas_actors::clock::wall_ms()) {
+                tracing::debug!(topic = %leader.name, partition = pd.index, error = %e.0, "produce refused by topic config");
                 slots.push(fail(e));
                 continue;
             }
@@ -217,6 +249,55 @@ mod tests {
     fn transactional_or_control_batches_are_refused() {
         assert_eq!(check_batches(&[info(1 << 4)], 9).unwrap_err().code(), 53);
         assert_eq!(check_batches(&[info(1 << 5)], 9).unwrap_err().code(), 53);
+    }
+
+    /// Catches: max.message.bytes and the timestamp bounds not enforced
+    /// (or enforced with the wrong code).
+    #[test]
+    fn topic_limits_refuse_large_batches_and_far_timestamps() {
+        let l = ProduceLimits {
+            max_message_bytes: 61,
+            before_max_ms: 1000,
+            after_max_ms: 500,
+        };
+        let now = 10_000;
+        let at = |ts: i64, len: usize| BatchInfo {
+            base_timestamp: ts,
+            max_timestamp: ts,
+            len,
+            ..info(0)
+        };
+        assert_eq!(check_limits(&[at(now, 61)], &l, now), Ok(()));
+        assert_eq!(check_limits(&[at(-1, 61)], &l, now), Ok(()));
+        assert_eq!(
+            check_limits(&[at(now, 62)], &l, now).unwrap_err().code(),
+            10
+        );
+        assert_eq!(
+            check_limits(&[at(now - 1001, 61)], &l, now)
+                .unwrap_err()
+                .code(),
+            32
+        );
+        assert_eq!(
+            check_limits(&[at(now + 501, 61)], &l, now)
+                .unwrap_err()
+                .code(),
+            32
+        );
+        assert_eq!(
+            check_limits(&[at(now - 1000, 61), at(now + 500, 61)], &l, now),
+            Ok(())
+        );
+        let open = ProduceLimits {
+            max_message_bytes: i64::MAX,
+            before_max_ms: i64::MAX,
+            after_max_ms: i64::MAX,
+        };
+        assert_eq!(
+            check_limits(&[at(0, 1 << 30), at(i64::MAX, 1)], &open, now),
+            Ok(())
+        );
     }
 
     #[test]

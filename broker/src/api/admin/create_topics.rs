@@ -5,7 +5,7 @@
 //! kaas keeps one copy on the shared volume: replication factor 1 or -1
 //! only, no manual replica assignment.
 
-use crate::api::admin::topic_configs;
+use crate::api::admin::topic_entries;
 use crate::api::error::ApiError;
 use crate::api::{await_topic_ready, s, Reply};
 use crate::limits::PartitionBudget;
@@ -20,9 +20,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 use uuid::Uuid;
-
-/// Config source DEFAULT_CONFIG.
-const DEFAULT_CONFIG: i8 = 5;
 
 /// Answer inline (the creation and the wait for leaders are bounded).
 pub async fn handle(
@@ -119,13 +116,14 @@ async fn create_topics(b: &Arc<Broker>, r: CreateTopicsRequest, v: i16) -> Creat
                     tr.num_partitions = stamp.partitions;
                     tr.replication_factor = 1;
                     tr.configs = Some(
-                        topic_configs(b, &stamp)
+                        topic_entries(b, &stamp.configs)
                             .into_iter()
-                            .map(|(k, v, _)| {
+                            .map(|e| {
                                 let mut c = CreatableTopicConfigs::default();
-                                c.name = s(&k);
-                                c.value = Some(s(&v));
-                                c.config_source = DEFAULT_CONFIG;
+                                c.name = s(&e.name);
+                                c.value = Some(s(&e.value));
+                                c.read_only = e.read_only;
+                                c.config_source = e.source;
                                 c
                             })
                             .collect(),

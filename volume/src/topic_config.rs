@@ -1,0 +1,623 @@
+//! Topic configs: the keys kaas implements (with their KIP-569 types, the
+//! broker setting each falls back to, and their documentation), their
+//! validation, and the per-topic config file
+//! `<data>/<topic>/.topic-config.json` that AlterConfigs and
+//! IncrementalAlterConfigs write.
+//!
+//! The configs given at creation live in the topic's stamp, which is born
+//! with the directory. Altered configs go to a file of their own so that the
+//! identity stamp is never rewritten for a config change: the file holds the
+//! complete set of topic-level overrides together with the topic id it
+//! belongs to, and it replaces the stamp's set only when that id matches. So
+//! a file left by a dead incarnation of the name (an adopted directory, an
+//! operator's copy) is never inherited by a new topic: the new id makes it
+//! inert.
+//!
+//! Four questions: (1) the file is written by one atomic rename (temp →
+//! fsync → rename → dir fsync, [`write_atomic`]), so a reader sees the old
+//! set or the new one; (2) writing it is idempotent — a crash leaves the old
+//! file or the new one, and a re-sent alter writes the same content again
+//! (crash-at-every-step test below); (3) there is no single writer: any
+//! broker's catalog may apply an alter, through its lease-guarded seam, as a
+//! read-modify-write of the whole file; two alters of one topic through two
+//! brokers at the same instant are last-writer-wins (each file is whole, but
+//! the earlier alter's change can be lost — Kafka serialises alters through
+//! its controller; kaas documents this as a known gap); (4) the name does not
+//! identify the state: the topic id inside does, checked on every read.
+
+use crate::fs::{write_atomic, Fs};
+use crate::layout;
+use crate::topic_dir::{TopicError, TopicStamp};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::io;
+use std::path::Path;
+use uuid::Uuid;
+
+/// A config's type as DescribeConfigs reports it (KIP-569 `config_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(i8)]
+pub enum ConfigType {
+    /// BOOLEAN
+    Boolean = 1,
+    /// STRING
+    String = 2,
+    /// INT
+    Int = 3,
+    /// SHORT
+    Short = 4,
+    /// LONG
+    Long = 5,
+    /// DOUBLE
+    Double = 6,
+    /// LIST
+    List = 7,
+    /// CLASS
+    Class = 8,
+    /// PASSWORD
+    Password = 9,
+}
+
+impl ConfigType {
+    /// The wire code.
+    pub fn code(self) -> i8 {
+        self as i8
+    }
+}
+
+/// One topic-level config kaas implements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TopicKey {
+    /// Kafka's topic-level name.
+    pub name: &'static str,
+    /// Its type.
+    pub kind: ConfigType,
+    /// The broker-level setting it falls back to (its synonym).
+    pub broker_key: &'static str,
+    /// Documentation, as DescribeConfigs returns it on request.
+    pub doc: &'static str,
+}
+
+/// Every topic-level config kaas implements; anything else is refused
+/// with INVALID_CONFIG rather than accepted and ignored.
+pub const TOPIC_KEYS: &[TopicKey] = &[
+    TopicKey {
+        name: "cleanup.policy",
+        kind: ConfigType::List,
+        broker_key: "log.cleanup.policy",
+        doc: "The retention policy of old log segments. Only \"delete\" is implemented: whole segments past retention.ms or retention.bytes are removed (compaction is not).",
+    },
+    TopicKey {
+        name: "compression.type",
+        kind: ConfigType::String,
+        broker_key: "compression.type",
+        doc: "Only \"producer\": batches are stored as the producer compressed them.",
+    },
+    TopicKey {
+        name: "max.message.bytes",
+        kind: ConfigType::Int,
+        broker_key: "message.max.bytes",
+        doc: "The largest record batch size allowed; a larger batch is refused with MESSAGE_TOO_LARGE.",
+    },
+    TopicKey {
+        name: "message.timestamp.after.max.ms",
+        kind: ConfigType::Long,
+        broker_key: "log.message.timestamp.after.max.ms",
+        doc: "How far in the future (in ms, against the broker's clock) a batch's timestamps may be; beyond it the produce is refused with INVALID_TIMESTAMP.",
+    },
+    TopicKey {
+        name: "message.timestamp.before.max.ms",
+        kind: ConfigType::Long,
+        broker_key: "log.message.timestamp.before.max.ms",
+        doc: "How far in the past (in ms, against the broker's clock) a batch's timestamps may be; beyond it the produce is refused with INVALID_TIMESTAMP.",
+    },
+    TopicKey {
+        name: "message.timestamp.type",
+        kind: ConfigType::String,
+        broker_key: "log.message.timestamp.type",
+        doc: "Whether record timestamps are the producer's (CreateTime). LogAppendTime is not implemented and refused.",
+    },
+    TopicKey {
+        name: "min.insync.replicas",
+        kind: ConfigType::Int,
+        broker_key: "min.insync.replicas",
+        doc: "Accepted for compatibility: kaas keeps one copy on the shared volume, so every acknowledged write is on all (one) replicas.",
+    },
+    TopicKey {
+        name: "retention.bytes",
+        kind: ConfigType::Long,
+        broker_key: "log.retention.bytes",
+        doc: "The most bytes a partition keeps before whole old segments are removed (-1: no limit).",
+    },
+    TopicKey {
+        name: "retention.ms",
+        kind: ConfigType::Long,
+        broker_key: "log.retention.ms",
+        doc: "How long a segment is kept after its newest record before it is removed (-1: forever).",
+    },
+    TopicKey {
+        name: "segment.bytes",
+        kind: ConfigType::Int,
+        broker_key: "log.segment.bytes",
+        doc: "The segment file size at which the leader rolls to a new segment.",
+    },
+    TopicKey {
+        name: "segment.ms",
+        kind: ConfigType::Long,
+        broker_key: "log.roll.ms",
+        doc: "The age at which the leader rolls the active segment even if it is not full.",
+    },
+];
+
+/// The key `name`, if kaas implements it.
+pub fn key(name: &str) -> Option<&'static TopicKey> {
+    TOPIC_KEYS.iter().find(|k| k.name == name)
+}
+
+/// Validate one topic config value.
+pub fn validate(k: &str, v: &str) -> Result<(), TopicError> {
+    let bad = |why: String| Err(TopicError::InvalidConfig(format!("{k}={v}: {why}")));
+    let Some(key) = key(k) else {
+        return Err(TopicError::InvalidConfig(format!(
+            "unknown or unsupported topic config {k}"
+        )));
+    };
+    let min = match k {
+        "segment.bytes" => 1024,
+        "segment.ms" | "min.insync.replicas" => 1,
+        "retention.ms" | "retention.bytes" => -1,
+        _ => 0,
+    };
+    match key.kind {
+        ConfigType::Int => match v.trim().parse::<i32>() {
+            Ok(n) if i64::from(n) >= min => Ok(()),
+            _ => bad(format!("expected an integer between {min} and {}", i32::MAX)),
+        },
+        ConfigType::Long => match v.trim().parse::<i64>() {
+            Ok(n) if n >= min => Ok(()),
+            _ => bad(format!("expected an integer >= {min}")),
+        },
+        _ => match k {
+            "cleanup.policy" => {
+                let items: Vec<&str> = v.split(',').map(str::trim).collect();
+                if items.contains(&"compact") {
+                    bad("compaction is not implemented; only 'delete' is".into())
+                } else if items == ["delete"] {
+                    Ok(())
+                } else {
+                    bad("expected 'delete'".into())
+                }
+            }
+            "message.timestamp.type" => match v {
+                "CreateTime" => Ok(()),
+                "LogAppendTime" => bad(
+                    "LogAppendTime is not implemented (the leader does not rewrite batch timestamps); use CreateTime"
+                        .into(),
+                ),
+                _ => bad("expected CreateTime or LogAppendTime".into()),
+            },
+            "compression.type" if v == "producer" => Ok(()),
+            "compression.type" => {
+                bad("only 'producer' is implemented (batches are stored as sent)".into())
+            }
+            _ => Ok(()),
+        },
+    }
+}
+
+/// Validate a whole set of topic configs.
+pub fn validate_configs(configs: &BTreeMap<String, String>) -> Result<(), TopicError> {
+    configs.iter().try_for_each(|(k, v)| validate(k, v))
+}
+
+/// An integer config of `configs`, if set and valid.
+pub fn get_i64(configs: &BTreeMap<String, String>, k: &str) -> Option<i64> {
+    configs.get(k).and_then(|v| v.trim().parse().ok())
+}
+
+/// The content of `<data>/<topic>/.topic-config.json`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicConfigFile {
+    /// The topic incarnation these configs belong to.
+    pub topic_id: Uuid,
+    /// The complete set of topic-level overrides (not a delta).
+    pub configs: BTreeMap<String, String>,
+}
+
+/// The config file of topic directory `dir`: `Ok(None)` if there is none.
+/// It is written atomically, so an unparsable one is reported
+/// (`InvalidData`), never guessed at.
+pub fn read_file(fs: &dyn Fs, dir: &Path) -> io::Result<Option<TopicConfigFile>> {
+    match fs.read(&dir.join(layout::TOPIC_CONFIG)) {
+        Ok(b) => parse_file(&b).map(Some),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Parse the bytes of a config file.
+pub fn parse_file(bytes: &[u8]) -> io::Result<TopicConfigFile> {
+    serde_json::from_slice(bytes).map_err(|e| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{}: {e}", layout::TOPIC_CONFIG),
+        )
+    })
+}
+
+/// Write the config file of topic directory `dir` (temp → fsync → rename
+/// → dir fsync).
+pub fn write_file(fs: &dyn Fs, dir: &Path, file: &TopicConfigFile) -> io::Result<()> {
+    write_atomic(
+        fs,
+        &dir.join(layout::TOPIC_CONFIG),
+        &serde_json::to_vec_pretty(file).expect("config file serializes"),
+    )
+}
+
+/// The configs in force for `stamp`: the config file's set if it belongs
+/// to this incarnation, else the stamp's (creation-time) set.
+pub fn effective(stamp: &TopicStamp, file: Option<TopicConfigFile>) -> BTreeMap<String, String> {
+    match file {
+        Some(f) if f.topic_id == stamp.topic_id => f.configs,
+        _ => stamp.configs.clone(),
+    }
+}
+
+/// The stamp of topic directory `dir` with its configs in force (see
+/// [`effective`]): what the controller publishes in the assignment.
+/// `Ok(None)` if the directory has no stamp; unparsable files are
+/// `InvalidData`.
+pub fn read_topic(fs: &dyn Fs, dir: &Path) -> io::Result<Option<TopicStamp>> {
+    read_topic_with(|p| fs.read(p), dir)
+}
+
+/// [`read_topic`] through any reader of whole files (a read-only view).
+pub fn read_topic_with(
+    read: impl Fn(&Path) -> io::Result<Vec<u8>>,
+    dir: &Path,
+) -> io::Result<Option<TopicStamp>> {
+    let mut stamp: TopicStamp = match read(&dir.join(layout::TOPIC_STAMP)) {
+        Ok(b) => serde_json::from_slice(&b).map_err(|e| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{}: {e}", layout::TOPIC_STAMP),
+            )
+        })?,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let file = match read(&dir.join(layout::TOPIC_CONFIG)) {
+        Ok(b) => Some(parse_file(&b)?),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e),
+    };
+    stamp.configs = effective(&stamp, file);
+    Ok(Some(stamp))
+}
+
+/// One change of an IncrementalAlterConfigs request (op codes 0-3).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AlterOp {
+    /// SET (0)
+    Set(String),
+    /// DELETE (1): back to the default.
+    Delete,
+    /// APPEND (2): to a LIST config.
+    Append(String),
+    /// SUBTRACT (3): from a LIST config.
+    Subtract(String),
+}
+
+/// Apply incremental changes to `current`; the result is not yet
+/// validated (see [`validate_configs`]).
+pub fn apply_ops(
+    current: &BTreeMap<String, String>,
+    ops: &[(String, AlterOp)],
+) -> Result<BTreeMap<String, String>, TopicError> {
+    let mut out = current.clone();
+    for (k, op) in ops {
+        let Some(key) = key(k) else {
+            return Err(TopicError::InvalidConfig(format!(
+                "unknown or unsupported topic config {k}"
+            )));
+        };
+        match op {
+            AlterOp::Set(v) => {
+                out.insert(k.clone(), v.clone());
+            }
+            AlterOp::Delete => {
+                out.remove(k);
+            }
+            AlterOp::Append(_) | AlterOp::Subtract(_) if key.kind != ConfigType::List => {
+                return Err(TopicError::InvalidConfig(format!(
+                    "{k}: APPEND and SUBTRACT apply only to LIST configs"
+                )));
+            }
+            AlterOp::Append(v) => {
+                let mut items: Vec<String> = out
+                    .get(k)
+                    .map(|c| c.split(',').map(|s| s.trim().to_owned()).collect())
+                    .unwrap_or_else(|| vec!["delete".to_owned()]);
+                for i in v.split(',').map(str::trim) {
+                    if !items.iter().any(|x| x == i) {
+                        items.push(i.to_owned());
+                    }
+                }
+                out.insert(k.clone(), items.join(","));
+            }
+            AlterOp::Subtract(v) => {
+                let drop: Vec<&str> = v.split(',').map(str::trim).collect();
+                let items: Vec<String> = out
+                    .get(k)
+                    .map(|c| c.split(',').map(|s| s.trim().to_owned()).collect())
+                    .unwrap_or_else(|| vec!["delete".to_owned()])
+                    .into_iter()
+                    .filter(|i| !drop.contains(&i.as_str()))
+                    .collect();
+                out.insert(k.clone(), items.join(","));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Alter the configs of topic `name` in `data`: read its stamp and config
+/// file by exact name (another broker may have written either), compute
+/// the new complete set with `change`, validate it, and (unless
+/// `validate_only`) write the config file. Returns the stamp with the new
+/// set.
+pub fn alter(
+    fs: &dyn Fs,
+    data: &Path,
+    name: &str,
+    change: impl FnOnce(&BTreeMap<String, String>) -> Result<BTreeMap<String, String>, TopicError>,
+    validate_only: bool,
+) -> Result<TopicStamp, TopicError> {
+    crate::topic_dir::validate_name(name).map_err(|_| TopicError::Unknown(name.to_owned()))?;
+    let dir = data.join(name);
+    let mut stamp = read_topic(fs, &dir)?.ok_or_else(|| TopicError::Unknown(name.to_owned()))?;
+    let next = change(&stamp.configs)?;
+    validate_configs(&next)?;
+    if !validate_only {
+        write_file(
+            fs,
+            &dir,
+            &TopicConfigFile {
+                topic_id: stamp.topic_id,
+                configs: next.clone(),
+            },
+        )?;
+    }
+    stamp.configs = next;
+    Ok(stamp)
+}
+
+#[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests build fixtures with std::fs
+mod tests {
+    use super::*;
+    use crate::fs::fault::FaultFs;
+    use crate::fs::RealFs;
+    use crate::topic_dir::{create, plan_create};
+
+    fn m(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
+        kv.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn invalid(k: &str, v: &str) -> bool {
+        matches!(validate(k, v), Err(TopicError::InvalidConfig(_)))
+    }
+
+    #[test]
+    fn values_are_validated_by_type_and_range() {
+        for (k, v) in [
+            ("retention.ms", "-1"),
+            ("retention.ms", "1000"),
+            ("retention.bytes", "-1"),
+            ("segment.bytes", "1024"),
+            ("segment.ms", "1"),
+            ("max.message.bytes", "2000000"),
+            ("message.timestamp.type", "CreateTime"),
+            ("message.timestamp.before.max.ms", "0"),
+            ("message.timestamp.after.max.ms", "3600000"),
+            ("cleanup.policy", "delete"),
+            ("compression.type", "producer"),
+            ("min.insync.replicas", "1"),
+        ] {
+            assert_eq!(validate(k, v), Ok(()), "{k}={v}");
+        }
+        for (k, v) in [
+            ("retention.ms", "-2"),
+            ("retention.ms", "soon"),
+            ("segment.bytes", "100"),
+            // INT configs must fit 32 bits (Kafka's type).
+            ("segment.bytes", "4294967296"),
+            ("max.message.bytes", "-1"),
+            ("message.timestamp.type", "LogAppendTime"),
+            ("message.timestamp.type", "Whenever"),
+            ("message.timestamp.before.max.ms", "-5"),
+            ("cleanup.policy", "compact"),
+            ("cleanup.policy", "compact,delete"),
+            ("cleanup.policy", "nope"),
+            ("compression.type", "gzip"),
+            ("unclean.leader.election.enable", "true"),
+            ("no.such.key", "1"),
+        ] {
+            assert!(invalid(k, v), "{k}={v} accepted");
+        }
+        assert!(validate("cleanup.policy", "compact")
+            .unwrap_err()
+            .to_string()
+            .contains("compaction is not implemented"));
+    }
+
+    #[test]
+    fn every_key_has_a_type_a_synonym_and_documentation() {
+        for k in TOPIC_KEYS {
+            assert!(!k.doc.is_empty() && !k.broker_key.is_empty(), "{}", k.name);
+        }
+        assert_eq!(key("retention.bytes").unwrap().kind.code(), 5);
+        assert_eq!(key("segment.bytes").unwrap().kind.code(), 3);
+        assert_eq!(key("cleanup.policy").unwrap().kind.code(), 7);
+        assert_eq!(key("message.timestamp.type").unwrap().kind.code(), 2);
+    }
+
+    #[test]
+    fn incremental_ops_set_delete_append_subtract() {
+        let cur = m(&[("retention.ms", "1000"), ("segment.ms", "5")]);
+        let out = apply_ops(
+            &cur,
+            &[
+                ("retention.ms".into(), AlterOp::Set("2000".into())),
+                ("segment.ms".into(), AlterOp::Delete),
+                ("retention.bytes".into(), AlterOp::Set("10".into())),
+            ],
+        )
+        .unwrap();
+        assert_eq!(
+            out,
+            m(&[("retention.ms", "2000"), ("retention.bytes", "10")])
+        );
+        // APPEND of compact to the LIST: the result is refused when validated.
+        let out = apply_ops(
+            &cur,
+            &[("cleanup.policy".into(), AlterOp::Append("compact".into()))],
+        )
+        .unwrap();
+        assert_eq!(out["cleanup.policy"], "delete,compact");
+        assert!(validate_configs(&out).is_err());
+        let out = apply_ops(
+            &m(&[("cleanup.policy", "delete,compact")]),
+            &[("cleanup.policy".into(), AlterOp::Subtract("compact".into()))],
+        )
+        .unwrap();
+        assert_eq!(out["cleanup.policy"], "delete");
+        assert!(matches!(
+            apply_ops(
+                &cur,
+                &[("retention.ms".into(), AlterOp::Append("1".into()))]
+            ),
+            Err(TopicError::InvalidConfig(_))
+        ));
+        assert!(matches!(
+            apply_ops(&cur, &[("bogus".into(), AlterOp::Delete)]),
+            Err(TopicError::InvalidConfig(_))
+        ));
+    }
+
+    fn topic(fs: &dyn Fs, data: &Path, configs: BTreeMap<String, String>) -> TopicStamp {
+        let s = plan_create(fs, data, "t", 1, configs).unwrap();
+        create(fs, data, &s).unwrap();
+        s
+    }
+
+    #[test]
+    fn altered_configs_replace_the_stamps_and_validate_only_writes_nothing() {
+        let d = tempfile::tempdir().unwrap();
+        let s = topic(&RealFs, d.path(), m(&[("retention.ms", "1000")]));
+        let dir = d.path().join("t");
+        assert_eq!(read_topic(&RealFs, &dir).unwrap().unwrap(), s);
+        let set = |c: &BTreeMap<String, String>| {
+            apply_ops(c, &[("segment.ms".into(), AlterOp::Set("7".into()))])
+        };
+        let v = alter(&RealFs, d.path(), "t", set, true).unwrap();
+        assert_eq!(
+            v.configs,
+            m(&[("retention.ms", "1000"), ("segment.ms", "7")])
+        );
+        assert!(
+            read_file(&RealFs, &dir).unwrap().is_none(),
+            "validate_only wrote"
+        );
+        alter(&RealFs, d.path(), "t", set, false).unwrap();
+        assert_eq!(
+            read_topic(&RealFs, &dir).unwrap().unwrap().configs,
+            m(&[("retention.ms", "1000"), ("segment.ms", "7")])
+        );
+        let bad = |c: &BTreeMap<String, String>| {
+            apply_ops(
+                c,
+                &[("cleanup.policy".into(), AlterOp::Set("compact".into()))],
+            )
+        };
+        assert!(matches!(
+            alter(&RealFs, d.path(), "t", bad, false),
+            Err(TopicError::InvalidConfig(_))
+        ));
+        assert_eq!(
+            alter(&RealFs, d.path(), "nope", set, false),
+            Err(TopicError::Unknown("nope".into()))
+        );
+    }
+
+    /// Catches: a recreated topic (new id) inheriting the altered configs of
+    /// a dead incarnation whose config file is still in the directory.
+    #[test]
+    fn a_config_file_of_another_incarnation_is_inert() {
+        let d = tempfile::tempdir().unwrap();
+        let s = topic(&RealFs, d.path(), BTreeMap::new());
+        let dir = d.path().join("t");
+        write_file(
+            &RealFs,
+            &dir,
+            &TopicConfigFile {
+                topic_id: Uuid::from_u128(1),
+                configs: m(&[("retention.ms", "5")]),
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            read_topic(&RealFs, &dir).unwrap().unwrap().configs,
+            s.configs
+        );
+    }
+
+    /// Catches: a torn or missing config file after a crash in the middle
+    /// of an alter (a reader must see the old set or the new one).
+    #[test]
+    fn crash_at_every_step_of_an_alter_leaves_old_or_new() {
+        let old = m(&[("retention.ms", "1000")]);
+        let new = m(&[("retention.ms", "1000"), ("retention.bytes", "4096")]);
+        let change = |c: &BTreeMap<String, String>| {
+            apply_ops(
+                c,
+                &[("retention.bytes".into(), AlterOp::Set("4096".into()))],
+            )
+        };
+        let count = {
+            let d = tempfile::tempdir().unwrap();
+            let ffs = FaultFs::new();
+            topic(&ffs, d.path(), old.clone());
+            let before = ffs.ops();
+            alter(&ffs, d.path(), "t", change, false).unwrap();
+            ffs.ops() - before
+        };
+        assert!(count >= 4, "{count}");
+        for n in 1..=count {
+            let d = tempfile::tempdir().unwrap();
+            let ffs = FaultFs::new();
+            topic(&ffs, d.path(), old.clone());
+            ffs.crash_at(ffs.ops() + n);
+            let _ = alter(&ffs, d.path(), "t", change, false);
+            ffs.power_loss();
+            let got = read_topic(&RealFs, &d.path().join("t"))
+                .unwrap_or_else(|e| panic!("step {n}: {e}"))
+                .unwrap()
+                .configs;
+            assert!(got == old || got == new, "step {n}: {got:?}");
+            // Re-driving converges.
+            alter(&RealFs, d.path(), "t", change, false).unwrap();
+            assert_eq!(
+                read_topic(&RealFs, &d.path().join("t"))
+                    .unwrap()
+                    .unwrap()
+                    .configs,
+                new,
+                "step {n}"
+            );
+        }
+    }
+}
