@@ -3,8 +3,13 @@
 //! The reader half parses each frame and runs the handler's dispatch phase
 //! inline (so appends reach partition leaders in request order), then queues
 //! the completion future; the writer half resolves queued futures in order
-//! and writes them. At most `MAX_IN_FLIGHT` requests are outstanding per
-//! connection, which is the back-pressure from slow fsyncs to the socket.
+//! and writes them. Outstanding requests per connection are bounded by their
+//! bytes (`MAX_IN_FLIGHT_BYTES` of request frames, a larger frame taking the
+//! whole budget) and, for the small ones, by count (`MAX_IN_FLIGHT`): that is
+//! the back-pressure from slow fsyncs to the socket. Bounding by bytes rather
+//! than by a small count lets one fsync release every small request queued
+//! behind it (librdkafka's defaults send many one-record requests), without
+//! letting a connection hold unbounded memory.
 //! Connections never touch files.
 //!
 //! Each connection has a [`Slot`]: when the accept loop is at its cap it
@@ -24,7 +29,11 @@ use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio_util::codec::{FramedRead, FramedWrite};
 
-const MAX_IN_FLIGHT: usize = 32;
+/// Most requests outstanding on one connection.
+const MAX_IN_FLIGHT: usize = 1024;
+/// Most request bytes outstanding on one connection (a frame larger than
+/// this waits until nothing else is outstanding, then takes it all).
+const MAX_IN_FLIGHT_BYTES: usize = 32 << 20;
 
 /// A connection as the accept loop sees it: when it last sent a request,
 /// and the signal that closes it.
@@ -84,6 +93,7 @@ pub async fn serve(b: Arc<Broker>, sock: TcpStream, peer: std::net::SocketAddr, 
     let mut frames = FramedRead::new(rd, FrameCodec::new(b.args.max_request_bytes));
     let mut out = FramedWrite::new(wr, FrameCodec::new(usize::MAX));
     let (tx, mut rx) = mpsc::channel::<BoxFuture<'static, Option<Bytes>>>(MAX_IN_FLIGHT);
+    let budget = Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT_BYTES));
 
     let writer = async move {
         while let Some(f) = rx.recv().await {
@@ -145,6 +155,13 @@ pub async fn serve(b: Arc<Broker>, sock: TcpStream, peer: std::net::SocketAddr, 
                     return;
                 }
             };
+            // Taken before the request is dispatched, given back once its
+            // answer is written: the reader waits here while the
+            // connection's outstanding requests hold the budget.
+            let cost = frame.len().clamp(1, MAX_IN_FLIGHT_BYTES) as u32;
+            let Ok(permit) = budget.clone().acquire_many_owned(cost).await else {
+                return;
+            };
             let req = match parse_request(frame) {
                 Ok(r) => r,
                 Err(RequestError::UnsupportedVersion { header }) if header.api_key == 18 => {
@@ -188,6 +205,7 @@ pub async fn serve(b: Arc<Broker>, sock: TcpStream, peer: std::net::SocketAddr, 
                 }
             };
             let f = async move {
+                let _permit = permit;
                 let body = fut.await;
                 match encode_response(&header, &body) {
                     Ok(bytes) => Some(bytes),

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# A/B produce ack latency at a fixed rate, in one run: each binary in turn,
+# order rotated every round, a fresh data dir and broker per run, then
+# bench/latency.py (confluent-kafka, default client settings, acks=all,
+# 100 B) for SECONDS at RATE records/s. Prints one LATENCY line per run.
+# Loopback only; every run bounded by a timeout.
+#
+#   bench/latency_ab.sh [RATE] [ROUNDS] before=/tmp/kaas-old after=target/release/kaas
+set -u
+cd "$(dirname "$0")/.."
+RATE="${1:-5000}"; ROUNDS="${2:-3}"; shift 2 || true
+SECONDS_RUN="${SECONDS_RUN:-8}"
+bins=("$@")
+[ "${#bins[@]}" -ge 1 ] || { echo "usage: $0 RATE ROUNDS name=binary ..." >&2; exit 2; }
+for ((round = 0; round < ROUNDS; round++)); do
+  n=${#bins[@]}
+  for ((k = 0; k < n; k++)); do
+    spec="${bins[$(((k + round) % n))]}"; name="${spec%%=*}"; bin="${spec#*=}"
+    d="$(mktemp -d)"; port=$((30000 + RANDOM % 20000)); mport=$((port + 1))
+    "$bin" broker --data-dir "$d" --listen "127.0.0.1:$port" --metrics-listen "127.0.0.1:$mport" >"$d/log" 2>&1 &
+    pid=$!
+    sleep 1.5
+    .venv/bin/python3 -c "
+from confluent_kafka.admin import AdminClient, NewTopic
+a = AdminClient({'bootstrap.servers': '127.0.0.1:$port'})
+a.create_topics([NewTopic('lat', 1, 1)])['lat'].result(20)" 2>/dev/null
+    sleep 1
+    line="$(timeout 60 .venv/bin/python3 bench/latency.py --bootstrap "127.0.0.1:$port" --topic lat \
+        --rate "$RATE" --seconds "$SECONDS_RUN" 2>/dev/null | grep LATENCY)"
+    echo "round $round $name $line"
+    kill "$pid"; wait "$pid" 2>/dev/null; rm -rf "$d"
+  done
+done
