@@ -10,6 +10,7 @@ pub mod config;
 pub mod conn;
 pub mod dev;
 pub mod fd_budget;
+pub mod fetch_session;
 pub mod limits;
 pub mod reserve;
 pub mod server;

@@ -81,6 +81,8 @@ pub struct Broker {
     pub peer_warnings: crate::limits::PeerWarnings,
     /// The data volume's free-space reserve (see [`crate::reserve`]).
     pub reserve: Arc<crate::reserve::Reserve>,
+    /// KIP-227 incremental fetch sessions (see [`crate::fetch_session`]).
+    pub fetch_sessions: std::sync::Mutex<crate::fetch_session::FetchSessions>,
 }
 
 /// The topic configs a produce is checked against.
@@ -143,6 +145,7 @@ impl Broker {
                 std::time::Instant::now(),
             )),
             peer_warnings: crate::limits::PeerWarnings::new(Duration::from_secs(10)),
+            fetch_sessions: Default::default(),
             reserve: Arc::new(crate::reserve::Reserve::new(
                 &args.data_dir,
                 &args.cluster_dir(),

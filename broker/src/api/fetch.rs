@@ -6,9 +6,11 @@
 //! from v5; below v10 a client cannot read zstd (KIP-110), so zstd batches
 //! are never served to it: the bytes before the first zstd batch are, and a
 //! partition whose next batch is zstd answers UNSUPPORTED_COMPRESSION_TYPE.
+//! From v7, incremental fetch sessions (KIP-227, [`crate::fetch_session`]).
 
 use super::error::{ApiError, NONE};
 use super::{locate_reader, Reply, TopicRef};
+use crate::fetch_session::{Answered, Key, Plan, Want};
 use crate::state::Broker;
 use bytes::Bytes;
 use futures::FutureExt;
@@ -17,7 +19,8 @@ use kaas_actors::partition::reader::PartitionReader;
 use kaas_protocol::kafka_protocol::messages::fetch_response::{
     FetchableTopicResponse, PartitionData,
 };
-use kaas_protocol::kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse};
+use kaas_protocol::kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, TopicName};
+use kaas_protocol::kafka_protocol::protocol::StrBytes;
 use kaas_protocol::kafka_protocol::ResponseError;
 use kaas_protocol::{first_zstd_batch, FETCH_MIN_VERSION_ZSTD};
 use std::sync::Arc;
@@ -29,6 +32,7 @@ const FETCH_MAX_BYTES: usize = 64 << 20;
 
 struct FetchItem {
     topic_idx: usize,
+    key: Key,
     partition: i32,
     offset: i64,
     max: usize,
@@ -64,23 +68,84 @@ fn for_version(p: &mut PartitionData, v: i16) {
 
 async fn fetch(b: &Arc<Broker>, r: FetchRequest, v: i16) -> FetchResponse {
     let mut resp = FetchResponse::default();
-    let mut items = Vec::new();
-    for (ti, ft) in r.topics.iter().enumerate() {
-        let mut tr = FetchableTopicResponse::default();
-        tr.topic = ft.topic.clone();
-        tr.topic_id = ft.topic_id;
-        let topic = TopicRef::pick(v >= 13, &ft.topic.0, ft.topic_id);
-        for fp in &ft.partitions {
-            let target = locate_reader(b, topic, fp.partition, fp.current_leader_epoch).await;
-            items.push(FetchItem {
-                topic_idx: ti,
-                partition: fp.partition,
-                offset: fp.fetch_offset,
-                max: fp.partition_max_bytes.max(0) as usize,
-                target,
-            });
+    let asked: Vec<(Key, Want)> = r
+        .topics
+        .iter()
+        .flat_map(|ft| {
+            ft.partitions.iter().map(move |fp| {
+                (
+                    Key {
+                        topic: ft.topic.0.to_string(),
+                        topic_id: ft.topic_id,
+                        partition: fp.partition,
+                    },
+                    Want {
+                        fetch_offset: fp.fetch_offset,
+                        max_bytes: fp.partition_max_bytes,
+                        current_leader_epoch: fp.current_leader_epoch,
+                    },
+                )
+            })
+        })
+        .collect();
+    let plan = if v >= 7 {
+        let forgotten: Vec<Key> = r
+            .forgotten_topics_data
+            .iter()
+            .flat_map(|t| {
+                t.partitions.iter().map(move |p| Key {
+                    topic: t.topic.0.to_string(),
+                    topic_id: t.topic_id,
+                    partition: *p,
+                })
+            })
+            .collect();
+        b.fetch_sessions.lock().unwrap().begin(
+            r.session_id,
+            r.session_epoch,
+            asked,
+            &forgotten,
+            Instant::now(),
+            rand::random::<i32>,
+        )
+    } else {
+        Ok(Plan::Full {
+            session_id: 0,
+            parts: asked,
+        })
+    };
+    let (session_id, incremental, parts) = match plan {
+        Ok(Plan::Full { session_id, parts }) => (session_id, false, parts),
+        Ok(Plan::Incremental { session_id, parts }) => (session_id, true, parts),
+        Err(e) => {
+            resp.error_code = ApiError::from(e).code();
+            return resp;
         }
-        resp.responses.push(tr);
+    };
+    resp.session_id = session_id;
+    let mut items = Vec::with_capacity(parts.len());
+    let mut topic_idx: std::collections::HashMap<(String, uuid::Uuid), usize> =
+        std::collections::HashMap::new();
+    for (key, want) in parts {
+        let ti = *topic_idx
+            .entry((key.topic.clone(), key.topic_id))
+            .or_insert_with(|| {
+                let mut tr = FetchableTopicResponse::default();
+                tr.topic = TopicName(StrBytes::from_string(key.topic.clone()));
+                tr.topic_id = key.topic_id;
+                resp.responses.push(tr);
+                resp.responses.len() - 1
+            });
+        let topic = TopicRef::pick(v >= 13, &key.topic, key.topic_id);
+        let target = locate_reader(b, topic, key.partition, want.current_leader_epoch).await;
+        items.push(FetchItem {
+            topic_idx: ti,
+            partition: key.partition,
+            offset: want.fetch_offset,
+            max: want.max_bytes.max(0) as usize,
+            target,
+            key,
+        });
     }
     let max_total = if r.max_bytes > 0 {
         (r.max_bytes as usize).min(FETCH_MAX_BYTES)
@@ -120,8 +185,26 @@ async fn fetch(b: &Arc<Broker>, r: FetchRequest, v: i16) -> FetchResponse {
         let now = Instant::now();
         if total >= r.min_bytes.max(0) as usize || now >= deadline || parts.is_empty() || any_error
         {
-            for (ti, p) in parts {
+            let mut sessions = (session_id != 0).then(|| b.fetch_sessions.lock().unwrap());
+            for ((ti, p), it) in parts.into_iter().zip(items.iter()) {
+                if let Some(c) = sessions.as_mut() {
+                    let now = Answered {
+                        high_watermark: p.high_watermark,
+                        last_stable_offset: p.last_stable_offset,
+                        log_start_offset: p.log_start_offset,
+                    };
+                    let has_records = p.records.as_ref().is_some_and(|r| !r.is_empty());
+                    let must =
+                        c.answered(session_id, &it.key, now, has_records, p.error_code != NONE);
+                    if incremental && !must {
+                        continue;
+                    }
+                }
                 resp.responses[ti].partitions.push(p);
+            }
+            drop(sessions);
+            if incremental {
+                resp.responses.retain(|t| !t.partitions.is_empty());
             }
             let fetched = total as u64;
             kaas_actors::telemetry::global()
