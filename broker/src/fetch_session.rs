@@ -348,10 +348,8 @@ mod tests {
     fn the_cache_is_bounded_and_idle_sessions_expire() {
         let mut c = FetchSessions::default();
         let t0 = Instant::now();
-        let mut next = 0;
         for i in 0..MAX_SESSIONS + 5 {
-            next += 1;
-            let id = next;
+            let id = i as i32 + 1;
             c.begin(
                 0,
                 0,
