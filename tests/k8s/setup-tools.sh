@@ -10,6 +10,12 @@ cd "$(dirname "$0")"
 if [ -x .tools/helm3 ] && [ -x .tools/helm4 ] && [ .tools/stamp -nt package-lock.json ]; then
     exit 0
 fi
+if ! command -v npm >/dev/null; then
+    # Not in .ci/apt-packages.txt: a machine whose nodejs package already
+    # bundles npm (nodesource) refuses Debian's separate npm package.
+    SUDO=""; if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends nodejs npm
+fi
 npm ci --no-audit --no-fund --loglevel=error
 mkdir -p .tools
 python3 - <<'PY'
