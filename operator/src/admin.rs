@@ -76,8 +76,11 @@ pub trait Admin: Send + Sync {
         configs: &BTreeMap<String, String>,
     ) -> BoxFuture<'_, Result<(), AdminError>>;
     /// Grow `name` to `partitions`.
-    fn create_partitions(&self, name: &str, partitions: i32)
-        -> BoxFuture<'_, Result<(), AdminError>>;
+    fn create_partitions(
+        &self,
+        name: &str,
+        partitions: i32,
+    ) -> BoxFuture<'_, Result<(), AdminError>>;
     /// Delete `name`; UNKNOWN_TOPIC_OR_PARTITION is `Ok` (idempotent).
     fn delete_topic(&self, name: &str) -> BoxFuture<'_, Result<(), AdminError>>;
     /// Set `configs` on `name` and delete the keys in `removed`.

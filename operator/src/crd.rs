@@ -40,7 +40,10 @@ pub struct KafkaTopicSpec {
     /// Kafka topic name; defaults to `metadata.name`. Immutable in effect:
     /// changing it is reported NotSupported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 249), regex(pattern = r"^[a-zA-Z0-9_-][a-zA-Z0-9._-]*$"))]
+    #[schemars(
+        length(min = 1, max = 249),
+        regex(pattern = r"^[a-zA-Z0-9_-][a-zA-Z0-9._-]*$")
+    )]
     pub topic_name: Option<String>,
     /// Partition count. Kafka never removes partitions: a decrease is
     /// reported NotSupported and the topic keeps its partitions.

@@ -17,7 +17,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(Parser, Debug)]
-#[command(name = "kaas-operator", version, about = "KafkaTopic operator for kaas")]
+#[command(
+    name = "kaas-operator",
+    version,
+    about = "KafkaTopic operator for kaas"
+)]
 struct Args {
     /// Namespace whose KafkaTopics are reconciled.
     #[arg(long, env = "KAAS_WATCH_NAMESPACE")]
@@ -34,7 +38,11 @@ struct Args {
     #[arg(long, env = "KAAS_CLUSTER_DIR")]
     cluster_dir: Option<PathBuf>,
     /// /metrics listener.
-    #[arg(long, env = "KAAS_OPERATOR_METRICS_LISTEN", default_value = "0.0.0.0:8080")]
+    #[arg(
+        long,
+        env = "KAAS_OPERATOR_METRICS_LISTEN",
+        default_value = "0.0.0.0:8080"
+    )]
     metrics_listen: std::net::SocketAddr,
     /// Reconcile every KafkaTopic at least this often.
     #[arg(long, env = "KAAS_OPERATOR_RESYNC_SECONDS", default_value_t = 300)]

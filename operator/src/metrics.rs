@@ -43,7 +43,10 @@ impl Metrics {
 
     /// One status patch sent.
     pub fn status_write(&self) {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).status_writes += 1;
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .status_writes += 1;
     }
 
     /// Prometheus text exposition.
@@ -76,7 +79,10 @@ impl Metrics {
             m.count
         );
         out += &format!("kaas_operator_reconcile_duration_seconds_sum {}\n", m.sum);
-        out += &format!("kaas_operator_reconcile_duration_seconds_count {}\n", m.count);
+        out += &format!(
+            "kaas_operator_reconcile_duration_seconds_count {}\n",
+            m.count
+        );
         out
     }
 }

@@ -285,7 +285,7 @@ pub fn decide(kt: &KafkaTopic, all: &[Arc<KafkaTopic>], vol: &Volume) -> Step {
                 );
             }
             if kt.spec.partitions > s.partitions {
-                if prev_not_supported(&prev, "CreatePartitions") {
+                if prev_not_supported(kt, &prev, "CreatePartitions") {
                     return status(prev_ready(&prev), have);
                 }
                 return Step::Grow {
@@ -294,7 +294,7 @@ pub fn decide(kt: &KafkaTopic, all: &[Arc<KafkaTopic>], vol: &Volume) -> Step {
                 };
             }
             if kt.spec.config != s.configs {
-                if prev_not_supported(&prev, "IncrementalAlterConfigs") {
+                if prev_not_supported(kt, &prev, "IncrementalAlterConfigs") {
                     return status(prev_ready(&prev), have);
                 }
                 let removed = s
@@ -317,10 +317,12 @@ pub fn decide(kt: &KafkaTopic, all: &[Arc<KafkaTopic>], vol: &Volume) -> Step {
 /// A NotSupported answer for `api` is remembered in the condition, so the
 /// same unsupported request is not re-sent on every resync of the same
 /// generation (no error loop); a new generation tries again.
-fn prev_not_supported(prev: &KafkaTopicStatus, api: &str) -> bool {
-    prev.conditions
-        .iter()
-        .any(|c| c.reason == "NotSupported" && c.message.contains(api))
+fn prev_not_supported(kt: &KafkaTopic, prev: &KafkaTopicStatus, api: &str) -> bool {
+    prev.observed_generation == kt.metadata.generation
+        && prev
+            .conditions
+            .iter()
+            .any(|c| c.reason == "NotSupported" && c.message.contains(api))
 }
 
 fn prev_ready(prev: &KafkaTopicStatus) -> Condition {
@@ -388,10 +390,14 @@ pub fn settle(prev: &KafkaTopicStatus, mut next: KafkaTopicStatus, now: &str) ->
 pub async fn reconcile(kt: Arc<KafkaTopic>, ctx: Arc<Context>) -> Result<Action, Error> {
     let started = std::time::Instant::now();
     let r = reconcile_inner(&kt, &ctx).await;
-    ctx.metrics.observe(started.elapsed(), r.as_ref().err().map(Error::reason));
+    ctx.metrics
+        .observe(started.elapsed(), r.as_ref().err().map(Error::reason));
     if r.is_ok() {
         if let Some(uid) = &kt.metadata.uid {
-            ctx.failures.lock().unwrap_or_else(|p| p.into_inner()).remove(uid);
+            ctx.failures
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(uid);
         }
     }
     r
@@ -476,7 +482,13 @@ async fn reconcile_inner(kt: &KafkaTopic, ctx: &Context) -> Result<Action, Error
 
 fn is_spec_error(code: i16) -> bool {
     use crate::admin::code::*;
-    [INVALID_PARTITIONS, INVALID_CONFIG, INVALID_TOPIC, POLICY_VIOLATION].contains(&code)
+    [
+        INVALID_PARTITIONS,
+        INVALID_CONFIG,
+        INVALID_TOPIC,
+        POLICY_VIOLATION,
+    ]
+    .contains(&code)
 }
 
 fn failed(kt: &KafkaTopic, reason: &str, message: String) -> KafkaTopicStatus {

@@ -9,7 +9,10 @@ use std::path::Path;
 fn committed_crds_match_crdgen() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let want = kaas_operator::crd::crd_yaml();
-    for p in ["deploy/crds/kafkatopic.yaml", "deploy/helm/kaas/crds/kafkatopic.yaml"] {
+    for p in [
+        "deploy/crds/kafkatopic.yaml",
+        "deploy/helm/kaas/crds/kafkatopic.yaml",
+    ] {
         let have = std::fs::read_to_string(root.join(p)).unwrap_or_default();
         assert!(
             have == want,
