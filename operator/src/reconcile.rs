@@ -480,6 +480,14 @@ async fn reconcile_inner(kt: &KafkaTopic, ctx: &Context) -> Result<Action, Error
     }
 }
 
+/// Every patch names the operator as its field manager.
+fn patch_params() -> PatchParams {
+    PatchParams {
+        field_manager: Some(MANAGER.to_owned()),
+        ..PatchParams::default()
+    }
+}
+
 fn is_spec_error(code: i16) -> bool {
     use crate::admin::code::*;
     [
@@ -527,12 +535,8 @@ async fn patch_finalizers(
     let patch = serde_json::json!({
         "metadata": {"finalizers": fins, "resourceVersion": kt.resource_version()}
     });
-    api.patch(
-        &kt.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await?;
+    api.patch(&kt.name_any(), &patch_params(), &Patch::Merge(&patch))
+        .await?;
     Ok(())
 }
 
@@ -547,12 +551,8 @@ async fn write_status(
     let next = settle(&prev, next, &now);
     if next != prev {
         let patch = serde_json::json!({ "status": next });
-        api.patch_status(
-            &kt.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await?;
+        api.patch_status(&kt.name_any(), &patch_params(), &Patch::Merge(&patch))
+            .await?;
         ctx.metrics.status_write();
     }
     let ready = next

@@ -23,6 +23,7 @@ use tower_test::mock;
 struct Seen {
     method: String,
     path: String,
+    query: String,
     body: serde_json::Value,
 }
 
@@ -42,12 +43,18 @@ async fn run(
         while let Some((req, send)) = handle.next_request().await {
             let method = req.method().to_string();
             let path = req.uri().path().to_string();
+            let query = req.uri().query().unwrap_or_default().to_string();
             let bytes = http_body_util::BodyExt::collect(req.into_body())
                 .await
                 .unwrap()
                 .to_bytes();
             let body: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
-            log.lock().unwrap().push(Seen { method, path, body });
+            log.lock().unwrap().push(Seen {
+                method,
+                path,
+                query,
+                body,
+            });
             let reply = serde_json::to_vec(&obj).unwrap();
             send.send_response(
                 Response::builder()
@@ -101,6 +108,11 @@ async fn adds_the_finalizer_first() {
     assert_eq!(
         seen[0].body["metadata"]["resourceVersion"], "1",
         "optimistic concurrency"
+    );
+    assert!(
+        seen[0].query.contains("fieldManager=kaas-operator"),
+        "{}",
+        seen[0].query
     );
     assert!(b.calls().is_empty(), "nothing created before the finalizer");
 }
