@@ -1,0 +1,135 @@
+"""The operator's real controller loop end to end: `kaas-operator` (next to
+$KAAS_BIN) against an in-memory Kubernetes API server on loopback
+(kmock_server.py) and a real broker. A KafkaTopic is created, becomes Ready
+with the stamp's topic id, a partition increase is NotSupported (not an
+error loop), the status settles (no rewrite when nothing changed), and a
+delete goes through the finalizer and DeleteTopics.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from conftest import free_port, kaas_bin, wait_until
+
+HERE = Path(__file__).resolve().parent
+NS = "ns"
+BASE = "/apis/kaas.io/v1alpha1/namespaces/ns/kafkatopics"
+
+
+def operator_bin() -> Path:
+    p = kaas_bin().parent / "kaas-operator"
+    if not p.exists():
+        pytest.skip(f"{p} not built (cargo build --release -p kaas-operator)")
+    return p
+
+
+class Api:
+    def __init__(self, port: int):
+        self.url = f"http://127.0.0.1:{port}"
+
+    def call(self, method: str, path: str, body=None, ctype="application/json"):
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.url + path, data=data, method=method,
+                                     headers={"Content-Type": ctype})
+        try:
+            with urllib.request.urlopen(req, timeout=5) as r:
+                return json.loads(r.read() or b"null")
+        except urllib.error.HTTPError as e:
+            if e.code == 404:
+                return None
+            raise
+
+    def get(self, name: str):
+        return self.call("GET", f"{BASE}/{name}")
+
+
+def ready(obj) -> tuple[str, str] | None:
+    for c in (obj or {}).get("status", {}).get("conditions", []):
+        if c["type"] == "Ready":
+            return c["status"], c["reason"]
+    return None
+
+
+def metric(port: int, name: str) -> float:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    return sum(float(l.split()[-1]) for l in text.splitlines() if l.startswith(name))
+
+
+@pytest.fixture
+def kube_api(tmp_path):
+    pytest.importorskip("kmock")
+    port = free_port()
+    log = open(tmp_path / "kmock.log", "w")
+    p = subprocess.Popen([sys.executable, str(HERE / "kmock_server.py"), str(port)],
+                         stdout=subprocess.PIPE, stderr=log, text=True)
+    assert p.stdout.readline().strip() == "ready"
+    yield Api(port)
+    p.terminate()
+    p.wait(10)
+
+
+@pytest.mark.timeout(120)
+def test_operator_loop_against_in_memory_api_server(broker, kube_api, tmp_path):
+    op = operator_bin()
+    api = kube_api
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "kmock",
+        "clusters": [{"name": "kmock", "cluster": {"server": api.url}}],
+        "users": [{"name": "u", "user": {}}],
+        "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "u", "namespace": NS}}],
+    }))
+    # kmock knows a resource once it holds an object of it: create first.
+    api.call("POST", BASE, {"apiVersion": "kaas.io/v1alpha1", "kind": "KafkaTopic",
+                            "metadata": {"name": "orders", "namespace": NS},
+                            "spec": {"partitions": 3}})
+    mport = free_port()
+    log = open(tmp_path / "operator.log", "w")
+    proc = subprocess.Popen([str(op)], stdout=log, stderr=subprocess.STDOUT, env={
+        "PATH": os.environ.get("PATH", ""), "KUBECONFIG": str(kubeconfig),
+        "KAAS_WATCH_NAMESPACE": NS, "KAAS_BOOTSTRAP": broker.bootstrap,
+        "KAAS_DATA_DIR": str(broker.data_dir), "KAAS_OPERATOR_METRICS_LISTEN": f"127.0.0.1:{mport}",
+        "KAAS_LOG": "info,kaas_operator=debug"})
+    oplog = lambda: (tmp_path / "operator.log").read_text()[-4000:]  # noqa: E731
+    try:
+        obj = wait_until(lambda: ready(api.get("orders")) == ("True", "Ready") and api.get("orders"),
+                         30, what="orders Ready")
+        stamp = json.loads((broker.data_dir / "orders" / ".topic-id.json").read_text())
+        assert obj["status"]["topicId"] == stamp["topic_id"], oplog()
+        assert obj["status"]["partitions"] == 3
+        assert obj["metadata"]["finalizers"] == ["kaas.io/topic-deletion"]
+
+        # Nothing changes: the status is not rewritten.
+        writes = metric(mport, "kaas_operator_status_writes_total")
+        time.sleep(2)
+        assert metric(mport, "kaas_operator_status_writes_total") == writes, oplog()
+
+        # More partitions: the broker does not serve CreatePartitions yet.
+        api.call("PATCH", f"{BASE}/orders", {"spec": {"partitions": 6}}, "application/merge-patch+json")
+        wait_until(lambda: ready(api.get("orders")) == ("False", "NotSupported"), 30,
+                   what="NotSupported")
+        errors = metric(mport, "kaas_operator_reconcile_errors_total")
+        time.sleep(2)
+        assert metric(mport, "kaas_operator_reconcile_errors_total") == errors, "error loop"
+
+        # Delete: finalizer -> DeleteTopics -> released.
+        api.call("DELETE", f"{BASE}/orders")
+        wait_until(lambda: api.get("orders") is None, 30, what="resource released")
+        assert not (broker.data_dir / "orders").exists()
+        assert metric(mport, 'kaas_operator_reconciles_total{result="ok"}') >= 3
+        assert proc.poll() is None, oplog()
+    except BaseException:
+        print(oplog())
+        raise
+    finally:
+        proc.terminate()
+        proc.wait(10)
