@@ -333,13 +333,20 @@ fn prev_ready(prev: &KafkaTopicStatus) -> Condition {
         .unwrap_or_else(|| ready("Unknown", "Unknown", ""))
 }
 
-/// Read the stamp of `topic` under `data` with the volume crate.
+/// Read the stamp of `topic` under `data` with the volume crate, with the
+/// configs in force (altered ones from `.topic-config.json` when it belongs
+/// to this incarnation), so a config the brokers applied reads as applied.
 pub fn read_volume(data: &std::path::Path, topic: &str) -> std::io::Result<Volume> {
     // The operator's mount is read-only: RealFs here only ever reads.
     let fs = kaas_volume::fs::RealFs;
-    Ok(match topic_dir::read_stamp(&fs, &data.join(topic))? {
+    let dir = data.join(topic);
+    Ok(match topic_dir::read_stamp(&fs, &dir)? {
         None => Volume::Absent,
-        Some(Ok(s)) => Volume::Stamped(s),
+        Some(Ok(_)) => match kaas_volume::topic_config::read_topic(&fs, &dir) {
+            Ok(Some(s)) => Volume::Stamped(s),
+            Ok(None) => Volume::Absent,
+            Err(e) => Volume::Unreadable(e.to_string()),
+        },
         Some(Err(e)) => Volume::Unreadable(e),
     })
 }
