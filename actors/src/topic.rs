@@ -206,6 +206,40 @@ pub struct GrowTopic {
     pub validate_only: bool,
 }
 
+/// Change the client quotas (AlterClientQuotas): a new version in `dir`
+/// (see [`kaas_volume::quotas`]), written through the catalog's
+/// lease-guarded seam. `change` validates and applies the operations.
+#[derive(Message)]
+#[rtype(result = "Result<kaas_volume::quotas::Quotas, String>")]
+pub struct AlterQuotas {
+    /// `<cluster>/quotas`.
+    pub dir: PathBuf,
+    /// The operations, applied to the newest version (possibly again, if
+    /// another broker's change lands first).
+    #[allow(clippy::type_complexity)]
+    pub change: Box<dyn FnMut(&mut kaas_volume::quotas::Quotas) -> Result<(), String> + Send>,
+}
+
+impl Handler<AlterQuotas> for TopicCatalog {
+    type Result = Result<kaas_volume::quotas::Quotas, String>;
+    fn handle(&mut self, mut m: AlterQuotas, _: &mut Context<Self>) -> Self::Result {
+        #[derive(Debug)]
+        struct E(String);
+        impl From<std::io::Error> for E {
+            fn from(e: std::io::Error) -> Self {
+                E(format!("storage: {e}"))
+            }
+        }
+        kaas_volume::quotas::alter(self.fs.as_ref(), &m.dir, |q| (m.change)(q).map_err(E))
+            .map(|(_, q)| q)
+            .map_err(|E(e)| e)
+    }
+}
+
+impl MessageName for AlterQuotas {
+    const NAME: &'static str = "alter_quotas";
+}
+
 /// Ask for a topic's deletion (by name; by id too when `id` is set).
 #[derive(Message)]
 #[rtype(result = "Result<TopicStamp, TopicError>")]
@@ -249,7 +283,13 @@ impl MessageName for GrowTopic {
     const NAME: &'static str = "grow_topic";
 }
 
-crate::instrumented!(TopicCatalog: CreateTopic, RequestDelete, AlterTopicConfigs, GrowTopic);
+crate::instrumented!(
+    TopicCatalog: CreateTopic,
+    RequestDelete,
+    AlterTopicConfigs,
+    GrowTopic,
+    AlterQuotas
+);
 
 impl Handler<AlterTopicConfigs> for TopicCatalog {
     type Result = Result<TopicStamp, TopicError>;

@@ -12,6 +12,7 @@ pub mod dev;
 pub mod fd_budget;
 pub mod fetch_session;
 pub mod limits;
+pub mod quota;
 pub mod reserve;
 pub mod server;
 pub mod state;

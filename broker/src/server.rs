@@ -105,6 +105,10 @@ pub fn run(args: BrokerArgs) -> anyhow::Result<()> {
             handles,
         ));
         broker.reserve.start()?;
+        broker.quotas.start_reload(
+            fs.clone(),
+            cluster_dir.join(kaas_volume::layout::QUOTAS_DIR),
+        )?;
         if broker.reserve.applies() {
             tracing::info!(
                 reserve = args.data_reserve_bytes,

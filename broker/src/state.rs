@@ -81,6 +81,8 @@ pub struct Broker {
     pub peer_warnings: crate::limits::PeerWarnings,
     /// The data volume's free-space reserve (see [`crate::reserve`]).
     pub reserve: Arc<crate::reserve::Reserve>,
+    /// Client byte-rate quotas (see [`crate::quota`]).
+    pub quotas: Arc<crate::quota::QuotaManager>,
     /// KIP-227 incremental fetch sessions (see [`crate::fetch_session`]).
     pub fetch_sessions: std::sync::Mutex<crate::fetch_session::FetchSessions>,
 }
@@ -146,6 +148,7 @@ impl Broker {
             )),
             peer_warnings: crate::limits::PeerWarnings::new(Duration::from_secs(10)),
             fetch_sessions: Default::default(),
+            quotas: Default::default(),
             reserve: Arc::new(crate::reserve::Reserve::new(
                 &args.data_dir,
                 &args.cluster_dir(),

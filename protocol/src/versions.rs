@@ -49,6 +49,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeCluster, 0, 1),
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::OffsetDelete, 0, 0),
+    (ApiKey::DescribeClientQuotas, 0, 1),
+    (ApiKey::AlterClientQuotas, 0, 1),
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::AlterConfigs, 0, 2),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
@@ -177,6 +179,12 @@ mod tests {
             ApiKey::ListGroups => RequestKind::ListGroups(ListGroupsRequest::default()),
             ApiKey::DeleteGroups => RequestKind::DeleteGroups(DeleteGroupsRequest::default()),
             ApiKey::OffsetDelete => RequestKind::OffsetDelete(OffsetDeleteRequest::default()),
+            ApiKey::DescribeClientQuotas => {
+                RequestKind::DescribeClientQuotas(DescribeClientQuotasRequest::default())
+            }
+            ApiKey::AlterClientQuotas => {
+                RequestKind::AlterClientQuotas(AlterClientQuotasRequest::default())
+            }
             ApiKey::CreatePartitions => {
                 RequestKind::CreatePartitions(CreatePartitionsRequest::default())
             }
@@ -237,6 +245,12 @@ mod tests {
             ApiKey::ListGroups => ResponseKind::ListGroups(ListGroupsResponse::default()),
             ApiKey::DeleteGroups => ResponseKind::DeleteGroups(DeleteGroupsResponse::default()),
             ApiKey::OffsetDelete => ResponseKind::OffsetDelete(OffsetDeleteResponse::default()),
+            ApiKey::DescribeClientQuotas => {
+                ResponseKind::DescribeClientQuotas(DescribeClientQuotasResponse::default())
+            }
+            ApiKey::AlterClientQuotas => {
+                ResponseKind::AlterClientQuotas(AlterClientQuotasResponse::default())
+            }
             ApiKey::CreatePartitions => {
                 ResponseKind::CreatePartitions(CreatePartitionsResponse::default())
             }

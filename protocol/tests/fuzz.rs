@@ -203,6 +203,12 @@ fn request_corpus() -> Vec<Bytes> {
                 ApiKey::ListPartitionReassignments => RequestKind::ListPartitionReassignments(
                     ListPartitionReassignmentsRequest::default(),
                 ),
+                ApiKey::DescribeClientQuotas => {
+                    RequestKind::DescribeClientQuotas(DescribeClientQuotasRequest::default())
+                }
+                ApiKey::AlterClientQuotas => {
+                    RequestKind::AlterClientQuotas(AlterClientQuotasRequest::default())
+                }
                 other => panic!("corpus lacks {other:?}"),
             };
             let frame = request_frame(key, v, &body);

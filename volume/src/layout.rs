@@ -61,6 +61,8 @@ pub const BROKERS_DIR: &str = "brokers";
 pub const CONTROLLER_DIR: &str = "controller";
 /// Directory of producer-id blocks, inside the cluster directory.
 pub const PRODUCER_IDS_DIR: &str = "producer-ids";
+/// Client quotas, one file per version (see [`crate::quotas`]).
+pub const QUOTAS_DIR: &str = "quotas";
 
 /// Which file of a segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -183,6 +185,16 @@ pub fn parse_producer_id_block(name: &str) -> Option<i64> {
         .strip_suffix(".json")?
         .parse()
         .ok()
+}
+
+/// `v-<n:012>.json`: version `n` of the client quotas (in [`QUOTAS_DIR`]).
+pub fn quotas_version(n: u64) -> String {
+    format!("v-{n:012}.json")
+}
+
+/// Inverse of [`quotas_version`].
+pub fn parse_quotas_version(name: &str) -> Option<u64> {
+    name.strip_prefix("v-")?.strip_suffix(".json")?.parse().ok()
 }
 
 /// `<id>.json`: a broker's liveness record (in [`BROKERS_DIR`]).

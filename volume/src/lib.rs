@@ -18,6 +18,7 @@ pub mod cluster_id;
 pub mod fs;
 pub mod identity;
 pub mod layout;
+pub mod quotas;
 pub mod substrate;
 pub mod topic_config;
 pub mod topic_dir;

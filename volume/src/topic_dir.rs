@@ -322,12 +322,18 @@ pub fn delete_requested(fs: &dyn Fs, dir: &Path, id: Uuid) -> io::Result<bool> {
 /// directory aside to `.deleted-<id>`, then try once to remove the tree; a
 /// [`Janitor`] pass re-drives an unfinished removal. `Ok(false)` if the
 /// directory holds another incarnation or none (already renamed aside: a
-/// lost reply, or a re-drive).
+/// lost reply, or a re-drive), or if its delete was never requested.
 pub fn delete_incarnation(fs: &dyn Fs, data: &Path, name: &str, id: Uuid) -> io::Result<bool> {
     // The stamp by exact name: the directory may be another incarnation.
     match read_stamp(fs, &data.join(name))? {
         Some(Ok(s)) if s.topic_id == id => {}
         _ => return Ok(false),
+    }
+    // Only a delete that was asked for removes anything: a topic the
+    // controller merely failed to see (a stale listing) is let go, never
+    // destroyed.
+    if !delete_requested(fs, &data.join(name), id)? {
+        return Ok(false);
     }
     let aside = data.join(layout::deleted_topic(id));
     match fs.rename(&data.join(name), &aside) {
@@ -430,12 +436,10 @@ mod tests {
         s
     }
 
-    /// The controller's last step, for whatever incarnation `name` holds.
+    /// A requested delete and the controller's last step, for whatever
+    /// incarnation `name` holds.
     fn delete(fs: &dyn Fs, data: &Path, name: &str) -> Result<TopicStamp, TopicError> {
-        let s = match read_stamp(fs, &data.join(name))? {
-            Some(Ok(s)) => s,
-            _ => return Err(TopicError::Unknown(name.into())),
-        };
+        let s = request_delete(fs, data, name, None)?;
         delete_incarnation(fs, data, name, s.topic_id)?;
         Ok(s)
     }
@@ -454,6 +458,11 @@ mod tests {
             Err(TopicError::Unknown("t".into())),
             "by id: another incarnation's id is unknown"
         );
+        assert!(
+            !delete_incarnation(&RealFs, d.path(), "t", a.topic_id).unwrap(),
+            "never removed unless asked for (a topic missing from a listing is not deleted)"
+        );
+        assert!(dir.is_dir());
         assert_eq!(request_delete(&RealFs, d.path(), "t", None).unwrap(), a);
         // Idempotent: asking again is the same request.
         assert_eq!(
@@ -513,6 +522,7 @@ mod tests {
         let ffs = FaultFs::new();
         ffs.silly_rename(true);
         let s = create_named(&ffs, d.path(), "t");
+        request_delete(&ffs, d.path(), "t", None).unwrap();
         ffs.create_dir_all(&d.path().join("t/0")).unwrap();
         for f in ["a.log", "b.log"] {
             let w = ffs.create_exclusive(&d.path().join("t/0").join(f)).unwrap();

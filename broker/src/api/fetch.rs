@@ -42,7 +42,32 @@ struct FetchItem {
 /// Everything runs in the completion phase: a fetch enqueues nothing.
 pub async fn handle(b: &Arc<Broker>, v: i16, r: FetchRequest) -> Reply<FetchResponse> {
     let b = b.clone();
-    Reply::Later(async move { fetch(&b, r, v).await }.boxed())
+    let client = super::client_id();
+    Reply::Later(
+        async move {
+            let mut resp = fetch(&b, r, v).await;
+            // Over its quota, the answer is held back (and says for how
+            // long), so the consumer's next fetch comes that much later.
+            let bytes: usize = resp
+                .responses
+                .iter()
+                .flat_map(|t| t.partitions.iter())
+                .map(|p| p.records.as_ref().map_or(0, |x| x.len()))
+                .sum();
+            let throttle = b.quotas.record(
+                crate::quota::Kind::Fetch,
+                &client,
+                bytes as u64,
+                Instant::now(),
+            );
+            if !throttle.is_zero() {
+                resp.throttle_time_ms = throttle.as_millis().min(i32::MAX as u128) as i32;
+                tokio::time::sleep(throttle).await;
+            }
+            resp
+        }
+        .boxed(),
+    )
 }
 
 /// The bytes of `records` a client at fetch version `v` may be served: all

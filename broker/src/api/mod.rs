@@ -111,6 +111,8 @@ routes! {
     DescribeConfigs => admin::describe_configs::handle,
     DescribeCluster => describe_cluster::handle,
     FindCoordinator => group::find_coordinator::handle,
+    DescribeClientQuotas => admin::client_quotas::describe,
+    AlterClientQuotas => admin::client_quotas::alter,
     DeleteGroups => group::delete_groups::handle,
     OffsetDelete => group::offset_delete::handle,
     JoinGroup => group::join_group::handle,
@@ -169,7 +171,22 @@ pub async fn dispatch(b: &Arc<Broker>, h: &RequestHeader, body: RequestKind) -> 
     if !kaas_protocol::versions::is_supported(h.api_key, h.api_version) {
         return Dispatched::NotAdvertised;
     }
-    route(b, h.api_version, body).await
+    let client: Arc<str> = Arc::from(h.client_id.as_deref().unwrap_or(""));
+    CLIENT_ID.scope(client, route(b, h.api_version, body)).await
+}
+
+tokio::task_local! {
+    /// The request header's client id, for the dispatch phase of a handler
+    /// (quotas): read it with [`client_id`] before the handler returns its
+    /// completion future.
+    static CLIENT_ID: Arc<str>;
+}
+
+/// The client id of the request being dispatched ("" outside one).
+pub(crate) fn client_id() -> Arc<str> {
+    CLIENT_ID
+        .try_with(|c| c.clone())
+        .unwrap_or_else(|_| Arc::from(""))
 }
 
 /// A protocol string.

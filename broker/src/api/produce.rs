@@ -97,6 +97,13 @@ fn check_limits(infos: &[BatchInfo], l: &ProduceLimits, now_ms: i64) -> Result<(
 /// Dispatch phase: validate and enqueue every partition, in request order.
 pub async fn handle(b: &Arc<Broker>, v: i16, r: ProduceRequest) -> Reply<ProduceResponse> {
     let acks = r.acks;
+    let client = super::client_id();
+    let bytes: usize = r
+        .topic_data
+        .iter()
+        .flat_map(|t| t.partition_data.iter())
+        .map(|p| p.records.as_ref().map_or(0, |x| x.len()))
+        .sum();
     let refuse_all = refuse_all(&r);
     let mut topics: Vec<(TopicProduceResponse, Vec<Slot>)> = Vec::new();
     for td in r.topic_data {
@@ -165,11 +172,30 @@ pub async fn handle(b: &Arc<Broker>, v: i16, r: ProduceRequest) -> Reply<Produce
         }
         topics.push((tr, slots));
     }
+    // Over its quota, the connection is held here, before its next request
+    // is read (Kafka mutes the channel), and the answer says for how long.
+    let throttle = b.quotas.record(
+        crate::quota::Kind::Produce,
+        &client,
+        bytes as u64,
+        Instant::now(),
+    );
+    if !throttle.is_zero() {
+        tokio::time::sleep(throttle).await;
+    }
     if acks == 0 {
         return Reply::Nothing;
     }
     let timeout = Duration::from_millis(r.timeout_ms.max(0) as u64);
-    Reply::Later(complete(topics, timeout, v).boxed())
+    let throttle_ms = throttle.as_millis().min(i32::MAX as u128) as i32;
+    Reply::Later(
+        complete(topics, timeout, v)
+            .map(move |mut resp| {
+                resp.throttle_time_ms = throttle_ms;
+                resp
+            })
+            .boxed(),
+    )
 }
 
 /// Completion phase: wait (bounded by the request timeout) for each

@@ -165,10 +165,17 @@ impl Admin for FakeBrokers {
     fn delete_topic(&self, name: &str) -> BoxFuture<'_, Result<(), AdminError>> {
         let r = self
             .enter(format!("DeleteTopics {name}"), ApiKey::DeleteTopics)
-            .and_then(|()| match topic_dir::delete(&RealFs, &self.data, name) {
-                Ok(_) | Err(topic_dir::TopicError::Unknown(_)) => Ok(()),
-                Err(e) => Err(kafka(e)),
-            });
+            // The brokers' delete: the request, then (the controller, once
+            // every partition is let go) the rename aside.
+            .and_then(
+                |()| match topic_dir::request_delete(&RealFs, &self.data, name, None) {
+                    Ok(s) => topic_dir::delete_incarnation(&RealFs, &self.data, name, s.topic_id)
+                        .map(|_| ())
+                        .map_err(|e| kafka(topic_dir::TopicError::from(e))),
+                    Err(topic_dir::TopicError::Unknown(_)) => Ok(()),
+                    Err(e) => Err(kafka(e)),
+                },
+            );
         Box::pin(async move { r })
     }
 

@@ -9,6 +9,7 @@
 //! type, source, synonyms, documentation) and CreateTopics reuses.
 
 pub mod alter_configs;
+pub mod client_quotas;
 pub mod create_partitions;
 pub mod create_topics;
 pub mod delete_records;
