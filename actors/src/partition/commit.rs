@@ -20,6 +20,7 @@
 
 use super::log::{LogError, PartitionLog, SyncTarget};
 use super::messages::{AppendTicket, PartitionError};
+use super::producers::SequenceError;
 use crate::clock::SharedClock;
 use crate::cluster::lease::Lease;
 use kaas_volume::fs::is_fenced;
@@ -48,6 +49,9 @@ pub enum Refused {
     NotOpen,
     /// The batch would overflow offsets or a segment; nothing was written.
     TooLarge,
+    /// An idempotent batch failed its sequence or epoch check; nothing was
+    /// written.
+    Sequence(SequenceError),
     /// See [`Halt`].
     Halted(Halt),
 }
@@ -80,7 +84,16 @@ pub fn storage(e: LogError) -> PartitionError {
         LogError::Fenced { .. } => PartitionError::NotLeader(e.to_string()),
         LogError::Io(ref io) if is_fenced(io) => PartitionError::NotLeader(e.to_string()),
         LogError::Overflow => PartitionError::TooLarge,
+        LogError::Sequence(e) => sequence(e),
         e => PartitionError::Storage(e.to_string()),
+    }
+}
+
+/// Map a refused idempotent batch to what a client is told.
+pub fn sequence(e: SequenceError) -> PartitionError {
+    match e {
+        SequenceError::OutOfOrder { .. } => PartitionError::OutOfOrderSequence(e.to_string()),
+        SequenceError::StaleEpoch { .. } => PartitionError::InvalidProducerEpoch(e.to_string()),
     }
 }
 
@@ -216,24 +229,41 @@ impl CommitGate {
 
     /// Append validated batches; with `wait_durable` the ticket carries a
     /// receiver answered once an fsync covers them (under a valid lease).
+    ///
+    /// A duplicate of an idempotent batch already written is answered with
+    /// the original's offsets, and only once the original is durable: at
+    /// once if the high watermark already covers it, else by the same
+    /// release that answers the original (its waiter waits for the
+    /// original's last offset). If that fsync fails, both fail, and the
+    /// retry after the restart finds a state rebuilt from the durable log.
     pub fn append(
         &mut self,
         records: &[u8],
         infos: &[kaas_protocol::batch::BatchInfo],
         wait_durable: bool,
     ) -> Result<AppendTicket, Refused> {
+        let now = self.clock.now_ms();
         let Some(log) = self.writable().map_err(Refused::Halted)? else {
             return Err(Refused::NotOpen);
         };
-        let appended = match log.append(records, infos) {
+        let appended = match log.append_at(records, infos, now) {
             Ok(a) => a,
             Err(LogError::Overflow) => return Err(Refused::TooLarge),
+            Err(LogError::Sequence(e)) => return Err(Refused::Sequence(e)),
             Err(e) => return Err(Refused::Halted(self.failed(e))),
         };
         let log_start_offset = log.log_start_offset();
+        let hw = log.high_watermark();
         let durable = wait_durable.then(|| {
             let (tx, rx) = oneshot::channel();
-            self.waiters.push_back((appended.last_offset, tx));
+            if appended.duplicate && appended.last_offset < hw {
+                let _ = tx.send(Ok(hw));
+            } else {
+                // `release` answers a waiter only when the high watermark
+                // passes its own last offset, so a duplicate queued behind
+                // later writes is never answered before its original.
+                self.waiters.push_back((appended.last_offset, tx));
+            }
             rx
         });
         Ok(AppendTicket {

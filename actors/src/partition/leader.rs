@@ -435,6 +435,7 @@ impl PartitionLeader {
             Ok(t) => t,
             Err(Refused::NotOpen) => return Err(self.unavailable()),
             Err(Refused::TooLarge) => return Err(PartitionError::TooLarge),
+            Err(Refused::Sequence(e)) => return Err(super::commit::sequence(e)),
             Err(Refused::Halted(h)) => {
                 self.halted(h, ctx);
                 return Err(self.unavailable());

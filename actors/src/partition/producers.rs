@@ -189,6 +189,11 @@ impl ProducerStates {
         self.producers.get(&producer_id)
     }
 
+    /// Every tracked producer, in no particular order.
+    pub fn entries(&self) -> impl Iterator<Item = (i64, &ProducerEntry)> {
+        self.producers.iter().map(|(p, e)| (*p, e))
+    }
+
     /// Check the idempotent batches of one append, in write order, each
     /// against the state left by the ones before it. Pure: nothing changes
     /// until [`Self::apply`].
