@@ -493,6 +493,60 @@ pub(crate) mod tests {
         assert_eq!(r.gate.pending(), 0);
     }
 
+    /// Catches: a duplicate answered before its original is durable (the
+    /// client would be told "stored" for bytes a crash can still lose), or
+    /// answered with the duplicate's own offsets.
+    #[test]
+    fn a_duplicate_is_answered_with_the_original_offset_only_after_its_fsync() {
+        let mut r = rig(LogConfig::default());
+        let b = crate::partition::tests::idem_batch(&["a", "b"], 4, 0, 0);
+        let infos = validate_batches(&b).unwrap();
+        let (pb, pinfos) = batch(1);
+        let mut plain = r.gate.append(&pb, &pinfos, true).unwrap().durable.unwrap(); // offset 0
+        let orig = r.gate.append(&b, &infos, true).unwrap(); // offsets 1..=2
+        assert_eq!(orig.base_offset, 1);
+        let t = r.gate.begin_sync().unwrap(); // covers 0..=2
+        let dup = r.gate.append(&b, &infos, true).unwrap();
+        assert_eq!(dup.base_offset, 1, "the original's offset");
+        let mut dup_rx = dup.durable.unwrap();
+        assert!(dup_rx.try_recv().is_err(), "not before the original is durable");
+        let res = t.file.sync_data();
+        r.gate.synced(t, res).unwrap();
+        assert_eq!(plain.try_recv().unwrap(), Ok(3));
+        assert_eq!(dup_rx.try_recv().unwrap(), Ok(3));
+        // Once durable, a duplicate is answered at once and writes nothing.
+        let ops = r.fs.ops();
+        let mut again = r.gate.append(&b, &infos, true).unwrap();
+        assert_eq!(again.base_offset, 1);
+        assert_eq!(again.durable.as_mut().unwrap().try_recv().unwrap(), Ok(3));
+        assert_eq!(r.fs.ops(), ops);
+        assert!(r.gate.begin_sync().is_none(), "nothing was written");
+        // A gap is refused, not halted.
+        let gap = crate::partition::tests::idem_batch(&["c"], 4, 0, 5);
+        let ginfos = validate_batches(&gap).unwrap();
+        assert!(matches!(
+            r.gate.append(&gap, &ginfos, true),
+            Err(Refused::Sequence(SequenceError::OutOfOrder { .. }))
+        ));
+        assert!(r.gate.log().is_some());
+    }
+
+    /// Catches: a duplicate whose original is lost with a failed fsync
+    /// being answered as stored.
+    #[test]
+    fn a_failed_fsync_fails_the_duplicate_too() {
+        let mut r = rig(LogConfig::default());
+        let b = crate::partition::tests::idem_batch(&["a"], 4, 0, 0);
+        let infos = validate_batches(&b).unwrap();
+        let mut orig = r.gate.append(&b, &infos, true).unwrap().durable.unwrap();
+        let mut dup = r.gate.append(&b, &infos, true).unwrap().durable.unwrap();
+        let t = r.gate.begin_sync().unwrap();
+        let res = Err(io::Error::other("injected"));
+        assert!(matches!(r.gate.synced(t, res), Err(Halt::Failed(_))));
+        assert!(matches!(orig.try_recv().unwrap(), Err(PartitionError::Storage(_))));
+        assert!(matches!(dup.try_recv().unwrap(), Err(PartitionError::Storage(_))));
+    }
+
     #[test]
     fn lease_expiry_releases_nothing() {
         let mut r = rig(LogConfig::default());
