@@ -242,7 +242,13 @@ impl CommitGate {
         infos: &[kaas_protocol::batch::BatchInfo],
         wait_durable: bool,
     ) -> Result<AppendTicket, Refused> {
-        let now = self.clock.now_ms();
+        // Only idempotent producers need the time (expiry); the plain hot
+        // path skips the clock read.
+        let now = if infos.iter().any(|b| b.has_producer_id()) {
+            self.clock.now_ms()
+        } else {
+            0
+        };
         let Some(log) = self.writable().map_err(Refused::Halted)? else {
             return Err(Refused::NotOpen);
         };
