@@ -515,7 +515,10 @@ pub(crate) mod tests {
         let dup = r.gate.append(&b, &infos, true).unwrap();
         assert_eq!(dup.base_offset, 1, "the original's offset");
         let mut dup_rx = dup.durable.unwrap();
-        assert!(dup_rx.try_recv().is_err(), "not before the original is durable");
+        assert!(
+            dup_rx.try_recv().is_err(),
+            "not before the original is durable"
+        );
         let res = t.file.sync_data();
         r.gate.synced(t, res).unwrap();
         assert_eq!(plain.try_recv().unwrap(), Ok(3));
@@ -549,8 +552,14 @@ pub(crate) mod tests {
         let t = r.gate.begin_sync().unwrap();
         let res = Err(io::Error::other("injected"));
         assert!(matches!(r.gate.synced(t, res), Err(Halt::Failed(_))));
-        assert!(matches!(orig.try_recv().unwrap(), Err(PartitionError::Storage(_))));
-        assert!(matches!(dup.try_recv().unwrap(), Err(PartitionError::Storage(_))));
+        assert!(matches!(
+            orig.try_recv().unwrap(),
+            Err(PartitionError::Storage(_))
+        ));
+        assert!(matches!(
+            dup.try_recv().unwrap(),
+            Err(PartitionError::Storage(_))
+        ));
     }
 
     #[test]

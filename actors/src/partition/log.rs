@@ -1218,7 +1218,11 @@ fn load_producers(
             .unwrap_or(m.log_start_offset)
     });
     let mut replayed = 0;
-    for seg in m.segments.iter().filter(|s| s.next_offset > start && s.size > 0) {
+    for seg in m
+        .segments
+        .iter()
+        .filter(|s| s.next_offset > start && s.size > 0)
+    {
         let f = fs.open_read(&dir.join(layout::segment_log(seg.base, seg.epoch)))?;
         let mut pos = 0u64;
         while let Some(h) = header_at(f.as_ref(), pos, seg.size)? {

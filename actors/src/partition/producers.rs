@@ -117,7 +117,9 @@ fn in_sequence(last: i32, next: i32) -> bool {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SequenceError {
     /// OUT_OF_ORDER_SEQUENCE_NUMBER (45).
-    #[error("out of order sequence for producer {producer_id} epoch {epoch}: {found} after {last:?}")]
+    #[error(
+        "out of order sequence for producer {producer_id} epoch {epoch}: {found} after {last:?}"
+    )]
     OutOfOrder {
         /// The producer.
         producer_id: i64,
@@ -481,7 +483,11 @@ mod tests {
         // in sequence either.
         assert!(matches!(
             put(&mut s, inc(1, 0, 0, 1, 50)),
-            Err(SequenceError::OutOfOrder { found: 0, last: Some(5), .. })
+            Err(SequenceError::OutOfOrder {
+                found: 0,
+                last: Some(5),
+                ..
+            })
         ));
     }
 
@@ -510,12 +516,20 @@ mod tests {
         put(&mut s, inc(1, 3, 1, 1, 1)).unwrap();
         assert!(matches!(
             put(&mut s, inc(1, 2, 2, 1, 2)),
-            Err(SequenceError::StaleEpoch { epoch: 2, current: 3, .. })
+            Err(SequenceError::StaleEpoch {
+                epoch: 2,
+                current: 3,
+                ..
+            })
         ));
         // KIP-360 bump: a new epoch must start at 0.
         assert!(matches!(
             put(&mut s, inc(1, 4, 2, 1, 2)),
-            Err(SequenceError::OutOfOrder { epoch: 4, last: None, .. })
+            Err(SequenceError::OutOfOrder {
+                epoch: 4,
+                last: None,
+                ..
+            })
         ));
         assert_eq!(put(&mut s, inc(1, 4, 0, 1, 2)), Ok(None));
         let e = s.get(1).unwrap();
@@ -547,7 +561,9 @@ mod tests {
         let mut s = ProducerStates::new();
         put(&mut s, inc(1, 0, i32::MAX - 1, 4, 0)).unwrap();
         assert_eq!(s.get(1).unwrap().batches[0].last_seq, 1);
-        assert!(put(&mut s, inc(1, 0, i32::MAX - 1, 4, 9)).unwrap().is_some());
+        assert!(put(&mut s, inc(1, 0, i32::MAX - 1, 4, 9))
+            .unwrap()
+            .is_some());
         assert_eq!(put(&mut s, inc(1, 0, 2, 1, 4)), Ok(None));
     }
 
@@ -556,14 +572,19 @@ mod tests {
         let s = ProducerStates::new();
         // Two in-order batches of one producer in one append: both fine.
         let v = s
-            .check(&[inc(1, 0, 0, 2, 0), inc(1, 0, 2, 1, 2), inc(2, 0, 0, 1, 3)], 5)
+            .check(
+                &[inc(1, 0, 0, 2, 0), inc(1, 0, 2, 1, 2), inc(2, 0, 0, 1, 3)],
+                5,
+            )
             .unwrap();
         let Verdict::Append(st) = v else { panic!() };
         let mut s2 = s.clone();
         s2.apply(st);
         assert_eq!(s2.get(1).unwrap().batches.len(), 2);
         // A gap inside the append refuses all of it.
-        assert!(s.check(&[inc(1, 0, 0, 2, 0), inc(1, 0, 3, 1, 2)], 5).is_err());
+        assert!(s
+            .check(&[inc(1, 0, 0, 2, 0), inc(1, 0, 3, 1, 2)], 5)
+            .is_err());
         // A batch repeated inside one append is a duplicate of the first.
         assert!(matches!(
             s.check(&[inc(1, 0, 0, 2, 0), inc(1, 0, 0, 2, 2)], 5),

@@ -868,7 +868,10 @@ fn a_retried_batch_is_a_duplicate_and_gaps_and_stale_epochs_write_nothing() {
     assert_eq!((a.base_offset, a.duplicate), (0, false));
     append(&mut log, &["plain"], 100);
     let dup = idem(&mut log, &["a", "b"], 5, 0, 0).unwrap();
-    assert_eq!((dup.base_offset, dup.last_offset, dup.duplicate), (0, 1, true));
+    assert_eq!(
+        (dup.base_offset, dup.last_offset, dup.duplicate),
+        (0, 1, true)
+    );
     assert_eq!(log.next_offset(), 3, "a duplicate writes nothing");
     assert!(matches!(
         idem(&mut log, &["c"], 5, 0, 3),
@@ -881,7 +884,10 @@ fn a_retried_batch_is_a_duplicate_and_gaps_and_stale_epochs_write_nothing() {
     assert_eq!(idem(&mut log, &["c"], 5, 1, 0).unwrap().base_offset, 3);
     assert!(matches!(
         idem(&mut log, &["d"], 5, 0, 3),
-        Err(LogError::Sequence(SequenceError::StaleEpoch { current: 1, .. }))
+        Err(LogError::Sequence(SequenceError::StaleEpoch {
+            current: 1,
+            ..
+        }))
     ));
     assert_eq!(log.next_offset(), 4);
     log.sync_now().unwrap();
@@ -1034,7 +1040,10 @@ fn crash_at_every_step_of_the_producer_snapshot() {
     let before = clean.ops();
     log.snapshot_producers(2_000).unwrap();
     let steps = clean.ops() - before;
-    assert!(steps >= 4, "temp create, write, fsync, rename (+ dir fsync)");
+    assert!(
+        steps >= 4,
+        "temp create, write, fsync, rename (+ dir fsync)"
+    );
     for n in 1..=steps + 1 {
         let d = tempfile::tempdir().unwrap();
         let ffs = FaultFs::new();
@@ -1050,7 +1059,9 @@ fn crash_at_every_step_of_the_producer_snapshot() {
             .unwrap_or_else(|e| panic!("crash at step {n}: reopen failed: {e}"));
         assert_eq!(shape(log.producers()), want, "crash at step {n}");
         assert!(
-            idem(&mut log, &["u"], 9, 0, SNAPSHOTS_KEPT as i32).unwrap().duplicate,
+            idem(&mut log, &["u"], 9, 0, SNAPSHOTS_KEPT as i32)
+                .unwrap()
+                .duplicate,
             "step {n}: the last batch is still known"
         );
         drop(log);
@@ -1062,7 +1073,10 @@ fn crash_at_every_step_of_the_producer_snapshot() {
             !names.iter().any(|n| n.starts_with(".tmp-")),
             "step {n}: temp left: {names:?}"
         );
-        assert!(snapshot_names(d.path()).len() <= SNAPSHOTS_KEPT, "{names:?}");
+        assert!(
+            snapshot_names(d.path()).len() <= SNAPSHOTS_KEPT,
+            "{names:?}"
+        );
     }
 }
 
