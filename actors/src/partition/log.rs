@@ -676,7 +676,10 @@ impl PartitionLog {
             .unwrap_or(manifest.log_start_offset);
         let loaded = load_producers(fs, dir, &manifest, epoch, log_end, now_ms)?;
         let mut snapshots = loaded.snapshots;
-        if loaded.replayed > 0 {
+        // Also when nothing usable was found (a log from before snapshots,
+        // a fresh one): the next open then starts from here, not from the
+        // last two segments again.
+        if loaded.replayed > 0 || !loaded.from_snapshot {
             let path = dir.join(layout::producer_snapshot(log_end, epoch));
             write_atomic(fs, &path, &loaded.state.encode(log_end))?;
             snapshots.retain(|s| *s != (log_end, epoch));
@@ -732,16 +735,14 @@ impl PartitionLog {
     /// expiring idle producers and forgetting batches retention removed;
     /// then remove all but the newest [`SNAPSHOTS_KEPT`]. Called only with
     /// nothing unsynced (after the roll's or the close's fsync), so the
-    /// snapshot never describes a batch that is not durable. A log that
-    /// never had an idempotent producer writes none.
+    /// snapshot never describes a batch that is not durable. Written even
+    /// when empty: the next open then replays only what follows it, with
+    /// or without producers.
     pub fn snapshot_producers(&mut self, now_ms: i64) -> Result<(), LogError> {
         self.now_ms = self.now_ms.max(now_ms);
         self.producers
             .expire(self.now_ms, self.cfg.producer_id_expiration_ms);
         self.producers.truncate_head(self.manifest.log_start_offset);
-        if self.producers.is_empty() && self.snapshots.is_empty() {
-            return Ok(());
-        }
         let off = self.next_offset;
         let fs = self.writer.fs();
         let path = self.dir.join(layout::producer_snapshot(off, self.epoch));
@@ -1137,6 +1138,9 @@ struct LoadedProducers {
     snapshots: Vec<(i64, i32)>,
     /// Idempotent batches replayed from the log after the snapshot.
     replayed: u64,
+    /// Whether a snapshot was loaded (else the last two segments were
+    /// replayed).
+    from_snapshot: bool,
 }
 
 /// Whether a snapshot written by epoch `e` as of offset `o` describes this
@@ -1210,6 +1214,7 @@ fn load_producers(
             }
         }
     }
+    let from_snapshot = start.is_some();
     let start = start.unwrap_or_else(|| {
         let n = m.segments.len();
         m.segments
@@ -1247,6 +1252,7 @@ fn load_producers(
         state,
         snapshots: usable,
         replayed,
+        from_snapshot,
     })
 }
 
