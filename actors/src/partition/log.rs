@@ -676,10 +676,12 @@ impl PartitionLog {
             .unwrap_or(manifest.log_start_offset);
         let loaded = load_producers(fs, dir, &manifest, epoch, log_end, now_ms)?;
         let mut snapshots = loaded.snapshots;
-        // Also when nothing usable was found (a log from before snapshots,
-        // a fresh one): the next open then starts from here, not from the
-        // last two segments again.
-        if loaded.replayed > 0 || !loaded.from_snapshot {
+        // Also when nothing usable was found in a log holding records (one
+        // from before snapshots): the next open then starts from here, not
+        // from the last two segments again. An empty log (a new partition)
+        // writes nothing: its replay is free.
+        let holds_records = log_end > manifest.log_start_offset;
+        if loaded.replayed > 0 || (!loaded.from_snapshot && holds_records) {
             let path = dir.join(layout::producer_snapshot(log_end, epoch));
             write_atomic(fs, &path, &loaded.state.encode(log_end))?;
             snapshots.retain(|s| *s != (log_end, epoch));

@@ -925,13 +925,10 @@ fn producer_state_is_rebuilt_from_snapshot_and_tail_on_reopen_and_takeover() {
     }
     log.sync_now().unwrap();
     let want = shape(log.producers());
-    // A crash (no close, no roll): only the open's empty snapshot at
-    // offset 0 exists, and the whole tail after it is replayed.
+    // A crash (no close, no roll, so no snapshot: a new partition writes
+    // none at open): the tail is replayed.
     drop(log);
-    assert_eq!(
-        snapshot_names(d.path()),
-        [kaas_volume::layout::producer_snapshot(0, 1)]
-    );
+    assert!(snapshot_names(d.path()).is_empty());
     let mut log = open(fs.clone(), d.path(), 1);
     assert_eq!(shape(log.producers()), want);
     assert!(idem(&mut log, &["x", "y"], 7, 0, 6).unwrap().duplicate);
@@ -1102,4 +1099,9 @@ fn without_snapshots_only_the_last_two_segments_are_replayed() {
     let log = open(fs, d.path(), 1);
     let ids: Vec<i64> = shape(log.producers()).iter().map(|x| x.0).collect();
     assert_eq!(ids, [2, 3]);
+    // ... once: the open wrote a snapshot at the log end.
+    assert_eq!(
+        snapshot_names(d.path()),
+        [kaas_volume::layout::producer_snapshot(log.next_offset(), 1)]
+    );
 }
