@@ -11,6 +11,7 @@ through kill -9 of partition leaders.
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 
@@ -146,7 +147,11 @@ class IdemLedger:
         self.p = Producer(producer_conf(bs, **{
             "enable.idempotence": True,
             "acks": "all",
-            "linger.ms": 5,
+            # No linger: librdkafka keeps one request in flight per
+            # partition when idempotent, so with records always queued a
+            # request is (nearly) always in flight — written by the leader,
+            # waiting for its fsync — when a leader is killed or paused.
+            "linger.ms": 0,
             "retry.backoff.ms": 50,
             "retry.backoff.max.ms": 200,
             "message.timeout.ms": 120_000,
@@ -211,11 +216,15 @@ def check_exactly_once(live, led: IdemLedger):
 
 @pytest.mark.substrates("local", "weakfs")
 @pytest.mark.timeout(150)
-def test_idempotent_producer_through_leader_kill9(broker_factory, topic_name):
-    """A 3-broker cluster, an idempotent confluent-kafka producer, and the
-    leaders of two partitions killed with -9 in turn (then restarted): the
-    batches in flight at each kill are retried to the new leader, which
-    knows them from the log tail and answers them as duplicates."""
+def test_idempotent_producer_through_leader_kill9_and_pause(broker_factory, topic_name):
+    """A 3-broker cluster and an idempotent confluent-kafka producer. The
+    leader of partition 0 is killed with -9, then the leaders of partitions
+    1, 2 and 0 are paused (SIGSTOP) past their lease in turn: the batches a
+    leader had written but not acknowledged are retried to the new leader,
+    which knows them from the log tail and answers them as duplicates (with
+    the original offsets) instead of storing them twice. Each broker comes
+    back. The old binary (no sequence checks) stores such a retry twice in
+    about half the runs; the raw-protocol tests above catch it every time."""
     bs = broker_factory.cluster(3, FAST)
     partitions = 3
     create_everywhere(bs, topic_name, partitions)
@@ -223,14 +232,23 @@ def test_idempotent_producer_through_leader_kill9(broker_factory, topic_name):
     led.t.start()
     try:
         led.wait_acks(500)
-        for target in (0, 1):
-            by_id = {b.broker_id: b for b in bs}
-            victim = by_id[leaders(bs, topic_name)[target]]
-            victim.kill9()
-            live = {b.broker_id for b in bs if b.alive()}
-            wait_leaders(bs, topic_name, partitions, live)
-            led.wait_acks(500, timeout=40)
-            victim.start()
+        by_id = {b.broker_id: b for b in bs}
+        victim = by_id[leaders(bs, topic_name)[0]]
+        victim.kill9()
+        wait_leaders(bs, topic_name, partitions, {b.broker_id for b in bs if b.alive()})
+        led.wait_acks(500, timeout=40)
+        victim.start()
+        wait_leaders(bs, topic_name, partitions, {0, 1, 2})
+        led.wait_acks(300, timeout=40)
+        for part in (1, 2, 0):
+            paused = by_id[leaders(bs, topic_name)[part]]
+            others = [b for b in bs if b is not paused]
+            paused.proc.send_signal(signal.SIGSTOP)
+            try:
+                wait_leaders(others, topic_name, partitions, {b.broker_id for b in others})
+                led.wait_acks(500, timeout=40)
+            finally:
+                paused.proc.send_signal(signal.SIGCONT)
             wait_leaders(bs, topic_name, partitions, {0, 1, 2})
             led.wait_acks(300, timeout=40)
     finally:
