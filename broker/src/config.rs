@@ -221,6 +221,15 @@ mod tests {
     }
 
     #[test]
+    fn producer_id_expiration_defaults_to_a_day_like_kafka() {
+        assert_eq!(args(&[]).producer_id_expiration_ms, 86_400_000);
+        assert_eq!(
+            args(&["--producer-id-expiration-ms", "60000"]).producer_id_expiration_ms,
+            60_000
+        );
+    }
+
+    #[test]
     fn a_wildcard_listen_address_needs_an_advertised_listener() {
         for wild in ["0.0.0.0:9092", "[::]:9092"] {
             let e = args(&["--listen", wild]).validate_listeners().unwrap_err();
