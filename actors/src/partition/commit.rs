@@ -231,11 +231,13 @@ impl CommitGate {
     /// receiver answered once an fsync covers them (under a valid lease).
     ///
     /// A duplicate of an idempotent batch already written is answered with
-    /// the original's offsets, and only once the original is durable: at
-    /// once if the high watermark already covers it, else by the same
-    /// release that answers the original (its waiter waits for the
-    /// original's last offset). If that fsync fails, both fail, and the
-    /// retry after the restart finds a state rebuilt from the durable log.
+    /// the original's offsets, and only once the original is durable: its
+    /// waiter carries the original's last offset, and `release` answers
+    /// waiters in queue order only up to the high watermark — at once if
+    /// nothing ahead of it is still waiting for an fsync, else with the
+    /// fsync that releases those. If that fsync fails, all of them fail,
+    /// and the retry after the restart finds a state rebuilt from the
+    /// durable log.
     pub fn append(
         &mut self,
         records: &[u8],
@@ -259,19 +261,18 @@ impl CommitGate {
             Err(e) => return Err(Refused::Halted(self.failed(e))),
         };
         let log_start_offset = log.log_start_offset();
-        let hw = log.high_watermark();
         let durable = wait_durable.then(|| {
             let (tx, rx) = oneshot::channel();
-            if appended.duplicate && appended.last_offset < hw {
-                let _ = tx.send(Ok(hw));
-            } else {
-                // `release` answers a waiter only when the high watermark
-                // passes its own last offset, so a duplicate queued behind
-                // later writes is never answered before its original.
-                self.waiters.push_back((appended.last_offset, tx));
-            }
+            // A duplicate waits for its original's last offset: `release`
+            // answers a waiter only once the high watermark passes it.
+            self.waiters.push_back((appended.last_offset, tx));
             rx
         });
+        // A duplicate of a durable batch is answered now, through the one
+        // acknowledging path (it re-checks the lease).
+        if appended.duplicate && wait_durable && !self.release() {
+            return Err(Refused::Halted(self.fence()));
+        }
         Ok(AppendTicket {
             base_offset: appended.base_offset,
             log_start_offset,
