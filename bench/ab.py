@@ -11,7 +11,9 @@ Usage:
 
 Each round, for each binary: a fresh data directory, a broker on free
 127.0.0.1 ports, then rdkafka_performance producing (acks=all) 100 B
-records to 1 partition and 1 KiB records to 6 partitions. Prints msg/s per
+records to 1 partition and 1 KiB records to 6 partitions (with
+--idempotent: 100 B to 1 and to 6 partitions, each plain and with
+enable.idempotence=true). Prints msg/s per
 run, the median per binary and its ratio to the first binary.
 Loopback only; every run is bounded by a timeout.
 """
@@ -27,9 +29,17 @@ import sys
 import tempfile
 import time
 
-CASES = [  # (label, record size, partitions, records)
-    ("100 B x 1p", 100, 1, 1_000_000),
-    ("1 KiB x 6p", 1024, 6, 200_000),
+CASES = [  # (label, record size, partitions, records, extra producer flags)
+    ("100 B x 1p", 100, 1, 1_000_000, []),
+    ("1 KiB x 6p", 1024, 6, 200_000, []),
+]
+IDEM = ["-X", "enable.idempotence=true"]
+# --idempotent: the 100 B cases plain and idempotent, each pair back to back.
+IDEM_CASES = [
+    ("100 B x 1p", 100, 1, 1_000_000, []),
+    ("100 B x 1p idem", 100, 1, 1_000_000, IDEM),
+    ("100 B x 6p", 100, 6, 1_000_000, []),
+    ("100 B x 6p idem", 100, 6, 1_000_000, IDEM),
 ]
 
 
@@ -67,7 +77,7 @@ def create_topic(boot, name, parts):
     raise RuntimeError("topic not ready")
 
 
-def run_one(binary, perf, workdir, scale):
+def run_one(binary, perf, workdir, scale, cases):
     port, mport = free_port(), free_port()
     data = os.path.join(workdir, "data")
     log = open(os.path.join(workdir, "broker.log"), "wb")
@@ -81,14 +91,14 @@ def run_one(binary, perf, workdir, scale):
         if not wait_port(port, time.monotonic() + 60):
             raise RuntimeError(f"{binary} did not listen")
         boot = f"127.0.0.1:{port}"
-        for label, size, parts, count in CASES:
-            topic = f"ab-{size}-{parts}"
+        for i, (label, size, parts, count, extra) in enumerate(cases):
+            topic = f"ab-{i}-{size}-{parts}"
             create_topic(boot, topic, parts)
             r = subprocess.run(
                 [perf, "-P", "-t", topic, "-b", boot, "-s", str(size), "-c", str(int(count * scale)),
                  "-a", "-1", "-X", "broker.address.family=v4", "-X", "linger.ms=5",
                  "-X", "batch.size=1000000", "-X", "queue.buffering.max.messages=1000000",
-                 "-i", "1000"],
+                 *extra, "-i", "1000"],
                 capture_output=True, text=True, timeout=180,
             )
             lines = [l for l in r.stdout.splitlines() + r.stderr.splitlines() if "messages produced" in l]
@@ -110,24 +120,27 @@ def main():
     ap.add_argument("--perf", required=True, help="rdkafka_performance binary (bench/run.sh builds it)")
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--scale", type=float, default=1.0, help="multiply record counts")
+    ap.add_argument("--idempotent", action="store_true",
+                    help="100 B x 1p and x 6p, each plain and with enable.idempotence=true")
     ap.add_argument("binaries", nargs="+", help="name=path")
     a = ap.parse_args()
+    cases = IDEM_CASES if a.idempotent else CASES
     bins = [b.split("=", 1) for b in a.binaries]
-    results = {name: {label: [] for label, *_ in CASES} for name, _ in bins}
+    results = {name: {label: [] for label, *_ in cases} for name, _ in bins}
     root = tempfile.mkdtemp(prefix="kaas-ab-", dir=os.path.join(os.path.dirname(__file__), "out"))
     for rnd in range(a.rounds):
         order = bins[rnd % len(bins):] + bins[:rnd % len(bins)]
         for name, path in order:
             wd = os.path.join(root, f"{name}-{rnd}")
             os.makedirs(wd)
-            res = run_one(path, a.perf, wd, a.scale)
+            res = run_one(path, a.perf, wd, a.scale, cases)
             for label, v in res.items():
                 results[name][label].append(v)
             print(f"round {rnd} {name:10s} " + "  ".join(f"{l}: {v}" for l, v in res.items()), flush=True)
             shutil.rmtree(os.path.join(wd, "data"), ignore_errors=True)
     base = bins[0][0]
     print()
-    for label, *_ in CASES:
+    for label, *_ in cases:
         b = statistics.median(results[base][label])
         for name, _ in bins:
             m = statistics.median(results[name][label])

@@ -14,7 +14,12 @@
 #      (default bench/out/run-<timestamp>, same filesystem as the repo).
 #   3. Measures, each bounded by `timeout`:
 #        produce throughput, acks=all (-a -1): 100 B and 1 KiB records,
-#          1 and 6 partitions
+#          1 and 6 partitions; the 100 B runs again with an idempotent
+#          producer (-X enable.idempotence=true), each right after its plain
+#          twin. librdkafka keeps one produce request in flight per
+#          partition when idempotent (it counts in-flight messages against
+#          its limit of 5 requests), so 1 partition measures fsync round
+#          trips, not the broker's sequence checks: see BENCHMARKS.md
 #        consume throughput (from the beginning of the 1 KiB / 6-partition topic)
 #        produce->consume latency p50/p99 at a fixed rate (bench/latency.py)
 #        broker peak RSS (VmHWM), broker CPU seconds per 100 MB produced
@@ -196,15 +201,17 @@ row() { ROWS+=("$(printf '%-44s %14s %s' "$1" "$2" "$3")"); }
 
 # ---------------------------------------------------------------- 3. produce
 TOTAL_MB=0; TOTAL_CPU=0
-produce_run() {  # size partitions count
-    local size=$1 parts=$2 count=$3 topic="bench-p-${1}b-${2}p"
+produce_run() {  # size partitions count [idem]
+    local size=$1 parts=$2 count=$3 idem=${4:-} topic="bench-p-${1}b-${2}p${4:+-$4}"
+    local extra=() label=""
+    if [ "$idem" = idem ]; then extra=(-X enable.idempotence=true); label=", idempotent"; fi
     create_topic "$topic" "$parts"
     local c0 f0 t0 c1 f1 t1 out line
     c0=$(cpu_seconds); f0=$(fsyncs); t0=$(date +%s.%N)
-    out="$BENCH_DIR/produce-${size}b-${parts}p.txt"
+    out="$BENCH_DIR/produce-${size}b-${parts}p${idem:+-$idem}.txt"
     timeout "$RUN_TIMEOUT" "$PERF" -P -t "$topic" -b "$BOOT" -s "$size" -c "$count" -a -1 \
         -X broker.address.family=v4 -X linger.ms=5 -X batch.size=1000000 \
-        -X queue.buffering.max.messages=1000000 -i 1000 > "$out" 2>&1 || log "produce run rc=$? (see $out)"
+        -X queue.buffering.max.messages=1000000 "${extra[@]}" -i 1000 > "$out" 2>&1 || log "produce run rc=$? (see $out)"
     t1=$(date +%s.%N); c1=$(cpu_seconds); f1=$(fsyncs)
     line="$(grep 'messages produced' "$out" | tail -1 || true)"
     local msgs mbs delivered failed
@@ -221,12 +228,14 @@ produce_run() {  # size partitions count
     if [ "$f0" != nan ] && [ "$f1" != nan ]; then fps=$(python3 -c "print(($f1 - $f0) / $secs)"); fi
     local cpu100="nan"
     if python3 -c "import sys; sys.exit(0 if $mb > 0 else 1)"; then cpu100=$(python3 -c "print($cpu / $mb * 100)"); fi
-    row "produce ${size} B x ${parts}p, acks=all" "${msgs:-?} msg/s" "${mbs:-?} MB/s  (delivered ${delivered:-?}, failed ${failed:-?}; broker CPU $(fmt "$cpu100" 2) s/100MB; $(fmt "$fps" 0) fsyncs/s)"
+    row "produce ${size} B x ${parts}p, acks=all${label}" "${msgs:-?} msg/s" "${mbs:-?} MB/s  (delivered ${delivered:-?}, failed ${failed:-?}; broker CPU $(fmt "$cpu100" 2) s/100MB; $(fmt "$fps" 0) fsyncs/s)"
 }
 
 log "produce runs"
 produce_run 100 1 "$MSGS_100B"
+produce_run 100 1 "$MSGS_100B" idem
 produce_run 100 6 "$MSGS_100B"
+produce_run 100 6 "$MSGS_100B" idem
 produce_run 1024 1 "$MSGS_1K"
 produce_run 1024 6 "$MSGS_1K"
 

@@ -108,6 +108,38 @@ mod tests {
         assert!(b.allocate().unwrap() >= first + BLOCK_SIZE);
     }
 
+    /// Catches: ids reissued after every broker of a cluster restarts (no
+    /// one left who remembers what was handed out): each restarted broker
+    /// claims a block above every block on the volume.
+    #[test]
+    fn a_whole_cluster_restart_issues_only_ids_above_every_earlier_one() {
+        let d = tempfile::tempdir().unwrap();
+        let fs: SharedFs = Arc::new(RealFs);
+        let mut before = Vec::new();
+        for broker in 0..3 {
+            let mut a = ProducerIdAllocator::new(fs.clone(), d.path(), broker);
+            before.push(a.allocate().unwrap());
+            before.push(a.allocate().unwrap());
+        }
+        let max_before = *before.iter().max().unwrap();
+        for round in 0..2 {
+            let mut after = Vec::new();
+            for broker in (0..3).rev() {
+                let mut a = ProducerIdAllocator::new(fs.clone(), d.path(), broker);
+                after.push(a.allocate().unwrap());
+            }
+            assert!(
+                after.iter().all(|id| *id > max_before),
+                "round {round}: {after:?} reissues one of {before:?}"
+            );
+            before.extend(after);
+        }
+        let mut unique = before.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), before.len(), "{before:?}");
+    }
+
     /// Catches: a lost reply to the exclusive create of a block (the file
     /// exists, empty) being taken as ours or as fatal: the allocator skips
     /// to the next block, and that block is durably named by us.

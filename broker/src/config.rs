@@ -112,6 +112,16 @@ pub struct BrokerArgs {
         default_value_t = 300_000
     )]
     pub retention_check_interval_ms: u64,
+    /// producer.id.expiration.ms: an idempotent producer a partition has not
+    /// seen for this long is forgotten (its next batch is accepted at any
+    /// sequence, as for a new producer). Expiry runs when the partition
+    /// snapshots its producer state (at each roll and clean close).
+    #[arg(
+        long,
+        env = "KAAS_PRODUCER_ID_EXPIRATION_MS",
+        default_value_t = 86_400_000
+    )]
+    pub producer_id_expiration_ms: i64,
     /// Arbiters (threads) that run partition leaders; default: one per core.
     #[arg(long, env = "KAAS_PARTITION_THREADS")]
     pub partition_threads: Option<usize>,
@@ -219,6 +229,15 @@ mod tests {
         let mut argv = vec!["kaas"];
         argv.extend_from_slice(extra);
         Cli::try_parse_from(argv).unwrap().args
+    }
+
+    #[test]
+    fn producer_id_expiration_defaults_to_a_day_like_kafka() {
+        assert_eq!(args(&[]).producer_id_expiration_ms, 86_400_000);
+        assert_eq!(
+            args(&["--producer-id-expiration-ms", "60000"]).producer_id_expiration_ms,
+            60_000
+        );
     }
 
     #[test]

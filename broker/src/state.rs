@@ -224,6 +224,7 @@ impl Broker {
             segment_ms: get("segment.ms").unwrap_or(self.args.segment_ms),
             retention_ms: get("retention.ms").unwrap_or(self.args.retention_ms),
             retention_bytes: get("retention.bytes").unwrap_or(self.args.retention_bytes),
+            producer_id_expiration_ms: self.args.producer_id_expiration_ms,
             ..LogConfig::default()
         }
     }

@@ -568,3 +568,35 @@ def list_offsets_v7(addr: tuple[str, int], topic: str, partition: int,
     assert cid == 11
     assert len(results) == 1, results
     return results[0]
+
+
+# ---------------------------------------------------------------------------
+# InitProducerId v0 (non-flexible) and Produce on a caller's socket
+# ---------------------------------------------------------------------------
+
+INIT_PRODUCER_ID = 22
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+INVALID_PRODUCER_EPOCH = 47
+
+
+def init_producer_id(addr: tuple[str, int], transactional_id: str | None = None,
+                     ) -> tuple[int, int, int]:
+    """(error_code, producer_id, producer_epoch) from InitProducerId v0."""
+    body = string(transactional_id) + i32(60_000)
+    with connect(addr) as s:
+        r = Reader(roundtrip(s, request_header(INIT_PRODUCER_ID, 0, 21) + body))
+    assert r.i32() == 21
+    r.i32()  # throttle_time_ms
+    return r.i16(), r.i64(), r.i16()
+
+
+def produce_on(sock: socket.socket, correlation_id: int, topic: str, partition: int,
+               records: bytes, version: int = 3) -> ProducePartitionResult:
+    """Produce on an open connection and read the answer."""
+    cid, results = parse_produce_response_v3(
+        roundtrip(sock, produce_request_v3(correlation_id, topic, partition, records,
+                                           version=version)), version)
+    assert cid == correlation_id, (cid, correlation_id)
+    assert len(results) == 1, results
+    return results[0]

@@ -10,6 +10,7 @@
 //!   <topic>/<p>/<base:020>-e<E>.log        segment (and .index, .timeindex)
 //!   <topic>/<p>/manifest-e<E>.json         partition manifest of epoch E
 //!   <topic>/<p>/leader-e<E>.claim          leader-epoch claim (O_EXCL)
+//!   <topic>/<p>/<off:020>-e<E>.producers   producer-state snapshot as of offset `off`
 //!   .creating-<id>/                        a topic being created
 //!   .deleted-<id>/                         a deleted topic being removed
 //!   __cluster/                             (or KAAS_CLUSTER_DIR)
@@ -134,6 +135,24 @@ pub fn parse_segment(name: &str) -> Option<(i64, i32, SegmentKind)> {
     let (base, epoch, ext) = parse_segment_any(name)?;
     Some((base, epoch, SegmentKind::from_ext(ext)?))
 }
+
+/// `<offset:020>-e<E>.producers`: the idempotent-producer state of a
+/// partition as of `offset` (every batch below it), written by the leader
+/// of epoch `E`. Shaped like a segment name on purpose: the controller's
+/// scan for used epochs ([`parse_segment_any`]) counts it too.
+pub fn producer_snapshot(offset: i64, epoch: i32) -> String {
+    format!("{}.{PRODUCER_SNAPSHOT_EXT}", segment_stem(offset, epoch))
+}
+
+/// Inverse of [`producer_snapshot`]: `(offset, epoch)`.
+pub fn parse_producer_snapshot(name: &str) -> Option<(i64, i32)> {
+    match parse_segment_any(name)? {
+        (offset, epoch, PRODUCER_SNAPSHOT_EXT) => Some((offset, epoch)),
+        _ => None,
+    }
+}
+
+const PRODUCER_SNAPSHOT_EXT: &str = "producers";
 
 /// `manifest-e<E>.json`: the manifest written by epoch `E`.
 pub fn manifest(epoch: i32) -> String {
@@ -416,6 +435,23 @@ mod tests {
             Some((42, 3, "swp"))
         );
         assert_eq!(parse_segment(&temp(&segment_log(1, 1), 7)), None);
+    }
+
+    #[test]
+    fn producer_snapshot_names_round_trip() {
+        let n = producer_snapshot(1234, 7);
+        assert_eq!(n, "00000000000000001234-e7.producers");
+        assert_eq!(parse_producer_snapshot(&n), Some((1234, 7)));
+        assert_eq!(
+            parse_producer_snapshot(&producer_snapshot(i64::MAX, i32::MAX)),
+            Some((i64::MAX, i32::MAX))
+        );
+        // Neither a segment nor anything else is a snapshot, and a snapshot
+        // is no segment (the log's sweep must not take it for one).
+        assert_eq!(parse_producer_snapshot(&segment_log(1234, 7)), None);
+        assert_eq!(parse_producer_snapshot(&manifest(7)), None);
+        assert_eq!(parse_producer_snapshot(&temp(&n, 3)), None);
+        assert_eq!(parse_segment(&n), None);
     }
 
     #[test]

@@ -20,6 +20,7 @@
 
 use super::log::{LogError, PartitionLog, SyncTarget};
 use super::messages::{AppendTicket, PartitionError};
+use super::producers::SequenceError;
 use crate::clock::SharedClock;
 use crate::cluster::lease::Lease;
 use kaas_volume::fs::is_fenced;
@@ -51,6 +52,9 @@ pub enum Refused {
     /// The volume is full; nothing was written (the partial write was
     /// undone) and the log stays open for reads and later appends.
     NoSpace(String),
+    /// An idempotent batch failed its sequence or epoch check; nothing was
+    /// written.
+    Sequence(SequenceError),
     /// See [`Halt`].
     Halted(Halt),
 }
@@ -83,7 +87,16 @@ pub fn storage(e: LogError) -> PartitionError {
         LogError::Fenced { .. } => PartitionError::NotLeader(e.to_string()),
         LogError::Io(ref io) if is_fenced(io) => PartitionError::NotLeader(e.to_string()),
         LogError::Overflow => PartitionError::TooLarge,
+        LogError::Sequence(e) => sequence(e),
         e => PartitionError::Storage(e.to_string()),
+    }
+}
+
+/// Map a refused idempotent batch to what a client is told.
+pub fn sequence(e: SequenceError) -> PartitionError {
+    match e {
+        SequenceError::OutOfOrder { .. } => PartitionError::OutOfOrderSequence(e.to_string()),
+        SequenceError::StaleEpoch { .. } => PartitionError::InvalidProducerEpoch(e.to_string()),
     }
 }
 
@@ -226,27 +239,51 @@ impl CommitGate {
 
     /// Append validated batches; with `wait_durable` the ticket carries a
     /// receiver answered once an fsync covers them (under a valid lease).
+    ///
+    /// A duplicate of an idempotent batch already written is answered with
+    /// the original's offsets, and only once the original is durable: its
+    /// waiter carries the original's last offset, and `release` answers
+    /// waiters in queue order only up to the high watermark — at once if
+    /// nothing ahead of it is still waiting for an fsync, else with the
+    /// fsync that releases those. If that fsync fails, all of them fail,
+    /// and the retry after the restart finds a state rebuilt from the
+    /// durable log.
     pub fn append(
         &mut self,
         records: &[u8],
         infos: &[kaas_protocol::batch::BatchInfo],
         wait_durable: bool,
     ) -> Result<AppendTicket, Refused> {
+        // Only idempotent producers need the time (expiry); the plain hot
+        // path skips the clock read.
+        let now = if infos.iter().any(|b| b.has_producer_id()) {
+            self.clock.now_ms()
+        } else {
+            0
+        };
         let Some(log) = self.writable().map_err(Refused::Halted)? else {
             return Err(Refused::NotOpen);
         };
-        let appended = match log.append(records, infos) {
+        let appended = match log.append_at(records, infos, now) {
             Ok(a) => a,
             Err(LogError::Overflow) => return Err(Refused::TooLarge),
             Err(LogError::NoSpace(e)) => return Err(Refused::NoSpace(e.to_string())),
+            Err(LogError::Sequence(e)) => return Err(Refused::Sequence(e)),
             Err(e) => return Err(Refused::Halted(self.failed(e))),
         };
         let log_start_offset = log.log_start_offset();
         let durable = wait_durable.then(|| {
             let (tx, rx) = oneshot::channel();
+            // A duplicate waits for its original's last offset: `release`
+            // answers a waiter only once the high watermark passes it.
             self.waiters.push_back((appended.last_offset, tx));
             rx
         });
+        // A duplicate of a durable batch is answered now, through the one
+        // acknowledging path (it re-checks the lease).
+        if appended.duplicate && wait_durable && !self.release() {
+            return Err(Refused::Halted(self.fence()));
+        }
         Ok(AppendTicket {
             base_offset: appended.base_offset,
             log_start_offset,
@@ -571,6 +608,33 @@ pub(crate) mod tests {
         assert_eq!(offsets, vec![0, 1, 2, 3]);
     }
 
+    /// Catches: a rewind after an ENOSPC fsync that keeps the producer
+    /// state of the batches it undid, so the producer's retry of the lost
+    /// batch is answered "duplicate" with offsets that hold nothing.
+    #[test]
+    fn a_rewind_forgets_the_producer_state_of_what_it_undid() {
+        let mut r = rig(LogConfig::default());
+        let b0 = crate::partition::tests::idem_batch(&["a"], 7, 0, 0);
+        let i0 = validate_batches(&b0).unwrap();
+        let mut t0 = r.gate.append(&b0, &i0, true).unwrap().durable.unwrap();
+        fsync(&mut r).unwrap();
+        assert_eq!(t0.try_recv().unwrap(), Ok(1));
+        let b1 = crate::partition::tests::idem_batch(&["b"], 7, 0, 1);
+        let i1 = validate_batches(&b1).unwrap();
+        let mut t1 = r.gate.append(&b1, &i1, true).unwrap().durable.unwrap();
+        let t = r.gate.begin_sync().unwrap();
+        let enospc = Err(std::io::Error::from_raw_os_error(libc::ENOSPC));
+        assert_eq!(r.gate.synced(t, enospc), Ok(()));
+        assert!(t1.try_recv().unwrap().is_err());
+        // The producer retries sequence 1: a new write at offset 1, not a
+        // "duplicate" pointing at nothing.
+        let again = r.gate.append(&b1, &i1, true).unwrap();
+        assert_eq!(again.base_offset, 1);
+        let mut d = again.durable.unwrap();
+        fsync(&mut r).unwrap();
+        assert_eq!(d.try_recv().unwrap(), Ok(2));
+    }
+
     #[test]
     fn waiters_are_released_in_offset_order_up_to_the_high_watermark() {
         let mut r = rig(LogConfig::default());
@@ -586,6 +650,69 @@ pub(crate) mod tests {
         fsync(&mut r).unwrap();
         assert_eq!(b.try_recv().unwrap(), Ok(5));
         assert_eq!(r.gate.pending(), 0);
+    }
+
+    /// Catches: a duplicate answered before its original is durable (the
+    /// client would be told "stored" for bytes a crash can still lose), or
+    /// answered with the duplicate's own offsets.
+    #[test]
+    fn a_duplicate_is_answered_with_the_original_offset_only_after_its_fsync() {
+        let mut r = rig(LogConfig::default());
+        let b = crate::partition::tests::idem_batch(&["a", "b"], 4, 0, 0);
+        let infos = validate_batches(&b).unwrap();
+        let (pb, pinfos) = batch(1);
+        let mut plain = r.gate.append(&pb, &pinfos, true).unwrap().durable.unwrap(); // offset 0
+        let orig = r.gate.append(&b, &infos, true).unwrap(); // offsets 1..=2
+        assert_eq!(orig.base_offset, 1);
+        let t = r.gate.begin_sync().unwrap(); // covers 0..=2
+        let dup = r.gate.append(&b, &infos, true).unwrap();
+        assert_eq!(dup.base_offset, 1, "the original's offset");
+        let mut dup_rx = dup.durable.unwrap();
+        assert!(
+            dup_rx.try_recv().is_err(),
+            "not before the original is durable"
+        );
+        let res = t.file.sync_data();
+        r.gate.synced(t, res).unwrap();
+        assert_eq!(plain.try_recv().unwrap(), Ok(3));
+        assert_eq!(dup_rx.try_recv().unwrap(), Ok(3));
+        // Once durable, a duplicate is answered at once and writes nothing.
+        let ops = r.fs.ops();
+        let mut again = r.gate.append(&b, &infos, true).unwrap();
+        assert_eq!(again.base_offset, 1);
+        assert_eq!(again.durable.as_mut().unwrap().try_recv().unwrap(), Ok(3));
+        assert_eq!(r.fs.ops(), ops);
+        assert!(r.gate.begin_sync().is_none(), "nothing was written");
+        // A gap is refused, not halted.
+        let gap = crate::partition::tests::idem_batch(&["c"], 4, 0, 5);
+        let ginfos = validate_batches(&gap).unwrap();
+        assert!(matches!(
+            r.gate.append(&gap, &ginfos, true),
+            Err(Refused::Sequence(SequenceError::OutOfOrder { .. }))
+        ));
+        assert!(r.gate.log().is_some());
+    }
+
+    /// Catches: a duplicate whose original is lost with a failed fsync
+    /// being answered as stored.
+    #[test]
+    fn a_failed_fsync_fails_the_duplicate_too() {
+        let mut r = rig(LogConfig::default());
+        let b = crate::partition::tests::idem_batch(&["a"], 4, 0, 0);
+        let infos = validate_batches(&b).unwrap();
+        let mut orig = r.gate.append(&b, &infos, true).unwrap().durable.unwrap();
+        let mut dup = r.gate.append(&b, &infos, true).unwrap().durable.unwrap();
+        let t = r.gate.begin_sync().unwrap();
+        let res = Err(io::Error::other("injected"));
+        assert!(matches!(r.gate.synced(t, res), Err(Halt::Failed(_))));
+        assert!(matches!(
+            orig.try_recv().unwrap(),
+            Err(PartitionError::Storage(_))
+        ));
+        assert!(matches!(
+            dup.try_recv().unwrap(),
+            Err(PartitionError::Storage(_))
+        ));
     }
 
     #[test]

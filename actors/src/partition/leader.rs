@@ -446,6 +446,7 @@ impl PartitionLeader {
                     .fetch_add(1, Ordering::Relaxed);
                 return Err(PartitionError::Storage(e));
             }
+            Err(Refused::Sequence(e)) => return Err(super::commit::sequence(e)),
             Err(Refused::Halted(h)) => {
                 self.halted(h, ctx);
                 return Err(self.unavailable());

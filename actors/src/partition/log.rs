@@ -7,7 +7,10 @@
 //!   partition leader epoch assigned by the leader that owns the file;
 //! * `<base:020>-e<epoch>.index` / `.timeindex` — sparse indexes, written once
 //!   at seal;
-//! * `manifest-e<epoch>.json` — the list of segments and their valid lengths.
+//! * `manifest-e<epoch>.json` — the list of segments and their valid lengths;
+//! * `<offset:020>-e<epoch>.producers` — idempotent-producer state as of
+//!   `offset` ([`super::producers`]), written at each roll and clean close;
+//!   open loads the newest usable one and replays the batch headers after it.
 //!
 //! Invariants:
 //! * Only the leader of epoch E writes files named `-e<E>`; a file of another
@@ -20,6 +23,7 @@
 use super::claim::{self, parse_claim_name, ClaimOwner, EpochWriter};
 use super::index::{header_at, scan, Index, Scan, ScanStart};
 use super::manifest::{manifest_name, parse_manifest_name, write_manifest, Manifest, SegmentEntry};
+use super::producers::{self, Incoming, ProducerStates, SequenceError, Verdict};
 use kaas_protocol::batch::{patch_batch, BatchInfo};
 use kaas_volume::fs::{
     remove_if_exists, remove_stale_temps, write_atomic, Fs, GuardedFs, ReadFile, ReadFs, SharedFs,
@@ -82,6 +86,9 @@ pub struct LogConfig {
     /// Write an active-segment checkpoint to the manifest after this many
     /// bytes, bounding how much recovery has to CRC-scan.
     pub checkpoint_bytes: u64,
+    /// producer.id.expiration.ms: an idempotent producer not seen for this
+    /// long is forgotten (at the next snapshot).
+    pub producer_id_expiration_ms: i64,
 }
 
 impl Default for LogConfig {
@@ -93,6 +100,7 @@ impl Default for LogConfig {
             retention_bytes: -1,
             index_interval_bytes: 4096,
             checkpoint_bytes: 64 << 20,
+            producer_id_expiration_ms: producers::DEFAULT_EXPIRATION_MS,
         }
     }
 }
@@ -130,6 +138,10 @@ pub enum LogError {
     /// once space returns. Not a reason to restart.
     #[error("no space left on the data volume: {0}")]
     NoSpace(io::Error),
+    /// An idempotent batch failed its sequence or epoch check; nothing was
+    /// written (a client error, not a storage failure).
+    #[error("{0}")]
+    Sequence(#[from] SequenceError),
 }
 
 /// Whether `e` says the volume (or the quota) is full.
@@ -302,7 +314,14 @@ pub struct Appended {
     pub base_offset: i64,
     /// Offset of the last record appended.
     pub last_offset: i64,
+    /// The append repeated an idempotent batch already written: nothing
+    /// was written, and the offsets are the original batch's.
+    pub duplicate: bool,
 }
+
+/// Producer-state snapshots kept per partition (the newest; older ones and
+/// any a crash or a zombie left unusable are swept).
+pub const SNAPSHOTS_KEPT: usize = 3;
 
 /// Who opens a partition for writing (see [`PartitionLog::open_as`]).
 #[derive(Clone, Default)]
@@ -341,6 +360,14 @@ pub struct PartitionLog {
     written_max_ts: i64,
     written_max_ts_pos: u64,
     checkpoint_pos: u64,
+    /// Idempotent-producer state, as of everything written (not only what
+    /// is durable): updated at write-assign time, in write order.
+    producers: ProducerStates,
+    /// (offset, epoch) of the producer snapshots on disk that we trust,
+    /// ascending.
+    snapshots: Vec<(i64, i32)>,
+    /// The latest wall-clock time we were handed (expiry at close).
+    now_ms: i64,
 }
 
 impl PartitionLog {
@@ -651,6 +678,30 @@ impl PartitionLog {
         }
         Self::sweep(fs, dir, &manifest, epoch)?;
 
+        // Idempotent-producer state: the newest usable snapshot, then the
+        // batch headers after it. Written back as a snapshot at the log end
+        // if the replay found any, so the next open replays nothing of it.
+        let log_end = manifest
+            .segments
+            .last()
+            .map(|s| s.next_offset)
+            .unwrap_or(manifest.log_start_offset);
+        let loaded = load_producers(fs, dir, &manifest, epoch, log_end, now_ms)?;
+        let mut snapshots = loaded.snapshots;
+        // Also when nothing usable was found in a log holding records (one
+        // from before snapshots): the next open then starts from here, not
+        // from the last two segments again. An empty log (a new partition)
+        // writes nothing: its replay is free.
+        let holds_records = log_end > manifest.log_start_offset;
+        if loaded.replayed > 0 || (!loaded.from_snapshot && holds_records) {
+            let path = dir.join(layout::producer_snapshot(log_end, epoch));
+            write_atomic(fs, &path, &loaded.state.encode(log_end))?;
+            snapshots.retain(|s| *s != (log_end, epoch));
+            snapshots.push((log_end, epoch));
+            snapshots.sort();
+        }
+        prune_snapshots(fs, dir, &mut snapshots)?;
+
         let segs: Vec<Arc<SegView>> = manifest
             .segments
             .iter()
@@ -682,7 +733,39 @@ impl PartitionLog {
             written_max_ts_pos: last.max_ts_pos,
             checkpoint_pos: write_pos,
             manifest,
+            producers: loaded.state,
+            snapshots,
+            now_ms,
         })
+    }
+
+    /// The idempotent-producer state (as of everything written).
+    pub fn producers(&self) -> &ProducerStates {
+        &self.producers
+    }
+
+    /// Write the producer state as of the log end, `<next>-e<E>.producers`
+    /// (temp → fsync → rename → dir fsync through our writer), after
+    /// expiring idle producers and forgetting batches retention removed;
+    /// then remove all but the newest [`SNAPSHOTS_KEPT`]. Called only with
+    /// nothing unsynced (after the roll's or the close's fsync), so the
+    /// snapshot never describes a batch that is not durable. Written even
+    /// when empty: the next open then replays only what follows it, with
+    /// or without producers.
+    pub fn snapshot_producers(&mut self, now_ms: i64) -> Result<(), LogError> {
+        self.now_ms = self.now_ms.max(now_ms);
+        self.producers
+            .expire(self.now_ms, self.cfg.producer_id_expiration_ms);
+        self.producers.truncate_head(self.manifest.log_start_offset);
+        let off = self.next_offset;
+        let fs = self.writer.fs();
+        let path = self.dir.join(layout::producer_snapshot(off, self.epoch));
+        write_atomic(fs, &path, &self.producers.encode(off))?;
+        self.snapshots.retain(|s| *s != (off, self.epoch));
+        self.snapshots.push((off, self.epoch));
+        self.snapshots.sort();
+        prune_snapshots(fs, &self.dir, &mut self.snapshots)?;
+        Ok(())
     }
 
     /// Remove older manifests and any segment file of our epoch or older
@@ -765,6 +848,56 @@ impl PartitionLog {
     /// offsets and stamping our leader epoch. The bytes reach the page cache;
     /// they become readable only after [`Self::complete_sync`].
     pub fn append(&mut self, records: &[u8], infos: &[BatchInfo]) -> Result<Appended, LogError> {
+        let now = self.now_ms;
+        self.append_at(records, infos, now)
+    }
+
+    /// [`Self::append`] at wall-clock `now_ms` (when idempotent producers
+    /// were last seen, for expiry). Idempotent batches (producer id >= 0)
+    /// are checked first, in write order, against the state including
+    /// every earlier write: a duplicate of one of a producer's last five
+    /// batches writes nothing and returns the original offsets
+    /// (`duplicate`), a sequence or epoch error writes nothing and is
+    /// [`LogError::Sequence`]. The state moves only once the bytes are
+    /// written.
+    pub fn append_at(
+        &mut self,
+        records: &[u8],
+        infos: &[BatchInfo],
+        now_ms: i64,
+    ) -> Result<Appended, LogError> {
+        self.now_ms = self.now_ms.max(now_ms);
+        let mut incoming = Vec::new();
+        let mut off = self.next_offset;
+        for b in infos {
+            if b.producer_id >= 0 {
+                incoming.push(Incoming {
+                    producer_id: b.producer_id,
+                    epoch: b.producer_epoch,
+                    first_seq: b.base_sequence,
+                    last_offset_delta: b.last_offset_delta,
+                    base_offset: off,
+                    timestamp: b.max_timestamp,
+                });
+            }
+            off = off
+                .checked_add(b.last_offset_delta as i64 + 1)
+                .ok_or(LogError::Overflow)?;
+        }
+        let staged = if incoming.is_empty() {
+            None
+        } else {
+            match self.producers.check(&incoming, self.now_ms)? {
+                Verdict::Duplicate(m) => {
+                    return Ok(Appended {
+                        base_offset: m.base_offset,
+                        last_offset: m.last_offset,
+                        duplicate: true,
+                    })
+                }
+                Verdict::Append(st) => Some(st),
+            }
+        };
         let total: usize = infos.iter().map(|b| b.len).sum();
         if self.write_pos + total as u64 > u32::MAX as u64 {
             // Positions are u32 in the index; a well-configured segment.bytes
@@ -809,9 +942,13 @@ impl PartitionLog {
         }
         self.write_pos = pos;
         self.next_offset = next;
+        if let Some(st) = staged {
+            self.producers.apply(st);
+        }
         Ok(Appended {
             base_offset,
             last_offset: next - 1,
+            duplicate: false,
         })
     }
 
@@ -864,6 +1001,24 @@ impl PartitionLog {
         self.written_max_ts_pos = seg.max_ts_pos.load(Ordering::Acquire);
         if let Some(ix) = seg.live_index.lock().unwrap().as_mut() {
             ix.truncate_from(size);
+        }
+        // The producer state moved with the writes now undone: rebuild it
+        // as of the durable point, from the newest snapshot and the batch
+        // headers after it (bounded: about one segment; a rare event).
+        if !self.producers.is_empty() {
+            let mut m = self.manifest.clone();
+            if let Some(last) = m.segments.last_mut() {
+                *last = self.active_seg.entry(false, self.active_created_ms);
+            }
+            let loaded = load_producers(
+                self.writer.fs(),
+                &self.dir,
+                &m,
+                self.epoch,
+                self.next_offset,
+                self.now_ms,
+            )?;
+            self.producers = loaded.state;
         }
         Ok(())
     }
@@ -971,7 +1126,10 @@ impl PartitionLog {
         self.checkpoint_pos = 0;
         self.written_max_ts = -1;
         self.written_max_ts_pos = 0;
-        Ok(())
+        // Everything is fsynced: the state is exactly the durable log's.
+        // A crash before this leaves the older snapshot, and the next open
+        // replays one more segment.
+        self.snapshot_producers(now_ms)
     }
 
     /// Delete whole sealed segments past retention.ms / retention.bytes.
@@ -1061,10 +1219,13 @@ impl PartitionLog {
         Ok(())
     }
 
-    /// Clean shutdown: fsync and checkpoint so the next open scans nothing.
+    /// Clean shutdown: fsync and checkpoint so the next open scans nothing,
+    /// and snapshot the producer state so it replays nothing either.
     pub fn close(mut self) -> Result<(), LogError> {
         self.sync_now()?;
-        self.checkpoint()
+        self.checkpoint()?;
+        let now = self.now_ms;
+        self.snapshot_producers(now)
     }
 
     /// The header of the batch at `pos` in the active segment (tests).
@@ -1074,4 +1235,138 @@ impl PartitionLog {
     ) -> io::Result<Option<kaas_protocol::batch::BatchHeader>> {
         header_at(self.active.as_ref(), pos, self.write_pos)
     }
+}
+
+/// What [`load_producers`] found.
+struct LoadedProducers {
+    state: ProducerStates,
+    /// Usable snapshots on disk (offset, epoch), ascending.
+    snapshots: Vec<(i64, i32)>,
+    /// Idempotent batches replayed from the log after the snapshot.
+    replayed: u64,
+    /// Whether a snapshot was loaded (else the last two segments were
+    /// replayed).
+    from_snapshot: bool,
+}
+
+/// Whether a snapshot written by epoch `e` as of offset `o` describes this
+/// log: every offset below `o` must have been written by `e` or an earlier
+/// epoch before any later epoch took over (a later epoch starts at or after
+/// `o`). A zombie's late snapshot past the seal fails this and is swept.
+fn snapshot_consistent(history: &[(i32, i64)], e: i32, o: i64) -> bool {
+    history
+        .iter()
+        .find(|(h, _)| *h > e)
+        .is_none_or(|(_, start)| o <= *start)
+}
+
+/// Load the producer state of the partition in `dir` after recovery (the
+/// log ends at `log_end`): the newest snapshot of our epoch or earlier
+/// that is at or below the log end, consistent with the epoch history and
+/// intact (CRC), then the batch headers after it. Snapshots that are not
+/// usable — past the log end, inconsistent, corrupt — are removed (never
+/// one of a later epoch: that is a newer leader's). Without any snapshot
+/// (a log written before snapshots existed, or none survived) the last two
+/// segments are replayed, as Kafka does after an upgrade: recovery stays
+/// bounded, and a producer known only from older segments is treated as
+/// new (accepted at any sequence).
+fn load_producers(
+    fs: &dyn Fs,
+    dir: &Path,
+    m: &Manifest,
+    epoch: i32,
+    log_end: i64,
+    now_ms: i64,
+) -> Result<LoadedProducers, LogError> {
+    let mut found: Vec<(i64, i32)> = fs
+        .list(dir)?
+        .iter()
+        .filter_map(|n| layout::parse_producer_snapshot(n))
+        .filter(|(_, e)| *e <= epoch)
+        .collect();
+    found.sort();
+    let mut usable = Vec::new();
+    for (o, e) in found {
+        if o <= log_end && snapshot_consistent(&m.epoch_history, e, o) {
+            usable.push((o, e));
+        } else {
+            tracing::info!(dir = %dir.display(), offset = o, epoch = e, log_end, "removing a producer snapshot past the log");
+            remove_if_exists(fs, &dir.join(layout::producer_snapshot(o, e)))?;
+        }
+    }
+    let mut state = ProducerStates::new();
+    let mut start = None;
+    while let Some(&(o, e)) = usable.last() {
+        let path = dir.join(layout::producer_snapshot(o, e));
+        let decoded = match fs.read(&path) {
+            Ok(b) => ProducerStates::decode(&b).filter(|(off, _)| *off == o),
+            // A stale listing named it: nothing to load, nothing to remove.
+            Err(err) if err.kind() == io::ErrorKind::NotFound => {
+                usable.pop();
+                continue;
+            }
+            Err(err) => return Err(err.into()),
+        };
+        match decoded {
+            Some((_, s)) => {
+                state = s;
+                start = Some(o);
+                break;
+            }
+            None => {
+                tracing::warn!(dir = %dir.display(), offset = o, epoch = e, "removing a corrupt producer snapshot");
+                remove_if_exists(fs, &path)?;
+                usable.pop();
+            }
+        }
+    }
+    let from_snapshot = start.is_some();
+    let start = start.unwrap_or_else(|| {
+        let n = m.segments.len();
+        m.segments
+            .get(n.saturating_sub(2))
+            .map(|s| s.base)
+            .unwrap_or(m.log_start_offset)
+    });
+    let mut replayed = 0;
+    for seg in m
+        .segments
+        .iter()
+        .filter(|s| s.next_offset > start && s.size > 0)
+    {
+        let f = fs.open_read(&dir.join(layout::segment_log(seg.base, seg.epoch)))?;
+        let mut pos = 0u64;
+        while let Some(h) = header_at(f.as_ref(), pos, seg.size)? {
+            if h.last_offset() >= start && h.producer_id >= 0 && !h.is_control() {
+                state.replay(
+                    &Incoming {
+                        producer_id: h.producer_id,
+                        epoch: h.producer_epoch,
+                        first_seq: h.base_sequence,
+                        last_offset_delta: h.last_offset_delta,
+                        base_offset: h.base_offset,
+                        timestamp: h.max_timestamp,
+                    },
+                    now_ms,
+                );
+                replayed += 1;
+            }
+            pos += h.batch_len as u64;
+        }
+    }
+    Ok(LoadedProducers {
+        state,
+        snapshots: usable,
+        replayed,
+        from_snapshot,
+    })
+}
+
+/// Remove all but the newest [`SNAPSHOTS_KEPT`] of `snaps` (ascending).
+fn prune_snapshots(fs: &dyn Fs, dir: &Path, snaps: &mut Vec<(i64, i32)>) -> io::Result<()> {
+    while snaps.len() > SNAPSHOTS_KEPT {
+        let (o, e) = snaps.remove(0);
+        remove_if_exists(fs, &dir.join(layout::producer_snapshot(o, e)))?;
+    }
+    Ok(())
 }

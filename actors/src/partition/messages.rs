@@ -18,6 +18,14 @@ pub enum PartitionError {
     /// The append would overflow offsets or a segment (RECORD_LIST_TOO_LARGE).
     #[error("append too large")]
     TooLarge,
+    /// An idempotent batch does not follow its producer's last sequence
+    /// (OUT_OF_ORDER_SEQUENCE_NUMBER); nothing was written.
+    #[error("{0}")]
+    OutOfOrderSequence(String),
+    /// An idempotent batch carries an epoch older than its producer's
+    /// (INVALID_PRODUCER_EPOCH); nothing was written.
+    #[error("{0}")]
+    InvalidProducerEpoch(String),
 }
 
 /// Append validated batches. Replies once the bytes are written (not yet

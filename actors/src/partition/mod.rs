@@ -1,5 +1,5 @@
 //! One partition: its on-disk log ([`log`]), indexes ([`index`]), manifest
-//! ([`manifest`]), the read path ([`reader`]), the commit gate ([`commit`]:
+//! ([`manifest`]), idempotent-producer state ([`producers`]), the read path ([`reader`]), the commit gate ([`commit`]:
 //! the leader's logic without actix) and the actor that owns the files
 //! ([`leader`]).
 
@@ -10,6 +10,7 @@ pub mod leader;
 pub mod log;
 pub mod manifest;
 pub mod messages;
+pub mod producers;
 pub mod reader;
 
 #[cfg(test)]

@@ -8,7 +8,8 @@
 
 #![allow(clippy::disallowed_methods)] // tests build fixtures and simulate other hosts with raw std::fs calls
 
-use super::log::{Claimant, LogConfig, PartitionLog};
+use super::log::{Claimant, LogConfig, LogError, PartitionLog, SNAPSHOTS_KEPT};
+use super::producers::{BatchMeta, Incoming, ProducerStates, SequenceError, Verdict};
 use super::reader::PartitionReader;
 use bytes::{Bytes, BytesMut};
 use kaas_protocol::batch::{read_batch_header, validate_batches};
@@ -561,7 +562,6 @@ fn an_older_epoch_open_never_deletes_a_newer_epochs_files() {
 // ------------------------------------------------- leader-epoch claims
 
 use super::claim::{claim, claim_name, ClaimOwner, Claimed};
-use super::log::LogError;
 
 const A: ClaimOwner = ClaimOwner {
     broker_id: 1,
@@ -854,4 +854,327 @@ fn delete_records_moves_the_start_persists_it_and_drops_whole_segments() {
     let log = open(fs.clone(), d.path(), 2);
     assert_eq!(log.log_start_offset(), 20);
     assert_eq!(read_all(fs, &log), vec![]);
+}
+
+// ---- idempotent producers ------------------------------------------------
+
+/// One idempotent batch of `values` from producer `pid` at `epoch`, first
+/// sequence `seq`.
+pub(crate) fn idem_batch(values: &[&str], pid: i64, epoch: i16, seq: i32) -> Bytes {
+    let records: Vec<Record> = values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: -1,
+            producer_id: pid,
+            producer_epoch: epoch,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            sequence: seq.wrapping_add(i as i32),
+            timestamp: 1_000 + i as i64,
+            key: None,
+            value: Some(Bytes::copy_from_slice(v.as_bytes())),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut buf = BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut buf,
+        &records,
+        &RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        },
+    )
+    .unwrap();
+    buf.freeze()
+}
+
+fn idem(
+    log: &mut PartitionLog,
+    vals: &[&str],
+    pid: i64,
+    epoch: i16,
+    seq: i32,
+) -> Result<super::log::Appended, super::log::LogError> {
+    let b = idem_batch(vals, pid, epoch, seq);
+    let infos = validate_batches(&b).unwrap();
+    log.append_at(&b, &infos, 1_000)
+}
+
+/// The producer state without the times it was last seen (a rebuild
+/// counts a producer as seen when it found it).
+fn shape(s: &ProducerStates) -> Vec<(i64, i16, Vec<BatchMeta>)> {
+    let mut v: Vec<_> = s
+        .entries()
+        .map(|(p, e)| (p, e.epoch, e.batches.iter().copied().collect()))
+        .collect();
+    v.sort_by_key(|x| x.0);
+    v
+}
+
+fn names_in(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    v.sort();
+    v
+}
+
+fn snapshot_names(dir: &Path) -> Vec<String> {
+    names_in(dir)
+        .into_iter()
+        .filter(|n| kaas_volume::layout::parse_producer_snapshot(n).is_some())
+        .collect()
+}
+
+#[test]
+fn a_retried_batch_is_a_duplicate_and_gaps_and_stale_epochs_write_nothing() {
+    let d = tempfile::tempdir().unwrap();
+    let fs: SharedFs = Arc::new(RealFs);
+    let mut log = open(fs.clone(), d.path(), 1);
+    let a = idem(&mut log, &["a", "b"], 5, 0, 0).unwrap();
+    assert_eq!((a.base_offset, a.duplicate), (0, false));
+    append(&mut log, &["plain"], 100);
+    let dup = idem(&mut log, &["a", "b"], 5, 0, 0).unwrap();
+    assert_eq!(
+        (dup.base_offset, dup.last_offset, dup.duplicate),
+        (0, 1, true)
+    );
+    assert_eq!(log.next_offset(), 3, "a duplicate writes nothing");
+    assert!(matches!(
+        idem(&mut log, &["c"], 5, 0, 3),
+        Err(LogError::Sequence(SequenceError::OutOfOrder {
+            found: 3,
+            last: Some(1),
+            ..
+        }))
+    ));
+    assert_eq!(idem(&mut log, &["c"], 5, 1, 0).unwrap().base_offset, 3);
+    assert!(matches!(
+        idem(&mut log, &["d"], 5, 0, 3),
+        Err(LogError::Sequence(SequenceError::StaleEpoch {
+            current: 1,
+            ..
+        }))
+    ));
+    assert_eq!(log.next_offset(), 4);
+    log.sync_now().unwrap();
+    let got: Vec<String> = read_all(fs, &log).into_iter().map(|x| x.1).collect();
+    assert_eq!(got, ["a", "b", "plain", "c"]);
+}
+
+/// Catches: state updated before the write, so a failed write leaves the
+/// state claiming a batch the log does not hold (the retry would be
+/// answered as a duplicate of nothing).
+#[test]
+fn a_failed_write_leaves_the_state_unchanged() {
+    let d = tempfile::tempdir().unwrap();
+    let ffs = FaultFs::new();
+    let fs: SharedFs = Arc::new(ffs.clone());
+    let mut log = open(fs, d.path(), 1);
+    idem(&mut log, &["a"], 5, 0, 0).unwrap();
+    let before = shape(log.producers());
+    ffs.fail_nth(ffs.ops() + 1);
+    assert!(matches!(
+        idem(&mut log, &["b"], 5, 0, 1),
+        Err(LogError::Io(_))
+    ));
+    assert_eq!(shape(log.producers()), before);
+}
+
+#[test]
+fn producer_state_is_rebuilt_from_snapshot_and_tail_on_reopen_and_takeover() {
+    let d = tempfile::tempdir().unwrap();
+    let fs: SharedFs = Arc::new(RealFs);
+    let mut log = open(fs.clone(), d.path(), 1);
+    for i in 0..4 {
+        idem(&mut log, &["x", "y"], 7, 0, 2 * i).unwrap();
+        idem(&mut log, &["z"], 8, 3, i).unwrap();
+    }
+    log.sync_now().unwrap();
+    let want = shape(log.producers());
+    // A crash (no close, no roll, so no snapshot: a new partition writes
+    // none at open): the tail is replayed.
+    drop(log);
+    assert!(snapshot_names(d.path()).is_empty());
+    let mut log = open(fs.clone(), d.path(), 1);
+    assert_eq!(shape(log.producers()), want);
+    assert!(idem(&mut log, &["x", "y"], 7, 0, 6).unwrap().duplicate);
+    // A roll snapshots; batches after it are replayed on top at takeover.
+    log.roll(2_000).unwrap();
+    let at_roll = log.next_offset();
+    assert!(snapshot_names(d.path()).contains(&kaas_volume::layout::producer_snapshot(at_roll, 1)));
+    idem(&mut log, &["w"], 7, 0, 8).unwrap();
+    idem(&mut log, &["q"], 9, 0, 0).unwrap();
+    log.sync_now().unwrap();
+    let want = shape(log.producers());
+    drop(log);
+    let mut log = open(fs.clone(), d.path(), 2);
+    assert_eq!(shape(log.producers()), want);
+    assert!(idem(&mut log, &["w"], 7, 0, 8).unwrap().duplicate);
+    assert!(matches!(
+        idem(&mut log, &["w"], 7, 0, 10),
+        Err(LogError::Sequence(SequenceError::OutOfOrder { .. }))
+    ));
+    // The takeover wrote a snapshot at its log end (it replayed batches),
+    // and a clean close writes one too; at most SNAPSHOTS_KEPT stay.
+    log.roll(3_000).unwrap();
+    idem(&mut log, &["v"], 9, 0, 1).unwrap();
+    log.roll(4_000).unwrap();
+    log.close().unwrap();
+    assert!(snapshot_names(d.path()).len() <= SNAPSHOTS_KEPT);
+    let log = open(fs.clone(), d.path(), 3);
+    assert_eq!(log.producers().get(9).unwrap().batches.len(), 2);
+}
+
+/// Catches: trusting a snapshot that does not describe the log — past the
+/// log end (written before a crash lost the tail it describes), torn, or a
+/// zombie's, written under an old epoch after a newer leader sealed it.
+#[test]
+fn unusable_snapshots_are_ignored_and_swept() {
+    let d = tempfile::tempdir().unwrap();
+    let fs: SharedFs = Arc::new(RealFs);
+    let mut log = open(fs.clone(), d.path(), 1);
+    idem(&mut log, &["a", "b"], 5, 0, 0).unwrap();
+    log.sync_now().unwrap();
+    drop(log);
+    // Epoch 2 takes over at offset 2 and writes on.
+    let mut log = open(fs.clone(), d.path(), 2);
+    idem(&mut log, &["c", "d", "e"], 5, 0, 2).unwrap();
+    log.sync_now().unwrap();
+    let want = shape(log.producers());
+    drop(log);
+    let mut bogus = ProducerStates::new();
+    let b = Incoming {
+        producer_id: 5,
+        epoch: 0,
+        first_seq: 2,
+        last_offset_delta: 0,
+        base_offset: 2,
+        timestamp: 0,
+    };
+    if let Verdict::Append(st) = bogus.check(&[b], 0).unwrap() {
+        bogus.apply(st);
+    }
+    let l = kaas_volume::layout::producer_snapshot;
+    // A zombie of epoch 1 snapshotting past epoch 2's start (offset 2).
+    std::fs::write(d.path().join(l(3, 1)), bogus.encode(3)).unwrap();
+    // Past the log end.
+    std::fs::write(d.path().join(l(50, 2)), bogus.encode(50)).unwrap();
+    // Torn.
+    let torn = bogus.encode(4);
+    std::fs::write(d.path().join(l(4, 2)), &torn[..torn.len() - 3]).unwrap();
+    // A later epoch's file is never ours to judge or remove.
+    std::fs::write(d.path().join(l(1, 9)), b"not ours").unwrap();
+    let log = open(fs.clone(), d.path(), 3);
+    assert_eq!(shape(log.producers()), want);
+    let left = snapshot_names(d.path());
+    for gone in [l(3, 1), l(50, 2), l(4, 2)] {
+        assert!(!left.contains(&gone), "{gone} left: {left:?}");
+    }
+    assert!(left.contains(&l(1, 9)));
+}
+
+/// Catches: a snapshot write that can leave a torn or half-renamed file
+/// the next open trusts, or a crash that loses producer state: after a
+/// crash (and power loss) at every step of a roll's snapshot, a clean open
+/// rebuilds exactly the state the log holds.
+#[test]
+fn crash_at_every_step_of_the_producer_snapshot() {
+    let setup = |log: &mut PartitionLog| {
+        for i in 0..3 {
+            idem(log, &["x"], 7, 0, i).unwrap();
+            idem(log, &["y", "z"], 8, 1, 2 * i).unwrap();
+            log.sync_now().unwrap();
+        }
+        // An earlier snapshot exists, so pruning is exercised too.
+        log.roll(1_500).unwrap();
+        idem(log, &["w"], 9, 0, 0).unwrap();
+        log.sync_now().unwrap();
+        for i in 0..SNAPSHOTS_KEPT {
+            log.snapshot_producers(1_600 + i as i64).unwrap();
+            idem(log, &["u"], 9, 0, 1 + i as i32).unwrap();
+            log.sync_now().unwrap();
+        }
+    };
+    let d = tempfile::tempdir().unwrap();
+    let clean = FaultFs::new();
+    let fs: SharedFs = Arc::new(clean.clone());
+    let mut log = open(fs.clone(), d.path(), 1);
+    setup(&mut log);
+    let want = shape(log.producers());
+    let before = clean.ops();
+    log.snapshot_producers(2_000).unwrap();
+    let steps = clean.ops() - before;
+    assert!(
+        steps >= 4,
+        "temp create, write, fsync, rename (+ dir fsync)"
+    );
+    for n in 1..=steps + 1 {
+        let d = tempfile::tempdir().unwrap();
+        let ffs = FaultFs::new();
+        let fs: SharedFs = Arc::new(ffs.clone());
+        let mut log = open(fs.clone(), d.path(), 1);
+        setup(&mut log);
+        ffs.crash_at(ffs.ops() + n);
+        let _ = log.snapshot_producers(2_000);
+        drop(log);
+        ffs.power_loss();
+        let rfs: SharedFs = Arc::new(RealFs);
+        let mut log = PartitionLog::open(rfs.clone(), d.path(), 1, cfg(), 3_000)
+            .unwrap_or_else(|e| panic!("crash at step {n}: reopen failed: {e}"));
+        assert_eq!(shape(log.producers()), want, "crash at step {n}");
+        assert!(
+            idem(&mut log, &["u"], 9, 0, SNAPSHOTS_KEPT as i32)
+                .unwrap()
+                .duplicate,
+            "step {n}: the last batch is still known"
+        );
+        drop(log);
+        // And again after a takeover.
+        let log = PartitionLog::open(rfs, d.path(), 2, cfg(), 4_000).unwrap();
+        assert_eq!(shape(log.producers()), want, "takeover after step {n}");
+        let names = names_in(d.path());
+        assert!(
+            !names.iter().any(|n| n.starts_with(".tmp-")),
+            "step {n}: temp left: {names:?}"
+        );
+        assert!(
+            snapshot_names(d.path()).len() <= SNAPSHOTS_KEPT,
+            "{names:?}"
+        );
+    }
+}
+
+/// Catches: a rebuild that scans the whole log when no snapshot is left
+/// (unbounded recovery): without snapshots only the last two segments are
+/// replayed, as Kafka does.
+#[test]
+fn without_snapshots_only_the_last_two_segments_are_replayed() {
+    let d = tempfile::tempdir().unwrap();
+    let fs: SharedFs = Arc::new(RealFs);
+    let mut log = open(fs.clone(), d.path(), 1);
+    idem(&mut log, &["old"], 1, 0, 0).unwrap();
+    log.roll(1_100).unwrap();
+    idem(&mut log, &["mid"], 2, 0, 0).unwrap();
+    log.roll(1_200).unwrap();
+    idem(&mut log, &["new"], 3, 0, 0).unwrap();
+    log.sync_now().unwrap();
+    drop(log);
+    for n in snapshot_names(d.path()) {
+        std::fs::remove_file(d.path().join(n)).unwrap();
+    }
+    let log = open(fs, d.path(), 1);
+    let ids: Vec<i64> = shape(log.producers()).iter().map(|x| x.0).collect();
+    assert_eq!(ids, [2, 3]);
+    // ... once: the open wrote a snapshot at the log end.
+    assert_eq!(
+        snapshot_names(d.path()),
+        [kaas_volume::layout::producer_snapshot(log.next_offset(), 1)]
+    );
 }

@@ -100,6 +100,8 @@ impl From<&PartitionError> for ApiError {
             PartitionError::Storage(_) => ResponseError::KafkaStorageError,
             PartitionError::NotLeader(_) => ResponseError::NotLeaderOrFollower,
             PartitionError::TooLarge => ResponseError::RecordListTooLarge,
+            PartitionError::OutOfOrderSequence(_) => ResponseError::OutOfOrderSequenceNumber,
+            PartitionError::InvalidProducerEpoch(_) => ResponseError::InvalidProducerEpoch,
         })
     }
 }

@@ -1,0 +1,698 @@
+//! Idempotent-producer state of one partition, as a pure state machine (no
+//! actix, no files): per producer id its epoch and its last
+//! [`BATCHES_KEPT`] batches (first/last sequence, base/last offset, batch
+//! timestamp), the checks Kafka makes before an idempotent batch is written
+//! (duplicate, sequence gap, stale epoch, epoch bump, wrap at `i32::MAX`),
+//! expiry of idle producers, and the snapshot encoding.
+//!
+//! The partition leader owns one [`ProducerStates`] inside its
+//! [`super::log::PartitionLog`]. Appends are pipelined (written now, fsynced
+//! later), so the state moves at write-assign time: a batch is checked with
+//! [`ProducerStates::check`] against the state *including* every batch
+//! written before it, and [`ProducerStates::apply`] runs only once the
+//! bytes reached the file. A write that fails applies nothing; a failed
+//! fsync stops the leader, and its reopen rebuilds the state from what is
+//! durable, so the state never claims a batch the log does not hold.
+//!
+//! The rules follow Apache Kafka's `ProducerAppendInfo` (3.x):
+//! * a batch whose (epoch, first sequence, last sequence) equals one of the
+//!   producer's last five is a duplicate: nothing is written and the client
+//!   gets success with the original offsets;
+//! * an epoch below the producer's current one is INVALID_PRODUCER_EPOCH;
+//! * a higher epoch (KIP-360 bump) must start at sequence 0;
+//! * in the same epoch the first sequence must follow the last one
+//!   (`last + 1`, or 0 after `i32::MAX`), else OUT_OF_ORDER_SEQUENCE_NUMBER;
+//! * a producer id with no state here (new, expired, or its records
+//!   removed by retention) is accepted at any sequence: since KIP-360
+//!   (Kafka 2.5) the broker no longer answers UNKNOWN_PRODUCER_ID for that,
+//!   it starts tracking the producer from the batch it sees.
+
+use std::collections::{HashMap, VecDeque};
+
+/// How many of a producer's most recent batches are kept for duplicate
+/// detection (the client's `max.in.flight.requests.per.connection` bound).
+pub const BATCHES_KEPT: usize = 5;
+
+/// Default `producer.id.expiration.ms` (one day, as in Kafka).
+pub const DEFAULT_EXPIRATION_MS: i64 = 86_400_000;
+
+/// One written batch of a producer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchMeta {
+    /// Sequence of the batch's first record.
+    pub first_seq: i32,
+    /// Sequence of the batch's last record (wraps after `i32::MAX`).
+    pub last_seq: i32,
+    /// Offset assigned to the first record.
+    pub base_offset: i64,
+    /// Offset assigned to the last record.
+    pub last_offset: i64,
+    /// The batch's max timestamp.
+    pub timestamp: i64,
+}
+
+/// What is known of one producer id in this partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProducerEntry {
+    /// The producer's current epoch.
+    pub epoch: i16,
+    /// Its last batches, oldest first, at most [`BATCHES_KEPT`].
+    pub batches: VecDeque<BatchMeta>,
+    /// Broker wall-clock time of its last write (or of the rebuild that
+    /// found it), for expiry. Never compared with another host's clock for
+    /// anything but expiry, where a skew only moves it by the skew.
+    pub last_seen_ms: i64,
+}
+
+/// An idempotent batch about to be written, with the offsets it would get.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Incoming {
+    /// Producer id (>= 0).
+    pub producer_id: i64,
+    /// Producer epoch.
+    pub epoch: i16,
+    /// Base sequence (>= 0; validated by the protocol crate).
+    pub first_seq: i32,
+    /// `last_offset_delta` of the batch.
+    pub last_offset_delta: i32,
+    /// Offset the first record would get.
+    pub base_offset: i64,
+    /// The batch's max timestamp.
+    pub timestamp: i64,
+}
+
+impl Incoming {
+    /// The batch's last sequence, wrapping after `i32::MAX` as Kafka's
+    /// `DefaultRecordBatch.incrementSequence` does.
+    pub fn last_seq(&self) -> i32 {
+        increment_sequence(self.first_seq, self.last_offset_delta)
+    }
+
+    fn meta(&self) -> BatchMeta {
+        BatchMeta {
+            first_seq: self.first_seq,
+            last_seq: self.last_seq(),
+            base_offset: self.base_offset,
+            last_offset: self.base_offset + i64::from(self.last_offset_delta),
+            timestamp: self.timestamp,
+        }
+    }
+}
+
+/// `seq + delta` wrapping past `i32::MAX` to 0.
+pub fn increment_sequence(seq: i32, delta: i32) -> i32 {
+    if seq > i32::MAX - delta {
+        delta - (i32::MAX - seq) - 1
+    } else {
+        seq + delta
+    }
+}
+
+/// Whether `next` follows `last` (wrapping after `i32::MAX`).
+fn in_sequence(last: i32, next: i32) -> bool {
+    i64::from(next) == i64::from(last) + 1 || (next == 0 && last == i32::MAX)
+}
+
+/// Why an idempotent batch is refused (nothing is written).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SequenceError {
+    /// OUT_OF_ORDER_SEQUENCE_NUMBER (45).
+    #[error(
+        "out of order sequence for producer {producer_id} epoch {epoch}: {found} after {last:?}"
+    )]
+    OutOfOrder {
+        /// The producer.
+        producer_id: i64,
+        /// The batch's epoch.
+        epoch: i16,
+        /// The batch's first sequence.
+        found: i32,
+        /// The producer's last sequence in its current epoch (`None`: the
+        /// batch opens a new epoch and must start at 0).
+        last: Option<i32>,
+    },
+    /// INVALID_PRODUCER_EPOCH (47).
+    #[error("producer {producer_id} epoch {epoch} is older than its current epoch {current}")]
+    StaleEpoch {
+        /// The producer.
+        producer_id: i64,
+        /// The batch's epoch.
+        epoch: i16,
+        /// The epoch already seen.
+        current: i16,
+    },
+}
+
+/// What to do with the idempotent batches of one append.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Write them; then [`ProducerStates::apply`] the staged entries.
+    Append(Staged),
+    /// The first duplicate found: write nothing, answer with its offsets
+    /// (as Kafka, which stops at the first duplicate of a request).
+    Duplicate(BatchMeta),
+}
+
+/// The entries an append will leave behind, applied once it is written.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Staged(Vec<(i64, ProducerEntry)>);
+
+impl Staged {
+    /// Whether no idempotent batch is involved.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// See module docs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProducerStates {
+    producers: HashMap<i64, ProducerEntry>,
+}
+
+impl ProducerStates {
+    /// No producer known.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Producers tracked.
+    pub fn len(&self) -> usize {
+        self.producers.len()
+    }
+
+    /// Whether no producer is tracked.
+    pub fn is_empty(&self) -> bool {
+        self.producers.is_empty()
+    }
+
+    /// The entry of `producer_id`, if tracked.
+    pub fn get(&self, producer_id: i64) -> Option<&ProducerEntry> {
+        self.producers.get(&producer_id)
+    }
+
+    /// Every tracked producer, in no particular order.
+    pub fn entries(&self) -> impl Iterator<Item = (i64, &ProducerEntry)> {
+        self.producers.iter().map(|(p, e)| (*p, e))
+    }
+
+    /// Check the idempotent batches of one append, in write order, each
+    /// against the state left by the ones before it. Pure: nothing changes
+    /// until [`Self::apply`].
+    pub fn check(&self, batches: &[Incoming], now_ms: i64) -> Result<Verdict, SequenceError> {
+        let mut staged: Vec<(i64, ProducerEntry)> = Vec::new();
+        for b in batches {
+            let cur = match staged.iter().position(|(p, _)| *p == b.producer_id) {
+                Some(i) => Some(&staged[i].1),
+                None => self.producers.get(&b.producer_id),
+            };
+            if let Some(e) = cur {
+                if e.epoch == b.epoch {
+                    if let Some(dup) = e
+                        .batches
+                        .iter()
+                        .find(|m| m.first_seq == b.first_seq && m.last_seq == b.last_seq())
+                    {
+                        return Ok(Verdict::Duplicate(*dup));
+                    }
+                }
+                check_one(e, b)?;
+            }
+            let mut next = match cur {
+                Some(e) if e.epoch == b.epoch => e.clone(),
+                _ => ProducerEntry {
+                    epoch: b.epoch,
+                    batches: VecDeque::with_capacity(BATCHES_KEPT),
+                    last_seen_ms: now_ms,
+                },
+            };
+            if next.batches.len() == BATCHES_KEPT {
+                next.batches.pop_front();
+            }
+            next.batches.push_back(b.meta());
+            next.last_seen_ms = now_ms;
+            match staged.iter().position(|(p, _)| *p == b.producer_id) {
+                Some(i) => staged[i].1 = next,
+                None => staged.push((b.producer_id, next)),
+            }
+        }
+        Ok(Verdict::Append(Staged(staged)))
+    }
+
+    /// The checked batches were written: make them the state.
+    pub fn apply(&mut self, staged: Staged) {
+        for (pid, e) in staged.0 {
+            self.producers.insert(pid, e);
+        }
+    }
+
+    /// Record a batch read back from the log (rebuild after a snapshot):
+    /// no checks, the log is the truth. A batch of an older epoch than
+    /// the one known cannot follow it in a valid log and is ignored.
+    pub fn replay(&mut self, b: &Incoming, seen_ms: i64) {
+        let e = self
+            .producers
+            .entry(b.producer_id)
+            .or_insert_with(|| ProducerEntry {
+                epoch: b.epoch,
+                batches: VecDeque::with_capacity(BATCHES_KEPT),
+                last_seen_ms: seen_ms,
+            });
+        if b.epoch < e.epoch {
+            return;
+        }
+        if b.epoch > e.epoch {
+            e.epoch = b.epoch;
+            e.batches.clear();
+        }
+        if e.batches.len() == BATCHES_KEPT {
+            e.batches.pop_front();
+        }
+        e.batches.push_back(b.meta());
+        e.last_seen_ms = e.last_seen_ms.max(seen_ms);
+    }
+
+    /// Forget producers not seen for `expiration_ms` (Kafka's
+    /// `producer.id.expiration.ms`); returns how many were removed.
+    pub fn expire(&mut self, now_ms: i64, expiration_ms: i64) -> usize {
+        let before = self.producers.len();
+        self.producers
+            .retain(|_, e| now_ms.saturating_sub(e.last_seen_ms) < expiration_ms);
+        before - self.producers.len()
+    }
+
+    /// Forget batches below `log_start` (retention removed them); a
+    /// producer left with none is forgotten, as Kafka does.
+    pub fn truncate_head(&mut self, log_start: i64) {
+        self.producers.retain(|_, e| {
+            e.batches.retain(|m| m.last_offset >= log_start);
+            !e.batches.is_empty()
+        });
+    }
+
+    /// The snapshot of this state as of `offset` (every batch below it
+    /// is included): magic, offset, entries in producer-id order, CRC32C
+    /// of everything before it. Big-endian throughout.
+    pub fn encode(&self, offset: i64) -> Vec<u8> {
+        let mut ids: Vec<&i64> = self.producers.keys().collect();
+        ids.sort();
+        let mut out = Vec::with_capacity(16 + ids.len() * (19 + BATCHES_KEPT * 32));
+        out.extend_from_slice(SNAPSHOT_MAGIC);
+        out.extend_from_slice(&offset.to_be_bytes());
+        out.extend_from_slice(&(ids.len() as u32).to_be_bytes());
+        for pid in ids {
+            let e = &self.producers[pid];
+            out.extend_from_slice(&pid.to_be_bytes());
+            out.extend_from_slice(&e.epoch.to_be_bytes());
+            out.extend_from_slice(&e.last_seen_ms.to_be_bytes());
+            out.push(e.batches.len() as u8);
+            for m in &e.batches {
+                out.extend_from_slice(&m.first_seq.to_be_bytes());
+                out.extend_from_slice(&m.last_seq.to_be_bytes());
+                out.extend_from_slice(&m.base_offset.to_be_bytes());
+                out.extend_from_slice(&m.last_offset.to_be_bytes());
+                out.extend_from_slice(&m.timestamp.to_be_bytes());
+            }
+        }
+        let crc = crc32c::crc32c(&out);
+        out.extend_from_slice(&crc.to_be_bytes());
+        out
+    }
+
+    /// Inverse of [`Self::encode`]: `(offset, state)`, or `None` if the
+    /// bytes are torn, corrupt or not a snapshot (the caller falls back to
+    /// an older one).
+    pub fn decode(bytes: &[u8]) -> Option<(i64, Self)> {
+        let body_len = bytes.len().checked_sub(4)?;
+        let (body, crc) = bytes.split_at(body_len);
+        if crc32c::crc32c(body) != u32::from_be_bytes(crc.try_into().ok()?) {
+            return None;
+        }
+        let mut r = Reader(body);
+        if r.take(4)? != SNAPSHOT_MAGIC {
+            return None;
+        }
+        let offset = r.i64()?;
+        let count = r.u32()? as usize;
+        let mut producers = HashMap::with_capacity(count.min(1 << 16));
+        for _ in 0..count {
+            let pid = r.i64()?;
+            let epoch = r.i16()?;
+            let last_seen_ms = r.i64()?;
+            let n = r.take(1)?[0] as usize;
+            if n > BATCHES_KEPT {
+                return None;
+            }
+            let mut batches = VecDeque::with_capacity(BATCHES_KEPT);
+            for _ in 0..n {
+                batches.push_back(BatchMeta {
+                    first_seq: r.i32()?,
+                    last_seq: r.i32()?,
+                    base_offset: r.i64()?,
+                    last_offset: r.i64()?,
+                    timestamp: r.i64()?,
+                });
+            }
+            producers.insert(
+                pid,
+                ProducerEntry {
+                    epoch,
+                    batches,
+                    last_seen_ms,
+                },
+            );
+        }
+        if !r.0.is_empty() {
+            return None;
+        }
+        Some((offset, Self { producers }))
+    }
+}
+
+/// First bytes of a producer-state snapshot (format version 1).
+const SNAPSHOT_MAGIC: &[u8; 4] = b"KPS1";
+
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        if self.0.len() < n {
+            return None;
+        }
+        let (a, b) = self.0.split_at(n);
+        self.0 = b;
+        Some(a)
+    }
+    fn i16(&mut self) -> Option<i16> {
+        Some(i16::from_be_bytes(self.take(2)?.try_into().ok()?))
+    }
+    fn i32(&mut self) -> Option<i32> {
+        Some(i32::from_be_bytes(self.take(4)?.try_into().ok()?))
+    }
+    fn u32(&mut self) -> Option<u32> {
+        Some(u32::from_be_bytes(self.take(4)?.try_into().ok()?))
+    }
+    fn i64(&mut self) -> Option<i64> {
+        Some(i64::from_be_bytes(self.take(8)?.try_into().ok()?))
+    }
+}
+
+/// The sequence checks of a batch that is not a duplicate, against the
+/// producer's current entry (Kafka's `checkProducerEpoch` + `checkSequence`).
+fn check_one(e: &ProducerEntry, b: &Incoming) -> Result<(), SequenceError> {
+    if b.epoch < e.epoch {
+        return Err(SequenceError::StaleEpoch {
+            producer_id: b.producer_id,
+            epoch: b.epoch,
+            current: e.epoch,
+        });
+    }
+    if b.epoch > e.epoch {
+        // KIP-360: a bumped epoch restarts the sequence at 0.
+        if b.first_seq != 0 {
+            return Err(SequenceError::OutOfOrder {
+                producer_id: b.producer_id,
+                epoch: b.epoch,
+                found: b.first_seq,
+                last: None,
+            });
+        }
+        return Ok(());
+    }
+    match e.batches.back() {
+        // Known epoch but no batch left (cannot happen from `check`, kept
+        // total): any sequence, as for an unknown producer.
+        None => Ok(()),
+        Some(last) if in_sequence(last.last_seq, b.first_seq) => Ok(()),
+        Some(last) => Err(SequenceError::OutOfOrder {
+            producer_id: b.producer_id,
+            epoch: b.epoch,
+            found: b.first_seq,
+            last: Some(last.last_seq),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn inc(pid: i64, epoch: i16, seq: i32, n: i32, base: i64) -> Incoming {
+        Incoming {
+            producer_id: pid,
+            epoch,
+            first_seq: seq,
+            last_offset_delta: n - 1,
+            base_offset: base,
+            timestamp: 1_000 + base,
+        }
+    }
+
+    /// Check and apply one batch; its verdict.
+    fn put(s: &mut ProducerStates, b: Incoming) -> Result<Option<BatchMeta>, SequenceError> {
+        match s.check(&[b], 10)? {
+            Verdict::Append(st) => {
+                s.apply(st);
+                Ok(None)
+            }
+            Verdict::Duplicate(m) => Ok(Some(m)),
+        }
+    }
+
+    #[test]
+    fn in_order_batches_are_accepted_and_a_retry_is_a_duplicate_with_its_offsets() {
+        let mut s = ProducerStates::new();
+        assert_eq!(put(&mut s, inc(7, 0, 0, 3, 0)), Ok(None));
+        assert_eq!(put(&mut s, inc(7, 0, 3, 2, 3)), Ok(None));
+        // The retry of the first batch arrives with other offsets assigned.
+        let dup = put(&mut s, inc(7, 0, 0, 3, 99)).unwrap().unwrap();
+        assert_eq!((dup.base_offset, dup.last_offset), (0, 2));
+        let dup = put(&mut s, inc(7, 0, 3, 2, 99)).unwrap().unwrap();
+        assert_eq!((dup.base_offset, dup.last_offset), (3, 4));
+        assert_eq!(s.get(7).unwrap().batches.len(), 2);
+    }
+
+    #[test]
+    fn only_the_last_five_batches_are_remembered() {
+        let mut s = ProducerStates::new();
+        for i in 0..6 {
+            assert_eq!(put(&mut s, inc(1, 0, i, 1, i as i64)), Ok(None));
+        }
+        assert!(put(&mut s, inc(1, 0, 1, 1, 50)).unwrap().is_some());
+        // Sequence 0 fell out of the window: no longer a duplicate, and not
+        // in sequence either.
+        assert!(matches!(
+            put(&mut s, inc(1, 0, 0, 1, 50)),
+            Err(SequenceError::OutOfOrder {
+                found: 0,
+                last: Some(5),
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn a_gap_is_out_of_order_and_changes_nothing() {
+        let mut s = ProducerStates::new();
+        put(&mut s, inc(1, 0, 0, 2, 0)).unwrap();
+        let before = s.clone();
+        assert_eq!(
+            put(&mut s, inc(1, 0, 5, 1, 2)),
+            Err(SequenceError::OutOfOrder {
+                producer_id: 1,
+                epoch: 0,
+                found: 5,
+                last: Some(1)
+            })
+        );
+        assert_eq!(s, before);
+        assert_eq!(put(&mut s, inc(1, 0, 2, 1, 2)), Ok(None));
+    }
+
+    #[test]
+    fn an_older_epoch_is_fenced_a_newer_one_restarts_at_zero() {
+        let mut s = ProducerStates::new();
+        put(&mut s, inc(1, 3, 0, 1, 0)).unwrap();
+        put(&mut s, inc(1, 3, 1, 1, 1)).unwrap();
+        assert!(matches!(
+            put(&mut s, inc(1, 2, 2, 1, 2)),
+            Err(SequenceError::StaleEpoch {
+                epoch: 2,
+                current: 3,
+                ..
+            })
+        ));
+        // KIP-360 bump: a new epoch must start at 0.
+        assert!(matches!(
+            put(&mut s, inc(1, 4, 2, 1, 2)),
+            Err(SequenceError::OutOfOrder {
+                epoch: 4,
+                last: None,
+                ..
+            })
+        ));
+        assert_eq!(put(&mut s, inc(1, 4, 0, 1, 2)), Ok(None));
+        let e = s.get(1).unwrap();
+        assert_eq!((e.epoch, e.batches.len()), (4, 1));
+        // The old epoch's batches are no duplicates any more: fenced.
+        assert!(matches!(
+            put(&mut s, inc(1, 3, 0, 1, 3)),
+            Err(SequenceError::StaleEpoch { .. })
+        ));
+    }
+
+    #[test]
+    fn an_unknown_producer_is_accepted_at_any_sequence() {
+        let mut s = ProducerStates::new();
+        assert_eq!(put(&mut s, inc(9, 2, 1234, 1, 0)), Ok(None));
+        assert_eq!(put(&mut s, inc(9, 2, 1235, 1, 1)), Ok(None));
+    }
+
+    #[test]
+    fn sequences_wrap_after_i32_max() {
+        assert_eq!(increment_sequence(i32::MAX, 0), i32::MAX);
+        assert_eq!(increment_sequence(i32::MAX, 1), 0);
+        assert_eq!(increment_sequence(i32::MAX - 1, 3), 1);
+        let mut s = ProducerStates::new();
+        put(&mut s, inc(1, 0, i32::MAX - 1, 2, 0)).unwrap();
+        assert_eq!(s.get(1).unwrap().batches[0].last_seq, i32::MAX);
+        assert_eq!(put(&mut s, inc(1, 0, 0, 3, 2)), Ok(None));
+        // A batch straddling the wrap.
+        let mut s = ProducerStates::new();
+        put(&mut s, inc(1, 0, i32::MAX - 1, 4, 0)).unwrap();
+        assert_eq!(s.get(1).unwrap().batches[0].last_seq, 1);
+        assert!(put(&mut s, inc(1, 0, i32::MAX - 1, 4, 9))
+            .unwrap()
+            .is_some());
+        assert_eq!(put(&mut s, inc(1, 0, 2, 1, 4)), Ok(None));
+    }
+
+    #[test]
+    fn batches_of_one_append_are_checked_in_write_order() {
+        let s = ProducerStates::new();
+        // Two in-order batches of one producer in one append: both fine.
+        let v = s
+            .check(
+                &[inc(1, 0, 0, 2, 0), inc(1, 0, 2, 1, 2), inc(2, 0, 0, 1, 3)],
+                5,
+            )
+            .unwrap();
+        let Verdict::Append(st) = v else { panic!() };
+        let mut s2 = s.clone();
+        s2.apply(st);
+        assert_eq!(s2.get(1).unwrap().batches.len(), 2);
+        // A gap inside the append refuses all of it.
+        assert!(s
+            .check(&[inc(1, 0, 0, 2, 0), inc(1, 0, 3, 1, 2)], 5)
+            .is_err());
+        // A batch repeated inside one append is a duplicate of the first.
+        assert!(matches!(
+            s.check(&[inc(1, 0, 0, 2, 0), inc(1, 0, 0, 2, 2)], 5),
+            Ok(Verdict::Duplicate(BatchMeta { base_offset: 0, .. }))
+        ));
+    }
+
+    #[test]
+    fn idle_producers_expire() {
+        let mut s = ProducerStates::new();
+        let Verdict::Append(st) = s.check(&[inc(1, 0, 0, 1, 0)], 1_000).unwrap() else {
+            panic!()
+        };
+        s.apply(st);
+        let Verdict::Append(st) = s.check(&[inc(2, 0, 0, 1, 1)], 5_000).unwrap() else {
+            panic!()
+        };
+        s.apply(st);
+        assert_eq!(s.expire(10_999, 10_000), 0);
+        assert_eq!(s.expire(11_000, 10_000), 1);
+        assert!(s.get(1).is_none() && s.get(2).is_some());
+        // An expired producer is unknown again: any sequence is accepted.
+        assert_eq!(put(&mut s, inc(1, 0, 77, 1, 2)), Ok(None));
+    }
+
+    #[test]
+    fn retention_forgets_batches_below_the_log_start() {
+        let mut s = ProducerStates::new();
+        put(&mut s, inc(1, 0, 0, 2, 0)).unwrap();
+        put(&mut s, inc(2, 0, 0, 2, 2)).unwrap();
+        s.truncate_head(2);
+        assert!(s.get(1).is_none());
+        assert!(s.get(2).is_some());
+    }
+
+    #[test]
+    fn snapshot_round_trip_and_corruption_is_detected() {
+        let mut s = ProducerStates::new();
+        for i in 0..7 {
+            put(&mut s, inc(1, 2, i, 1, i as i64)).unwrap();
+        }
+        put(&mut s, inc(i64::MAX, i16::MAX, i32::MAX, 1, 20)).unwrap();
+        let bytes = s.encode(21);
+        let (off, back) = ProducerStates::decode(&bytes).unwrap();
+        assert_eq!((off, &back), (21, &s));
+        let empty = ProducerStates::new().encode(0);
+        assert_eq!(
+            ProducerStates::decode(&empty),
+            Some((0, ProducerStates::new()))
+        );
+        for cut in 0..bytes.len() {
+            assert!(ProducerStates::decode(&bytes[..cut]).is_none(), "cut {cut}");
+        }
+        for i in 0..bytes.len() {
+            let mut b = bytes.clone();
+            b[i] ^= 0x40;
+            assert!(ProducerStates::decode(&b).is_none(), "flip {i}");
+        }
+    }
+
+    #[test]
+    fn replay_rebuilds_what_check_and_apply_built() {
+        let batches = [
+            inc(1, 0, 0, 2, 0),
+            inc(2, 0, 0, 1, 2),
+            inc(1, 0, 2, 1, 3),
+            inc(1, 1, 0, 1, 4),
+            inc(2, 0, 1, 1, 5),
+        ];
+        let mut live = ProducerStates::new();
+        let mut rebuilt = ProducerStates::new();
+        for b in batches {
+            assert_eq!(put(&mut live, b), Ok(None));
+            rebuilt.replay(&b, 10);
+        }
+        assert_eq!(live, rebuilt);
+    }
+}
+
+#[cfg(test)]
+mod cost {
+    use super::*;
+
+    /// The per-batch cost of the check on the hot path (run with
+    /// `cargo test --release -p kaas-actors producers::cost -- --ignored
+    /// --nocapture`): 1,000 producers, in-order batches.
+    #[test]
+    #[ignore]
+    fn check_and_apply_cost_per_batch() {
+        let mut s = ProducerStates::new();
+        let n = 2_000_000u32;
+        let t = std::time::Instant::now();
+        for i in 0..n {
+            let pid = i64::from(i % 1000);
+            let b = Incoming {
+                producer_id: pid,
+                epoch: 0,
+                first_seq: (i / 1000) as i32,
+                last_offset_delta: 0,
+                base_offset: i64::from(i),
+                timestamp: 0,
+            };
+            match s.check(&[b], 0).unwrap() {
+                Verdict::Append(st) => s.apply(st),
+                Verdict::Duplicate(_) => panic!(),
+            }
+        }
+        let ns = t.elapsed().as_nanos() as f64 / f64::from(n);
+        println!("check + apply: {ns:.0} ns per batch");
+    }
+}
