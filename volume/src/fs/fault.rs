@@ -43,7 +43,7 @@ struct State {
 struct Quirks {
     /// Deleting an open file renames it to `.nfsXXXX` until the last close.
     silly_rename: bool,
-    /// create_exclusive number N (1-based) creates the file but reports
+    /// Successful create_exclusive number N (1-based) creates the file but reports
     /// `AlreadyExists`, as a retried NFS create whose first reply was lost.
     lose_create_reply: Option<u64>,
     creates: u64,
@@ -292,14 +292,7 @@ impl Fs for FaultFs {
     }
     fn create_exclusive(&self, path: &Path) -> io::Result<Arc<dyn WriteFile>> {
         self.step("create_exclusive", path)?;
-        let (lose_reply, broken) = {
-            let mut st = self.state.lock().unwrap();
-            st.quirks.creates += 1;
-            (
-                st.quirks.lose_create_reply == Some(st.quirks.creates),
-                st.quirks.break_exclusive,
-            )
-        };
+        let broken = self.state.lock().unwrap().quirks.break_exclusive;
         let inner = if broken {
             let f = std::fs::OpenOptions::new()
                 .read(true)
@@ -311,6 +304,13 @@ impl Fs for FaultFs {
             self.inner.open_write(path)?
         } else {
             self.inner.create_exclusive(path)?
+        };
+        // Counted among the creates that succeeded: a racer that lost (a
+        // real EEXIST) had no reply to lose.
+        let lose_reply = {
+            let mut st = self.state.lock().unwrap();
+            st.quirks.creates += 1;
+            st.quirks.lose_create_reply == Some(st.quirks.creates)
         };
         if lose_reply {
             return Err(io::ErrorKind::AlreadyExists.into());
