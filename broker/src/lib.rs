@@ -10,6 +10,8 @@ pub mod config;
 pub mod conn;
 pub mod dev;
 pub mod fd_budget;
+pub mod http;
+pub mod inspect;
 pub mod limits;
 pub mod server;
 pub mod state;
