@@ -36,7 +36,7 @@ pub struct InspectArgs {
     #[arg(long, env = "KAAS_CLUSTER_DIR")]
     pub cluster_dir: Option<PathBuf>,
     /// Print JSON instead of text.
-    #[arg(long)]
+    #[arg(long, global = true)]
     pub json: bool,
     /// Only this topic.
     #[arg(long)]

@@ -122,7 +122,11 @@ def test_api_endpoints_under_load_on_three_brokers(broker_factory, topic_name):
         assert sorted(seen) == sorted(f"{topic_name}-{p}" for p in range(parts)), seen
         assert all(len(v) == 1 for v in seen.values()), seen
 
-        # The cluster document agrees from every broker.
+        # The cluster document agrees from every broker (the shared files
+        # are re-read once a second: wait for a read after every join).
+        for b in brokers:
+            wait_until(lambda: len(api(b, "/api/cluster")["brokers"]) == 3, timeout=10,
+                       what=f"broker {b.broker_id} reading every broker record")
         views = [api(b, "/api/cluster") for b in brokers]
         for b, c in zip(brokers, views):
             assert c["broker_id"] == b.broker_id
