@@ -452,8 +452,16 @@ impl Report {
                     .filter_map(|b| b.record.as_ref().map(|r| format!("{}: v{}", b.id, r.applied_version)))
                     .collect();
                 let _ = writeln!(o, "  applied by:   {}", applied.join(", "));
+                // Shards by leader, compactly: "leader 0: shards 0-24 (epochs 1..2)".
+                let mut by: std::collections::BTreeMap<i32, Vec<(usize, i32)>> = Default::default();
                 for (i, c) in a.coordinators.iter().enumerate() {
-                    let _ = writeln!(o, "  coordinator shard {i}: leader {} epoch {}", c.leader, c.epoch);
+                    by.entry(c.leader).or_default().push((i, c.epoch));
+                }
+                for (leader, shards) in by {
+                    let lo = shards.iter().map(|s| s.1).min().unwrap_or(0);
+                    let hi = shards.iter().map(|s| s.1).max().unwrap_or(0);
+                    let ids: Vec<String> = shards.iter().map(|s| s.0.to_string()).collect();
+                    let _ = writeln!(o, "  coordinator shards led by {leader} (epochs {lo}..{hi}): {}", ids.join(","));
                 }
             }
             None => {
@@ -497,8 +505,18 @@ impl Report {
                         }
                     }
                 }
+                let newest = p.manifests.last().and_then(|(_, m)| m.as_ref());
                 for (base, epoch, ext, len) in &p.segment_files {
-                    let _ = writeln!(o, "    file     {}  {len} bytes", format!("{}.{ext}", layout::segment_stem(*base, *epoch)));
+                    // Bytes past a sealed length are a dead leader's unacknowledged tail.
+                    let sealed = newest
+                        .and_then(|m| m.segments.iter().find(|s| s.base == *base && s.epoch == *epoch && s.sealed))
+                        .filter(|_| ext == "log");
+                    let note = match sealed {
+                        Some(s) if *len > s.size => format!("  ({} bytes past the sealed length: not in the log)", len - s.size),
+                        Some(_) => "  (sealed)".into(),
+                        None => String::new(),
+                    };
+                    let _ = writeln!(o, "    file     {}.{ext}  {len} bytes{note}", layout::segment_stem(*base, *epoch));
                 }
                 for n in &p.other_files {
                     let _ = writeln!(o, "    other    {n}");
