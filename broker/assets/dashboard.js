@@ -8,7 +8,9 @@
 const POLL_MS = 1000;
 const ACTOR_PAGE = 25;
 const PART_PAGE = 50;
-const state = { kind: "", actorOffset: 0, partOffset: 0, topic: "", localOnly: false, updates: 0, peers: [] };
+// The actor list starts on the partition leaders (what on-call looks for);
+// clicking a kind switches, clicking it again shows every kind.
+const state = { kind: "partition_leader", actorOffset: 0, partOffset: 0, topic: "", localOnly: false, updates: 0, peers: [] };
 
 const $ = (id) => document.getElementById(id);
 const esc = (s) => String(s == null ? "" : s).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
@@ -21,6 +23,9 @@ const bytes = (n) => {
   while (n >= 1024 && i < u.length - 1) { n /= 1024; i++; }
   return (i ? n.toFixed(1) : n) + " " + u[i];
 };
+
+// The last three components of a path: the part that tells files apart.
+const tail = (p) => { const parts = String(p || "").split("/"); return (parts.length > 3 ? "…/" : "") + parts.slice(-3).join("/"); };
 
 async function getJson(url) {
   const r = await fetch(url, { cache: "no-store" });
@@ -61,10 +66,10 @@ function renderCluster(c) {
 
 function actorRow(r) {
   const hot = r.restarts > 0 || r.last_error || r.mailbox_depth >= 32;
-  return `<tr class="actor${hot ? " hot" : ""}" data-kind="${esc(r.kind)}" data-id="${esc(r.id)}"><td>${esc(r.kind)}/${esc(r.id)}</td><td class="wrap muted">${esc(r.owns)}</td>` +
+  return `<tr class="actor${hot ? " hot" : ""}" data-kind="${esc(r.kind)}" data-id="${esc(r.id)}"><td>${esc(r.kind)}/${esc(r.id)}</td><td class="clip muted" title="${esc(r.owns)}">${esc(tail(r.owns))}</td>` +
     `<td class="num">${r.epoch < 0 ? "–" : esc(r.epoch)}</td><td class="num">${num(r.mailbox_depth)}</td><td class="num">${num(r.messages_per_sec, 1)}</td>` +
     `<td class="num">${num(r.handle_p50_ms, 2)}</td><td class="num">${num(r.handle_p99_ms, 2)}</td><td class="num ${r.restarts ? "bad" : ""}">${num(r.restarts)}</td>` +
-    `<td class="wrap ${r.last_error ? "bad" : ""}">${esc(r.last_error || "")}</td></tr>`;
+    `<td class="clip ${r.last_error ? "bad" : ""}" title="${esc(r.last_error || "")}">${esc(r.last_error || "")}</td></tr>`;
 }
 
 function renderActors(a) {

@@ -42,19 +42,20 @@ async function until(page, what, fn, arg, timeout = 20000) {
 }
 
 const profile = mkdtempSync(join(tmpdir(), "kaas-chromium-"));
-const browser = await chromium.launch({
+// A fresh profile each run (playwright passes it as --user-data-dir).
+const browser = await chromium.launchPersistentContext(profile, {
   executablePath: exe,
   headless: true,
+  viewport: { width: 1440, height: 900 },
   args: [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    `--user-data-dir=${profile}`,
   ],
 });
 const problems = [];
 let code = 0;
 try {
-  const page = await browser.newPage({ viewport: { width: 1440, height: 900 } });
+  const page = browser.pages()[0] || (await browser.newPage());
   page.on("console", (m) => { if (m.type() === "error") problems.push(`console: ${m.text()}`); });
   page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
   page.on("requestfailed", (r) => problems.push(`request failed: ${r.url()} ${r.failure()?.errorText}`));

@@ -110,6 +110,16 @@ impl ClusterFiles {
         Option<u64>,
     ) {
         let s = self.snap.lock().unwrap();
+        // Ages were taken at the read; they have grown since.
+        let since_read = s.read_at.map_or(0, |t| t.elapsed().as_millis() as u64);
+        let brokers = s
+            .brokers
+            .iter()
+            .map(|b| BrokerSeen {
+                lease_age_ms: b.lease_age_ms + since_read,
+                ..b.clone()
+            })
+            .collect();
         let controller = s.controller.as_ref().map(|c| {
             serde_json::json!({
                 "epoch": c.epoch,
@@ -118,7 +128,7 @@ impl ClusterFiles {
             })
         });
         (
-            s.brokers.clone(),
+            brokers,
             controller,
             s.epochs_seen,
             s.problems.clone(),
