@@ -46,7 +46,7 @@ impl Histogram {
     }
 
     fn render(&self, out: &mut String, name: &str, labels: &str) {
-            // Unlabelled series have no leading comma.
+        // Unlabelled series have no leading comma.
         let sep = if labels.is_empty() { "" } else { "," };
         let mut cum = 0;
         for (i, b) in BUCKETS.iter().enumerate() {
@@ -56,7 +56,11 @@ impl Histogram {
         cum += self.counts[BUCKETS.len()].load(Ordering::Relaxed);
         let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {cum}");
         let sum = self.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9;
-        let (open, close) = if labels.is_empty() { ("", "") } else { ("{", "}") };
+        let (open, close) = if labels.is_empty() {
+            ("", "")
+        } else {
+            ("{", "}")
+        };
         let _ = writeln!(out, "{name}_sum{open}{labels}{close} {sum}");
         let _ = writeln!(out, "{name}_count{open}{labels}{close} {cum}");
     }
@@ -319,7 +323,8 @@ impl Telemetry {
             self.connections.load(Ordering::Relaxed)
         );
         out.push_str("# HELP kaas_fsync_seconds Latency of partition and shard fsyncs.\n# TYPE kaas_fsync_seconds histogram\n");
-        self.fsync_seconds.render(&mut out, "kaas_fsync_seconds", "");
+        self.fsync_seconds
+            .render(&mut out, "kaas_fsync_seconds", "");
         let _ = writeln!(
             out,
             "# HELP kaas_lease_headroom_seconds Time left before this broker's lease lapses.\n# TYPE kaas_lease_headroom_seconds gauge\nkaas_lease_headroom_seconds {}",

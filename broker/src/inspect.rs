@@ -161,11 +161,13 @@ pub fn run(args: &InspectArgs) -> anyhow::Result<i32> {
             } else {
                 print!("{}", dump.to_text());
             }
-            Ok(if dump.batches.iter().all(|b| b.crc_valid) && dump.stopped.is_none() {
-                0
-            } else {
-                2
-            })
+            Ok(
+                if dump.batches.iter().all(|b| b.crc_valid) && dump.stopped.is_none() {
+                    0
+                } else {
+                    2
+                },
+            )
         }
         None => {
             if !fs.is_dir(&args.data_dir) {
@@ -253,7 +255,11 @@ pub fn read_controller_epochs(
         .collect();
     epochs.sort_unstable();
     let mut next = epochs.last().copied().unwrap_or(0);
-    while next < i32::MAX && fs.exists(&dir.join(layout::controller_epoch(next + 1))).unwrap_or(false) {
+    while next < i32::MAX
+        && fs
+            .exists(&dir.join(layout::controller_epoch(next + 1)))
+            .unwrap_or(false)
+    {
         next += 1;
         epochs.push(next);
     }
@@ -300,7 +306,11 @@ pub fn inspect(fs: &ReadFs, data: &Path, cluster: &Path, only_topic: Option<&str
         {
             continue;
         }
-        let stamp = json_file(fs, &data.join(&name).join(layout::TOPIC_STAMP), &mut problems);
+        let stamp = json_file(
+            fs,
+            &data.join(&name).join(layout::TOPIC_STAMP),
+            &mut problems,
+        );
         let mut parts: Vec<i32> = sorted_list(fs, &tdir)
             .iter()
             .filter_map(|n| layout::parse_partition(n))
@@ -349,7 +359,8 @@ pub fn inspect(fs: &ReadFs, data: &Path, cluster: &Path, only_topic: Option<&str
         .iter()
         .filter_map(|n| layout::parse_producer_id_block(n).map(|b| (b, n)))
         .map(|(b, n)| {
-            let v = json_file(fs, &pid_dir.join(n), &mut problems).unwrap_or(serde_json::Value::Null);
+            let v =
+                json_file(fs, &pid_dir.join(n), &mut problems).unwrap_or(serde_json::Value::Null);
             (b, v)
         })
         .collect();
@@ -367,7 +378,9 @@ pub fn inspect(fs: &ReadFs, data: &Path, cluster: &Path, only_topic: Option<&str
             let names = sorted_list(fs, &dir);
             let mut logs: Vec<(u64, i32, u64)> = names
                 .iter()
-                .filter_map(|n| layout::parse_shard_log(n).map(|(b, e)| (b, e, file_len(&dir.join(n)))))
+                .filter_map(|n| {
+                    layout::parse_shard_log(n).map(|(b, e)| (b, e, file_len(&dir.join(n))))
+                })
                 .collect();
             logs.sort_unstable();
             ShardReport {
@@ -404,12 +417,20 @@ impl Report {
         let mut o = String::new();
         let _ = writeln!(o, "data dir     {}", self.data_dir.display());
         let _ = writeln!(o, "cluster dir  {}", self.cluster_dir.display());
-        let _ = writeln!(o, "cluster id   {}", self.cluster_id.as_deref().unwrap_or("(none)"));
+        let _ = writeln!(
+            o,
+            "cluster id   {}",
+            self.cluster_id.as_deref().unwrap_or("(none)")
+        );
         let _ = writeln!(o, "\n== controller epochs");
         for c in &self.controller_epochs {
             match &c.claim {
                 Some(cl) => {
-                    let _ = writeln!(o, "  epoch {:>4}  broker {} incarnation {:x}", c.epoch, cl.broker_id, cl.incarnation);
+                    let _ = writeln!(
+                        o,
+                        "  epoch {:>4}  broker {} incarnation {:x}",
+                        c.epoch, cl.broker_id, cl.incarnation
+                    );
                 }
                 None => {
                     let _ = writeln!(o, "  epoch {:>4}  (empty claim)", c.epoch);
@@ -432,24 +453,47 @@ impl Report {
                         r.controller_released.map_or(String::new(), |e| format!("  released controller epoch {e}")),
                     );
                     for f in &r.fenced {
-                        let _ = writeln!(o, "      fenced at open: {}-{} found epoch {} ({})", f.topic, f.partition, f.found, owner_text(&f.owner));
+                        let _ = writeln!(
+                            o,
+                            "      fenced at open: {}-{} found epoch {} ({})",
+                            f.topic,
+                            f.partition,
+                            f.found,
+                            owner_text(&f.owner)
+                        );
                     }
                 }
                 None => {
-                    let _ = writeln!(o, "  broker {}  (unreadable record)  last write {age}", b.id);
+                    let _ = writeln!(
+                        o,
+                        "  broker {}  (unreadable record)  last write {age}",
+                        b.id
+                    );
                 }
             }
         }
         let _ = writeln!(o, "\n== assignment");
         match &self.assignment {
             Some(a) => {
-                let _ = writeln!(o, "  version {}  written by controller {} (epoch {})", a.version, a.controller_id, a.controller_epoch);
-                let ids: Vec<String> = a.brokers.iter().map(|b| format!("{}@{}:{}", b.id, b.host, b.port)).collect();
+                let _ = writeln!(
+                    o,
+                    "  version {}  written by controller {} (epoch {})",
+                    a.version, a.controller_id, a.controller_epoch
+                );
+                let ids: Vec<String> = a
+                    .brokers
+                    .iter()
+                    .map(|b| format!("{}@{}:{}", b.id, b.host, b.port))
+                    .collect();
                 let _ = writeln!(o, "  live brokers: {}", ids.join(", "));
                 let applied: Vec<String> = self
                     .brokers
                     .iter()
-                    .filter_map(|b| b.record.as_ref().map(|r| format!("{}: v{}", b.id, r.applied_version)))
+                    .filter_map(|b| {
+                        b.record
+                            .as_ref()
+                            .map(|r| format!("{}: v{}", b.id, r.applied_version))
+                    })
                     .collect();
                 let _ = writeln!(o, "  applied by:   {}", applied.join(", "));
                 // Shards by leader, compactly: "leader 0: shards 0-24 (epochs 1..2)".
@@ -461,7 +505,11 @@ impl Report {
                     let lo = shards.iter().map(|s| s.1).min().unwrap_or(0);
                     let hi = shards.iter().map(|s| s.1).max().unwrap_or(0);
                     let ids: Vec<String> = shards.iter().map(|s| s.0.to_string()).collect();
-                    let _ = writeln!(o, "  coordinator shards led by {leader} (epochs {lo}..{hi}): {}", ids.join(","));
+                    let _ = writeln!(
+                        o,
+                        "  coordinator shards led by {leader} (epochs {lo}..{hi}): {}",
+                        ids.join(",")
+                    );
                 }
             }
             None => {
@@ -475,11 +523,16 @@ impl Report {
                 .as_ref()
                 .and_then(|s| s.get("topic_id").cloned())
                 .map_or("(unstamped)".into(), |v| v.to_string());
-            let _ = writeln!(o, "topic {}  id {id}  partitions {}", t.name, t.partitions.len());
+            let _ = writeln!(
+                o,
+                "topic {}  id {id}  partitions {}",
+                t.name,
+                t.partitions.len()
+            );
             for p in &t.partitions {
-                let assigned = p
-                    .assigned
-                    .map_or("unassigned".into(), |(l, inc, e)| format!("leader {l} (incarnation {inc:x}) epoch {e}"));
+                let assigned = p.assigned.map_or("unassigned".into(), |(l, inc, e)| {
+                    format!("leader {l} (incarnation {inc:x}) epoch {e}")
+                });
                 let _ = writeln!(o, "  partition {}  {assigned}", p.partition);
                 for (e, owner) in &p.claims {
                     let _ = writeln!(o, "    claim    epoch {e:>4}  {}", owner_text(owner));
@@ -487,7 +540,11 @@ impl Report {
                 for (e, m) in &p.manifests {
                     match m {
                         Some(m) => {
-                            let _ = writeln!(o, "    manifest epoch {e:>4}  log start {}  epoch history {:?}", m.log_start_offset, m.epoch_history);
+                            let _ = writeln!(
+                                o,
+                                "    manifest epoch {e:>4}  log start {}  epoch history {:?}",
+                                m.log_start_offset, m.epoch_history
+                            );
                             for s in &m.segments {
                                 let _ = writeln!(
                                     o,
@@ -509,14 +566,25 @@ impl Report {
                 for (base, epoch, ext, len) in &p.segment_files {
                     // Bytes past a sealed length are a dead leader's unacknowledged tail.
                     let sealed = newest
-                        .and_then(|m| m.segments.iter().find(|s| s.base == *base && s.epoch == *epoch && s.sealed))
+                        .and_then(|m| {
+                            m.segments
+                                .iter()
+                                .find(|s| s.base == *base && s.epoch == *epoch && s.sealed)
+                        })
                         .filter(|_| ext == "log");
                     let note = match sealed {
-                        Some(s) if *len > s.size => format!("  ({} bytes past the sealed length: not in the log)", len - s.size),
+                        Some(s) if *len > s.size => format!(
+                            "  ({} bytes past the sealed length: not in the log)",
+                            len - s.size
+                        ),
                         Some(_) => "  (sealed)".into(),
                         None => String::new(),
                     };
-                    let _ = writeln!(o, "    file     {}.{ext}  {len} bytes{note}", layout::segment_stem(*base, *epoch));
+                    let _ = writeln!(
+                        o,
+                        "    file     {}.{ext}  {len} bytes{note}",
+                        layout::segment_stem(*base, *epoch)
+                    );
                 }
                 for n in &p.other_files {
                     let _ = writeln!(o, "    other    {n}");
@@ -532,9 +600,23 @@ impl Report {
         if !self.coordinator_shards.is_empty() {
             let _ = writeln!(o, "\n== coordinator shards");
             for s in &self.coordinator_shards {
-                let logs: Vec<String> = s.logs.iter().map(|(b, e, l)| format!("{b}-e{e} ({l} bytes)")).collect();
-                let claims: Vec<String> = s.claims.iter().map(|(e, ow)| format!("e{e}: {}", owner_text(ow))).collect();
-                let _ = writeln!(o, "  shard {}  logs [{}]  claims [{}]", s.shard, logs.join(", "), claims.join("; "));
+                let logs: Vec<String> = s
+                    .logs
+                    .iter()
+                    .map(|(b, e, l)| format!("{b}-e{e} ({l} bytes)"))
+                    .collect();
+                let claims: Vec<String> = s
+                    .claims
+                    .iter()
+                    .map(|(e, ow)| format!("e{e}: {}", owner_text(ow)))
+                    .collect();
+                let _ = writeln!(
+                    o,
+                    "  shard {}  logs [{}]  claims [{}]",
+                    s.shard,
+                    logs.join(", "),
+                    claims.join("; ")
+                );
             }
         }
         if !self.problems.is_empty() {
@@ -614,7 +696,10 @@ pub fn dump_segment(fs: &ReadFs, path: &Path, max_batches: u64) -> anyhow::Resul
     let mut hdr = [0u8; BATCH_HEADER_LEN];
     while pos < length && (batches.len() as u64) < max_batches {
         if pos + BATCH_HEADER_LEN as u64 > length {
-            stopped = Some(format!("torn header at {pos} ({} bytes left)", length - pos));
+            stopped = Some(format!(
+                "torn header at {pos} ({} bytes left)",
+                length - pos
+            ));
             break;
         }
         f.read_exact_at(&mut hdr, pos)?;
@@ -623,7 +708,11 @@ pub fn dump_segment(fs: &ReadFs, path: &Path, max_batches: u64) -> anyhow::Resul
             break;
         };
         if pos + h.batch_len as u64 > length {
-            stopped = Some(format!("torn batch at {pos}: {} bytes declared, {} left", h.batch_len, length - pos));
+            stopped = Some(format!(
+                "torn batch at {pos}: {} bytes declared, {} left",
+                h.batch_len,
+                length - pos
+            ));
             break;
         }
         let mut body = vec![0u8; h.batch_len];
@@ -663,7 +752,11 @@ impl SegmentDump {
         let mut o = String::new();
         let _ = writeln!(o, "Dumping {}", self.file.display());
         if let Some((b, e)) = self.name {
-            let _ = writeln!(o, "Segment base offset {b}, leader epoch {e}, {} bytes", self.length);
+            let _ = writeln!(
+                o,
+                "Segment base offset {b}, leader epoch {e}, {} bytes",
+                self.length
+            );
         }
         for b in &self.batches {
             let _ = writeln!(
@@ -682,6 +775,7 @@ impl SegmentDump {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests build fixtures with std::fs
 mod tests {
     use super::*;
 

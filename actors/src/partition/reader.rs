@@ -78,9 +78,18 @@ impl PartitionReader {
     /// not yet durable.
     pub fn summary(&self) -> (i64, i64, i64, usize, u64) {
         let v = self.view.read().unwrap();
-        let end = v.segments.last().map_or(v.high_watermark, |s| s.next_offset());
+        let end = v
+            .segments
+            .last()
+            .map_or(v.high_watermark, |s| s.next_offset());
         let bytes = v.segments.iter().map(|s| s.size()).sum();
-        (v.log_start_offset, v.high_watermark, end, v.segments.len(), bytes)
+        (
+            v.log_start_offset,
+            v.high_watermark,
+            end,
+            v.segments.len(),
+            bytes,
+        )
     }
 
     fn snapshot(&self) -> (i64, i64, Vec<Arc<SegView>>) {

@@ -456,7 +456,10 @@ mod tests {
             let owed: Vec<_> = (0..3).map(|_| mb.owe()).collect();
             assert_eq!(stats.depth(), 3);
             assert_eq!(
-                global().kind("test_owed").mailbox_depth.load(Ordering::Relaxed),
+                global()
+                    .kind("test_owed")
+                    .mailbox_depth
+                    .load(Ordering::Relaxed),
                 3
             );
             assert_eq!(stats.info().mailbox_depth, 3);

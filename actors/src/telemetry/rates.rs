@@ -84,7 +84,10 @@ pub fn quantile_ms(counts: &[u64; NB], q: f64) -> f64 {
     for (i, c) in counts.iter().enumerate() {
         cum += c;
         if cum >= rank {
-            let bound = BUCKETS.get(i).copied().unwrap_or(BUCKETS[BUCKETS.len() - 1]);
+            let bound = BUCKETS
+                .get(i)
+                .copied()
+                .unwrap_or(BUCKETS[BUCKETS.len() - 1]);
             return bound * 1000.0;
         }
     }
@@ -183,16 +186,35 @@ impl Telemetry {
             .iter()
             .map(|(k, v)| {
                 let before = prev.per_kind.get(k).copied().unwrap_or(*v);
-                (*k, (rate(*v, before), depth_by_kind.get(k).copied().unwrap_or(0)))
+                (
+                    *k,
+                    (rate(*v, before), depth_by_kind.get(k).copied().unwrap_or(0)),
+                )
             })
             .collect();
         let first = g.1.is_empty() && prev.messages == 0 && prev.fsyncs == 0;
         let p = Point {
             t_ms,
-            messages_per_sec: if first { 0.0 } else { rate(now.messages, prev.messages) },
-            produce_bytes_per_sec: if first { 0.0 } else { rate(now.produce, prev.produce) },
-            fetch_bytes_per_sec: if first { 0.0 } else { rate(now.fetch, prev.fetch) },
-            fsyncs_per_sec: if first { 0.0 } else { rate(now.fsyncs, prev.fsyncs) },
+            messages_per_sec: if first {
+                0.0
+            } else {
+                rate(now.messages, prev.messages)
+            },
+            produce_bytes_per_sec: if first {
+                0.0
+            } else {
+                rate(now.produce, prev.produce)
+            },
+            fetch_bytes_per_sec: if first {
+                0.0
+            } else {
+                rate(now.fetch, prev.fetch)
+            },
+            fsyncs_per_sec: if first {
+                0.0
+            } else {
+                rate(now.fsyncs, prev.fsyncs)
+            },
             mailbox_depth: depth,
             restarts,
             connections: self.connections.load(Ordering::Relaxed),

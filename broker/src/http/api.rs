@@ -35,9 +35,9 @@ pub fn actors(broker: &Broker, q: &Query) -> Result<Value, String> {
             let why: Vec<&str> = [
                 (row.restarts > 0, "restarted"),
                 (
-                    row.last_error
-                        .as_deref()
-                        .is_some_and(|e| e.contains("epoch") || e.contains("lease") || e.contains("not leader")),
+                    row.last_error.as_deref().is_some_and(|e| {
+                        e.contains("epoch") || e.contains("lease") || e.contains("not leader")
+                    }),
                     "fenced",
                 ),
                 (row.last_error.is_some(), "error"),

@@ -245,7 +245,11 @@ async fn read_head(sock: &mut tokio::net::TcpStream) -> Option<String> {
     String::from_utf8(buf).ok()
 }
 
-async fn write(sock: &mut tokio::net::TcpStream, r: &Response, head_only: bool) -> std::io::Result<()> {
+async fn write(
+    sock: &mut tokio::net::TcpStream,
+    r: &Response,
+    head_only: bool,
+) -> std::io::Result<()> {
     // Every /api answer may be read by another broker's dashboard page.
     let head = format!(
         "HTTP/1.1 {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nCache-Control: no-store\r\nAccess-Control-Allow-Origin: *\r\nConnection: close\r\n\r\n",
