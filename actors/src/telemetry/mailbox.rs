@@ -3,8 +3,9 @@
 //! A sender holds a [`Mailbox`] instead of a bare `Addr`: each message it
 //! sends is wrapped in a [`Traced`] envelope that counts in the mailbox depth
 //! of its actor and of its kind from the moment it is enqueued until the
-//! handler opens it — or until it is dropped unhandled (the actor stopped),
-//! so the depth never drifts. The actor side is one generic handler per actor
+//! handler returns — or until it is dropped unhandled (the actor stopped),
+//! so the depth never drifts. Work an actor accepts and finishes later is
+//! counted on by an [`Owed`] its sender holds. The actor side is one generic handler per actor
 //! type, written by [`instrumented!`](crate::instrumented): it records the
 //! queue wait and the handling time by (kind, message type) and then calls
 //! the actor's own `Handler<M>`. Nothing else in an actor is about telemetry.
@@ -219,12 +220,14 @@ where
 }
 
 impl<M: MessageName> Traced<M> {
-    /// Take the message out at the start of handling: it leaves the mailbox
-    /// depth, its queue wait is recorded, and the returned timer records the
-    /// handling time when dropped.
+    /// Take the message out at the start of handling: its queue wait is
+    /// recorded, and the returned timer records the handling time when
+    /// dropped. The message stays in the depth until then: an actor stuck
+    /// in a handler (a write to a hung volume) is backed up by that message
+    /// even when its senders wait for it one at a time and its queue is
+    /// empty.
     pub fn open(self) -> (M, HandlingTimer) {
         let stats = self.depth.0.clone();
-        drop(self.depth);
         let msg_stats = stats.kind_stats.message(M::NAME);
         let now = Instant::now();
         msg_stats
@@ -236,6 +239,7 @@ impl<M: MessageName> Traced<M> {
                 actor: stats,
                 stats: msg_stats,
                 start: now,
+                _depth: self.depth,
             },
         )
     }
@@ -246,6 +250,8 @@ pub struct HandlingTimer {
     actor: Arc<ActorStats>,
     stats: Arc<super::MessageStats>,
     start: Instant,
+    /// Leaves the depth when handling ends.
+    _depth: DepthGuard,
 }
 
 impl Drop for HandlingTimer {
@@ -420,7 +426,8 @@ mod tests {
             let rest: Vec<_> = (0..4).map(|_| mb.send(Block(Duration::ZERO))).collect();
             tokio::time::sleep(Duration::from_millis(100)).await;
             let depth = stats.depth();
-            assert!(depth >= 4, "depth while blocked: {depth}");
+            // Four queued and the one being handled.
+            assert_eq!(depth, 5, "depth while blocked");
             let kind_depth = global()
                 .kind("test_slow")
                 .mailbox_depth
