@@ -278,6 +278,13 @@ def test_depth_rises_when_blocked_and_restarts_when_failed(broker_factory, topic
         wait_until(lambda: load.acked > acked + 100, timeout=30, what="produce resuming after the restart")
     finally:
         load.stop()
+    # `kaas inspect` works through the NFS-like mount too (read-only).
+    r = inspect(b.data_dir, "--json", "--topic", topic_name)
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    assert [t["name"] for t in rep["topics"]] == [topic_name]
+    assert len(rep["topics"][0]["partitions"]) == parts
+    assert all(p["claims"] and p["manifests"] for p in rep["topics"][0]["partitions"])
 
 
 def tree_digest(root: Path) -> dict:
