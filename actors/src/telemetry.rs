@@ -11,10 +11,11 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 pub mod mailbox;
-pub use mailbox::{ActorStats, Mailbox, MessageName, Traced};
+pub mod rates;
+pub use mailbox::{ActorStats, Mailbox, MessageName, Owed, Traced};
 
 /// Upper bounds (seconds) of the latency histogram buckets.
-const BUCKETS: [f64; 14] = [
+pub const BUCKETS: [f64; 14] = [
     0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
     5.0,
 ];
@@ -39,17 +40,29 @@ impl Histogram {
             .fetch_add(d.as_nanos().min(u64::MAX as u128) as u64, Ordering::Relaxed);
     }
 
+    /// The per-bucket counts (not cumulative; the last is above every bound).
+    pub fn snapshot(&self) -> [u64; BUCKETS.len() + 1] {
+        std::array::from_fn(|i| self.counts[i].load(Ordering::Relaxed))
+    }
+
     fn render(&self, out: &mut String, name: &str, labels: &str) {
+        // Unlabelled series have no leading comma.
+        let sep = if labels.is_empty() { "" } else { "," };
         let mut cum = 0;
         for (i, b) in BUCKETS.iter().enumerate() {
             cum += self.counts[i].load(Ordering::Relaxed);
-            let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{b}\"}} {cum}");
+            let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"{b}\"}} {cum}");
         }
         cum += self.counts[BUCKETS.len()].load(Ordering::Relaxed);
-        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {cum}");
+        let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {cum}");
         let sum = self.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9;
-        let _ = writeln!(out, "{name}_sum{{{labels}}} {sum}");
-        let _ = writeln!(out, "{name}_count{{{labels}}} {cum}");
+        let (open, close) = if labels.is_empty() {
+            ("", "")
+        } else {
+            ("{", "}")
+        };
+        let _ = writeln!(out, "{name}_sum{open}{labels}{close} {sum}");
+        let _ = writeln!(out, "{name}_count{open}{labels}{close} {cum}");
     }
 }
 
@@ -71,6 +84,8 @@ pub struct KindStats {
     pub mailbox_depth: AtomicI64,
     /// Supervisor restarts.
     pub restarts: AtomicU64,
+    /// Errors recorded by actors of the kind (a new `last_error`).
+    pub errors: AtomicU64,
     /// Live actors of this kind.
     pub live: AtomicI64,
     messages: Mutex<BTreeMap<&'static str, Arc<MessageStats>>>,
@@ -93,6 +108,22 @@ impl KindStats {
 pub struct ActorRow {
     /// Actor kind, e.g. `partition_leader`.
     pub kind: &'static str,
+    /// Identity within the kind, e.g. `orders-3`.
+    pub id: String,
+    /// Who restarts it when it stops (see [`supervisor_of`]).
+    pub supervisor: &'static str,
+    /// Messages handled per second over the last sampling interval.
+    pub messages_per_sec: f64,
+    /// Median handling time over the last interval (ms; 0 if idle).
+    pub handle_p50_ms: f64,
+    /// 99th percentile handling time over the last interval (ms).
+    pub handle_p99_ms: f64,
+    /// fsyncs of the files it owns.
+    pub fsyncs: u64,
+    /// fsyncs per second over the last interval.
+    pub fsyncs_per_sec: f64,
+    /// 99th percentile fsync latency over the last interval (ms).
+    pub fsync_p99_ms: f64,
     /// The file (or directory) it owns.
     pub owns: String,
     /// Epoch it writes under (-1: none).
@@ -105,6 +136,19 @@ pub struct ActorRow {
     pub mailbox_depth: i64,
     /// The last error, while it is not recovered from.
     pub last_error: Option<String>,
+}
+
+/// Who restarts an actor of `kind`: the dashboard's actor tree hangs each
+/// kind under it. Partition leaders and coordinators are actix
+/// `Supervisor`s started by grant through the `OwnerRegistry`; the cluster
+/// actors run on their own arbiters and are not restarted.
+pub fn supervisor_of(kind: &str) -> &'static str {
+    match kind {
+        "partition_leader" | "group_coordinator" => "owner_registry",
+        "membership" | "assignment_watcher" | "controller" => "broker (own arbiter)",
+        "topic_catalog" | "producer_id_blocks" => "broker",
+        _ => "broker",
+    }
 }
 
 /// Process-wide registry.
@@ -124,6 +168,13 @@ pub struct Telemetry {
     pub no_space_refusals: AtomicU64,
     /// Open client connections.
     pub connections: AtomicI64,
+    /// Latency of every completed fsync of a partition or shard file.
+    pub fsync_seconds: Histogram,
+    /// This broker's lease headroom (ms left before it lapses; negative or
+    /// 0 once lapsed), refreshed by the sampler.
+    pub lease_headroom_ms: AtomicI64,
+    /// The last minutes, for the dashboard's sparklines.
+    pub series: rates::Series,
 }
 
 /// The process-wide telemetry registry.
@@ -145,6 +196,28 @@ impl Telemetry {
             .unwrap()
             .iter()
             .map(|((kind, id), s)| (format!("{kind}/{id}"), s.info()))
+            .collect()
+    }
+
+    /// The live actors' stats (a snapshot of the registry).
+    pub fn live(&self) -> Vec<Arc<ActorStats>> {
+        self.live.lock().unwrap().values().cloned().collect()
+    }
+
+    /// Per-kind totals: (kind, live actors, mailbox depth, restarts).
+    pub fn kinds(&self) -> Vec<(&'static str, i64, i64, u64)> {
+        self.kinds
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(k, s)| {
+                (
+                    *k,
+                    s.live.load(Ordering::Relaxed),
+                    s.mailbox_depth.load(Ordering::Relaxed).max(0),
+                    s.restarts.load(Ordering::Relaxed),
+                )
+            })
             .collect()
     }
 
@@ -193,6 +266,14 @@ impl Telemetry {
                 out,
                 "kaas_actor_restarts_total{{kind=\"{k}\"}} {}",
                 s.restarts.load(Ordering::Relaxed)
+            );
+        }
+        out.push_str("# HELP kaas_actor_errors_total Errors recorded by actors (a new last error).\n# TYPE kaas_actor_errors_total counter\n");
+        for (k, s) in &kinds {
+            let _ = writeln!(
+                out,
+                "kaas_actor_errors_total{{kind=\"{k}\"}} {}",
+                s.errors.load(Ordering::Relaxed)
             );
         }
         out.push_str("# TYPE kaas_actor_messages_total counter\n");
@@ -247,6 +328,14 @@ impl Telemetry {
             out,
             "# TYPE kaas_connections gauge\nkaas_connections {}",
             self.connections.load(Ordering::Relaxed)
+        );
+        out.push_str("# HELP kaas_fsync_seconds Latency of partition and shard fsyncs.\n# TYPE kaas_fsync_seconds histogram\n");
+        self.fsync_seconds
+            .render(&mut out, "kaas_fsync_seconds", "");
+        let _ = writeln!(
+            out,
+            "# HELP kaas_lease_headroom_seconds Time left before this broker's lease lapses.\n# TYPE kaas_lease_headroom_seconds gauge\nkaas_lease_headroom_seconds {}",
+            self.lease_headroom_ms.load(Ordering::Relaxed) as f64 / 1000.0
         );
         out
     }

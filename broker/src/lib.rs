@@ -11,6 +11,8 @@ pub mod conn;
 pub mod dev;
 pub mod fd_budget;
 pub mod fetch_session;
+pub mod http;
+pub mod inspect;
 pub mod limits;
 pub mod quota;
 pub mod reserve;

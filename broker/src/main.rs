@@ -1,12 +1,13 @@
 //! The `kaas` binary: `kaas broker` runs a broker (standalone on a local
 //! directory by default, the same code as a cluster member on a shared
-//! volume); `kaas substrate-check` vets a mount before data goes on it.
+//! volume); `kaas substrate-check` vets a mount before data goes on it;
+//! `kaas inspect` shows a cluster's files offline.
 //!
 //! Only argument parsing and exit codes live here; everything else is in
 //! the `kaas_broker` library (`lib.rs`).
 
 use clap::{Parser, Subcommand};
-use kaas_broker::{config, dev, server, substrate_cmd};
+use kaas_broker::{config, dev, inspect, server, substrate_cmd};
 
 #[derive(Parser)]
 #[command(
@@ -25,6 +26,9 @@ enum Cmd {
     Broker(Box<config::BrokerArgs>),
     /// Run a local cluster: N brokers on one data directory.
     Dev(dev::DevArgs),
+    /// Show a cluster's files offline (read-only): assignment, brokers,
+    /// controller epochs, per partition manifests, segments and claims.
+    Inspect(inspect::InspectArgs),
     /// Check that a mount honours the substrate contract.
     SubstrateCheck(substrate_cmd::SubstrateCheckArgs),
     /// Internal: a probe process started by substrate-check.
@@ -55,6 +59,13 @@ fn main() {
             Ok(()) => 0,
             Err(e) => {
                 tracing::error!(error = %format!("{e:#}"), "broker failed");
+                1
+            }
+        },
+        Cmd::Inspect(args) => match inspect::run(&args) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("kaas inspect: {e:#}");
                 1
             }
         },

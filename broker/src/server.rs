@@ -1,6 +1,6 @@
 //! Start-up and the listeners: substrate gate, cluster join (membership,
 //! assignment watcher, controller election), topic catalog, partition arbiters, the Kafka listener with its connection cap,
-//! and the telemetry HTTP listener (`/metrics`, `/actors`).
+//! and the telemetry HTTP listener (`crate::http`: `/metrics`, `/api/...`, the dashboard).
 
 use crate::config::BrokerArgs;
 use crate::conn;
@@ -19,7 +19,6 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
 /// Run a broker until SIGTERM/SIGINT.
@@ -158,7 +157,17 @@ pub fn run(args: BrokerArgs) -> anyhow::Result<()> {
         let metrics = metrics
             .listen(LISTEN_BACKLOG)
             .with_context(|| format!("listening on metrics {}", args.metrics_listen))?;
-        tokio::task::spawn_local(serve_metrics(metrics));
+        let files = Arc::new(crate::http::ClusterFiles::new(
+            broker.fs.clone(),
+            cluster_dir.clone(),
+            timing.dead_after(),
+        ));
+        crate::http::Sampler::start(
+            files.clone(),
+            shared.clone(),
+            std::time::Duration::from_secs(1),
+        );
+        tokio::task::spawn_local(crate::http::serve(metrics, broker.clone(), files));
         tracing::info!(
             listen = %args.listen,
             metrics = %args.metrics_listen,
@@ -376,42 +385,4 @@ fn cluster_id(fs: &SharedFs, cluster_dir: &std::path::Path) -> anyhow::Result<St
         cluster_dir,
         std::time::Duration::from_secs(5),
     )?)
-}
-
-async fn serve_metrics(l: TcpListener) {
-    loop {
-        let Ok((mut sock, _)) = l.accept().await else {
-            // Out of descriptors accept fails at once: do not spin.
-            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-            continue;
-        };
-        tokio::task::spawn_local(async move {
-            let mut buf = vec![0u8; 4096];
-            let n =
-                match tokio::time::timeout(std::time::Duration::from_secs(5), sock.read(&mut buf))
-                    .await
-                {
-                    Ok(Ok(n)) => n,
-                    _ => return,
-                };
-            let req = String::from_utf8_lossy(&buf[..n]);
-            let path = req.split_whitespace().nth(1).unwrap_or("/");
-            let t = kaas_actors::telemetry::global();
-            let (status, ctype, body) = match path {
-                "/metrics" => ("200 OK", "text/plain; version=0.0.4", t.render_prometheus()),
-                "/actors" => (
-                    "200 OK",
-                    "application/json",
-                    serde_json::to_string(&t.actors()).unwrap_or_default(),
-                ),
-                _ => ("404 Not Found", "text/plain", "not found\n".to_string()),
-            };
-            let head = format!(
-                "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                body.len()
-            );
-            let _ = sock.write_all(head.as_bytes()).await;
-            let _ = sock.write_all(body.as_bytes()).await;
-        });
-    }
 }

@@ -379,6 +379,14 @@ impl Broker {
         self.leaders.len()
     }
 
+    /// The leader of (topic, partition) running here, if any (any state:
+    /// opening, serving or fenced), for the dashboard's per-partition view.
+    pub fn local_leader(&self, topic: &str, partition: i32) -> Option<PartitionHandle> {
+        self.leaders
+            .get(&(topic.to_owned(), partition))
+            .map(|(_, h)| h)
+    }
+
     fn start_leader(
         &self,
         topic: &str,

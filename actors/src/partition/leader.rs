@@ -217,14 +217,15 @@ impl PartitionLeader {
             return;
         };
         let job = actix_rt::task::spawn_blocking(move || {
+            let start = std::time::Instant::now();
             let r = t.file.sync_data();
-            (t, r)
+            (t, r, start.elapsed())
         });
         ctx.spawn(job.into_actor(self).map(|res, act, ctx| {
             let res = match res {
-                Ok((t, r)) => {
+                Ok((t, r, took)) => {
                     if r.is_ok() {
-                        telemetry::global().fsyncs.fetch_add(1, Ordering::Relaxed);
+                        act.stats.fsynced(took);
                     }
                     act.gate.synced(t, r)
                 }

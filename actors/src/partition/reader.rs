@@ -80,6 +80,25 @@ impl PartitionReader {
         v.segments.iter().map(|s| s.size()).sum()
     }
 
+    /// (log start offset, high watermark, end offset, segments, bytes) for
+    /// the dashboard: the end offset and bytes include what is appended but
+    /// not yet durable.
+    pub fn summary(&self) -> (i64, i64, i64, usize, u64) {
+        let v = self.view.read().unwrap();
+        let end = v
+            .segments
+            .last()
+            .map_or(v.high_watermark, |s| s.next_offset());
+        let bytes = v.segments.iter().map(|s| s.size()).sum();
+        (
+            v.log_start_offset,
+            v.high_watermark,
+            end,
+            v.segments.len(),
+            bytes,
+        )
+    }
+
     fn snapshot(&self) -> (i64, i64, Vec<Arc<SegView>>) {
         let v = self.view.read().unwrap();
         (v.log_start_offset, v.high_watermark, v.segments.clone())

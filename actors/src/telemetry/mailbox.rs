@@ -3,13 +3,14 @@
 //! A sender holds a [`Mailbox`] instead of a bare `Addr`: each message it
 //! sends is wrapped in a [`Traced`] envelope that counts in the mailbox depth
 //! of its actor and of its kind from the moment it is enqueued until the
-//! handler opens it — or until it is dropped unhandled (the actor stopped),
-//! so the depth never drifts. The actor side is one generic handler per actor
+//! handler returns — or until it is dropped unhandled (the actor stopped),
+//! so the depth never drifts. Work an actor accepts and finishes later is
+//! counted on by an [`Owed`] its sender holds. The actor side is one generic handler per actor
 //! type, written by [`instrumented!`](crate::instrumented): it records the
 //! queue wait and the handling time by (kind, message type) and then calls
 //! the actor's own `Handler<M>`. Nothing else in an actor is about telemetry.
 
-use super::{global, KindStats};
+use super::{global, Histogram, KindStats};
 use actix::dev::{Request, ToEnvelope};
 use actix::{Actor, Addr, Handler, MailboxError, Message};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -35,7 +36,14 @@ pub struct ActorStats {
     handled: AtomicU64,
     restarts: AtomicU64,
     epoch: AtomicI64,
+    /// Handling time of this actor's messages (all types): its p50/p99.
+    handling: Histogram,
+    /// fsyncs of the files this actor owns, and their latency.
+    fsyncs: AtomicU64,
+    fsync: Histogram,
     detail: Mutex<Detail>,
+    /// Rates over the last sampling interval (see [`super::rates`]).
+    pub(super) window: Mutex<super::rates::Window>,
 }
 
 #[derive(Default, Clone)]
@@ -61,6 +69,10 @@ impl ActorStats {
             handled: AtomicU64::new(0),
             restarts: AtomicU64::new(0),
             epoch: AtomicI64::new(-1),
+            handling: Histogram::default(),
+            fsyncs: AtomicU64::new(0),
+            fsync: Histogram::default(),
+            window: Mutex::default(),
             detail: Mutex::new(Detail {
                 owns: owns.into(),
                 last_error: None,
@@ -109,16 +121,59 @@ impl ActorStats {
         self.detail.lock().unwrap().owns = owns.into();
     }
 
-    /// Record the last error (None once healthy again).
+    /// Record the last error (None once healthy again). A new error counts
+    /// in `kaas_actor_errors_total` of the kind.
     pub fn set_error(&self, e: Option<String>) {
-        self.detail.lock().unwrap().last_error = e;
+        let mut d = self.detail.lock().unwrap();
+        if e.is_some() && d.last_error != e {
+            self.kind_stats.errors.fetch_add(1, Ordering::Relaxed);
+        }
+        d.last_error = e;
+    }
+
+    /// Count one completed fsync of a file this actor owns, and its latency
+    /// (per actor for the dashboard, process-wide for Prometheus).
+    pub fn fsynced(&self, took: std::time::Duration) {
+        self.fsyncs.fetch_add(1, Ordering::Relaxed);
+        self.fsync.observe(took);
+        let t = global();
+        t.fsyncs.fetch_add(1, Ordering::Relaxed);
+        t.fsync_seconds.observe(took);
+    }
+
+    /// fsyncs completed.
+    pub fn fsyncs(&self) -> u64 {
+        self.fsyncs.load(Ordering::Relaxed)
+    }
+
+    /// Fold the counters since the previous call into the rates shown on
+    /// the dashboard (messages/s, p50/p99 handling, fsyncs/s, fsync p99);
+    /// `secs` is the time since that call.
+    pub(super) fn sample(&self, secs: f64) {
+        let handled = self.handled();
+        let fsyncs = self.fsyncs();
+        let h = self.handling.snapshot();
+        let f = self.fsync.snapshot();
+        self.window
+            .lock()
+            .unwrap()
+            .advance(secs, handled, fsyncs, &h, &f);
     }
 
     /// The JSON row of this actor.
     pub fn info(&self) -> super::ActorRow {
         let d = self.detail.lock().unwrap().clone();
+        let w = self.window.lock().unwrap().clone();
         super::ActorRow {
             kind: self.kind,
+            id: self.id.clone(),
+            supervisor: super::supervisor_of(self.kind),
+            messages_per_sec: w.messages_per_sec,
+            handle_p50_ms: w.handle_p50_ms,
+            handle_p99_ms: w.handle_p99_ms,
+            fsyncs: self.fsyncs(),
+            fsyncs_per_sec: w.fsyncs_per_sec,
+            fsync_p99_ms: w.fsync_p99_ms,
             owns: d.owns,
             epoch: self.epoch.load(Ordering::Relaxed),
             restarts: self.restarts(),
@@ -165,12 +220,14 @@ where
 }
 
 impl<M: MessageName> Traced<M> {
-    /// Take the message out at the start of handling: it leaves the mailbox
-    /// depth, its queue wait is recorded, and the returned timer records the
-    /// handling time when dropped.
+    /// Take the message out at the start of handling: its queue wait is
+    /// recorded, and the returned timer records the handling time when
+    /// dropped. The message stays in the depth until then: an actor stuck
+    /// in a handler (a write to a hung volume) is backed up by that message
+    /// even when its senders wait for it one at a time and its queue is
+    /// empty.
     pub fn open(self) -> (M, HandlingTimer) {
         let stats = self.depth.0.clone();
-        drop(self.depth);
         let msg_stats = stats.kind_stats.message(M::NAME);
         let now = Instant::now();
         msg_stats
@@ -182,6 +239,7 @@ impl<M: MessageName> Traced<M> {
                 actor: stats,
                 stats: msg_stats,
                 start: now,
+                _depth: self.depth,
             },
         )
     }
@@ -192,15 +250,31 @@ pub struct HandlingTimer {
     actor: Arc<ActorStats>,
     stats: Arc<super::MessageStats>,
     start: Instant,
+    /// Leaves the depth when handling ends.
+    _depth: DepthGuard,
 }
 
 impl Drop for HandlingTimer {
     fn drop(&mut self) {
+        let took = self.start.elapsed();
         self.actor.handled.fetch_add(1, Ordering::Relaxed);
+        self.actor.handling.observe(took);
         self.stats.handled.fetch_add(1, Ordering::Relaxed);
-        self.stats.handling.observe(self.start.elapsed());
+        self.stats.handling.observe(took);
     }
 }
+
+/// Work an actor accepted but still owes its sender, counted in the
+/// actor's (and its kind's) mailbox depth until dropped.
+///
+/// Why this exists: a partition leader answers an append at once with a
+/// ticket and finishes it later (the group-commit fsync). Counting a
+/// message only while it sits in the actix queue made the depth read 0 even
+/// with thousands of appends waiting on a stuck fsync: the handler opens
+/// every envelope within microseconds. A sender that waits on such a ticket
+/// holds an `Owed` from the moment the actor accepted the message until the
+/// answer is complete, so the depth is "sent and not yet done".
+pub struct Owed(#[allow(dead_code)] DepthGuard);
 
 /// The sending side of one actor: its address and its stats. Every message
 /// to an instrumented actor goes through here.
@@ -227,6 +301,11 @@ impl<A: Actor> Mailbox<A> {
     /// The actor's stats.
     pub fn stats(&self) -> &Arc<ActorStats> {
         &self.stats
+    }
+
+    /// Count work the actor accepted and still owes (see [`Owed`]).
+    pub fn owe(&self) -> Owed {
+        Owed(self.stats.enqueue())
     }
 
     /// Whether the actor can still receive messages.
@@ -347,7 +426,8 @@ mod tests {
             let rest: Vec<_> = (0..4).map(|_| mb.send(Block(Duration::ZERO))).collect();
             tokio::time::sleep(Duration::from_millis(100)).await;
             let depth = stats.depth();
-            assert!(depth >= 4, "depth while blocked: {depth}");
+            // Four queued and the one being handled.
+            assert_eq!(depth, 5, "depth while blocked");
             let kind_depth = global()
                 .kind("test_slow")
                 .mailbox_depth
@@ -367,6 +447,32 @@ mod tests {
             assert!(text.contains("kaas_actor_mailbox_depth{kind=\"test_slow\"} 0"));
             stats.deregister();
             arbiter.stop();
+        });
+    }
+
+    #[test]
+    fn owed_work_counts_in_the_depth_until_done() {
+        let sys = System::new();
+        sys.block_on(async {
+            let stats = ActorStats::register("test_owed", "o-1", "nothing");
+            let mb = Mailbox::new(Slow.start(), stats.clone());
+            // Answered at once (like an append's ticket) ...
+            assert_eq!(mb.send(Block(Duration::ZERO)).await.unwrap(), 7);
+            assert_eq!(stats.depth(), 0);
+            // ... but owed until its fsync: counted meanwhile.
+            let owed: Vec<_> = (0..3).map(|_| mb.owe()).collect();
+            assert_eq!(stats.depth(), 3);
+            assert_eq!(
+                global()
+                    .kind("test_owed")
+                    .mailbox_depth
+                    .load(Ordering::Relaxed),
+                3
+            );
+            assert_eq!(stats.info().mailbox_depth, 3);
+            drop(owed);
+            assert_eq!(stats.depth(), 0);
+            stats.deregister();
         });
     }
 

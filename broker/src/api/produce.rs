@@ -25,7 +25,9 @@ use std::time::{Duration, Instant};
 /// One partition's answer: known at dispatch, or waiting for durability.
 enum Slot {
     Done(PartitionProduceResponse),
-    Waiting(i32, AppendTicket),
+    /// Accepted: the ticket, and the leader's depth count of the work it
+    /// still owes (until the fsync answers; see `telemetry::Owed`).
+    Waiting(i32, AppendTicket, kaas_actors::telemetry::Owed),
 }
 
 fn part_resp(idx: i32, err: i16) -> PartitionProduceResponse {
@@ -165,7 +167,7 @@ pub async fn handle(b: &Arc<Broker>, v: i16, r: ProduceRequest) -> Reply<Produce
                 })
                 .await;
             match sent {
-                Ok(Ok(t)) => slots.push(Slot::Waiting(pd.index, t)),
+                Ok(Ok(t)) => slots.push(Slot::Waiting(pd.index, t, leader.handle.addr.owe())),
                 Ok(Err(e)) => slots.push(fail(ApiError::from(&e))),
                 Err(_) => slots.push(fail(ApiError::leader_gone())),
             }
@@ -211,7 +213,7 @@ async fn complete(
         for slot in slots {
             let mut pr = match slot {
                 Slot::Done(p) => p,
-                Slot::Waiting(idx, t) => {
+                Slot::Waiting(idx, t, _owed) => {
                     let mut p = part_resp(idx, NONE);
                     p.base_offset = t.base_offset;
                     p.log_start_offset = t.log_start_offset;

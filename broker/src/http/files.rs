@@ -1,0 +1,173 @@
+//! What the dashboard knows of the other brokers: their records and the
+//! controller epochs, read from the shared files about once a second by a
+//! thread of its own through the read-only view (with `kaas inspect`'s
+//! readers), and the liveness this host observes from them — a record whose
+//! `seq` has not changed for lease + grace on this host's clock is shown as
+//! not alive, the same rule the controller uses. Requests only read the
+//! snapshot, so a hung volume makes it stale, never a request slow.
+//!
+//! The same module runs the telemetry sampler (rates, sparklines, lease
+//! headroom): on its own thread too, since it never touches the volume it
+//! keeps ticking when the volume hangs.
+
+use crate::inspect::{read_brokers, read_controller_epochs, BrokerFile, ControllerEpochFile};
+use kaas_actors::cluster::membership::Shared;
+use kaas_volume::fs::ReadFs;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// One broker as this host sees it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct BrokerSeen {
+    /// The file as read.
+    pub id: i32,
+    /// Host, port, incarnation, seq, flags (the record).
+    pub record: Option<kaas_actors::cluster::records::BrokerRecord>,
+    /// Time since this host last saw its `seq` change (ms).
+    pub lease_age_ms: u64,
+    /// Heartbeating within lease + grace, and not exited.
+    pub alive: bool,
+}
+
+#[derive(Default)]
+struct Snapshot {
+    brokers: Vec<BrokerSeen>,
+    controller: Option<ControllerEpochFile>,
+    epochs_seen: usize,
+    problems: Vec<String>,
+    read_at: Option<Instant>,
+    /// (seq, when this host first saw it) per broker.
+    seen: HashMap<i32, (u64, Instant)>,
+}
+
+/// The shared-files snapshot behind `/api/cluster`.
+pub struct ClusterFiles {
+    fs: ReadFs,
+    cluster_dir: PathBuf,
+    dead_after: Duration,
+    snap: Mutex<Snapshot>,
+}
+
+impl ClusterFiles {
+    /// A snapshot of `cluster_dir`, read through `fs`; a broker is shown
+    /// dead after `dead_after` (lease + grace) without a new `seq`.
+    pub fn new(fs: ReadFs, cluster_dir: PathBuf, dead_after: Duration) -> Self {
+        Self {
+            fs,
+            cluster_dir,
+            dead_after,
+            snap: Mutex::default(),
+        }
+    }
+
+    /// Re-read the files (blocking; called by the sampler thread).
+    pub fn refresh(&self) {
+        let mut problems = Vec::new();
+        let files: Vec<BrokerFile> = read_brokers(&self.fs, &self.cluster_dir, &mut problems);
+        let mut epochs = read_controller_epochs(&self.fs, &self.cluster_dir, &mut problems);
+        let now = Instant::now();
+        let mut s = self.snap.lock().unwrap();
+        let brokers = files
+            .into_iter()
+            .map(|f| {
+                let seq = f.record.as_ref().map_or(0, |r| r.seq);
+                let since = match s.seen.get(&f.id) {
+                    Some((old, at)) if *old == seq => *at,
+                    _ => {
+                        s.seen.insert(f.id, (seq, now));
+                        now
+                    }
+                };
+                let age = now.saturating_duration_since(since);
+                let exited = f.record.as_ref().is_none_or(|r| r.clean_exit);
+                BrokerSeen {
+                    id: f.id,
+                    alive: !exited && age < self.dead_after,
+                    lease_age_ms: age.as_millis() as u64,
+                    record: f.record,
+                }
+            })
+            .collect();
+        s.brokers = brokers;
+        s.epochs_seen = epochs.len();
+        s.controller = epochs.pop();
+        s.problems = problems;
+        s.read_at = Some(now);
+    }
+
+    /// The snapshot as JSON parts: (brokers, controller claim, number of
+    /// controller epochs, problems, ms since the read).
+    pub(super) fn view(
+        &self,
+    ) -> (
+        Vec<BrokerSeen>,
+        Option<serde_json::Value>,
+        usize,
+        Vec<String>,
+        Option<u64>,
+    ) {
+        let s = self.snap.lock().unwrap();
+        // Ages were taken at the read; they have grown since.
+        let since_read = s.read_at.map_or(0, |t| t.elapsed().as_millis() as u64);
+        let brokers = s
+            .brokers
+            .iter()
+            .map(|b| BrokerSeen {
+                lease_age_ms: b.lease_age_ms + since_read,
+                ..b.clone()
+            })
+            .collect();
+        let controller = s.controller.as_ref().map(|c| {
+            serde_json::json!({
+                "epoch": c.epoch,
+                "broker_id": c.claim.as_ref().map(|x| x.broker_id),
+                "incarnation": c.claim.as_ref().map(|x| x.incarnation),
+            })
+        });
+        (
+            brokers,
+            controller,
+            s.epochs_seen,
+            s.problems.clone(),
+            s.read_at.map(|t| t.elapsed().as_millis() as u64),
+        )
+    }
+}
+
+/// The background work behind the dashboard.
+pub struct Sampler;
+
+impl Sampler {
+    /// Start the telemetry sampler and the cluster-files reader, each on a
+    /// thread of its own, every `every`.
+    pub fn start(files: Arc<ClusterFiles>, shared: Arc<Shared>, every: Duration) {
+        let spawn = |name: &str, f: Box<dyn FnMut() + Send>| {
+            let mut f = f;
+            let _ = std::thread::Builder::new()
+                .name(name.into())
+                .spawn(move || loop {
+                    f();
+                    std::thread::sleep(every);
+                });
+        };
+        let mut last = Instant::now();
+        spawn(
+            "telemetry-sampler",
+            Box::new(move || {
+                let t = kaas_actors::telemetry::global();
+                let headroom = shared.lease.remaining().as_millis() as i64;
+                t.lease_headroom_ms.store(headroom, Ordering::Relaxed);
+                let now = Instant::now();
+                t.sample(
+                    now.saturating_duration_since(last).as_secs_f64(),
+                    kaas_actors::clock::wall_ms(),
+                );
+                last = now;
+            }),
+        );
+        spawn("cluster-files", Box::new(move || files.refresh()));
+    }
+}

@@ -1,0 +1,117 @@
+// Drives the broker's dashboard in Debian's chromium (playwright-core, no
+// browser download) for tests/e2e/test_dashboard_browser.py, which starts
+// the cluster and makes things happen when this script asks for them.
+//
+//   node dashboard.test.mjs --url http://127.0.0.1:PORT/ --out DIR --brokers N --scenario live|big
+//
+// Protocol on stdout/stdin (one line each): this script prints
+// `WAIT <event>` and blocks until the test writes `<event>` back; it prints
+// `OK` at the end, or `FAIL <reason>` and exits 1. Screenshots go to DIR.
+import { chromium } from "playwright-core";
+import { createInterface } from "node:readline";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+const args = Object.fromEntries(
+  process.argv.slice(2).reduce((acc, a, i, all) => (a.startsWith("--") ? [...acc, [a.slice(2), all[i + 1]]] : acc), []),
+);
+const url = args.url;
+const out = args.out;
+const brokers = Number(args.brokers || 1);
+const scenario = args.scenario || "live";
+const exe = process.env.CHROMIUM || "/usr/bin/chromium";
+
+const lines = createInterface({ input: process.stdin })[Symbol.asyncIterator]();
+async function waitFor(event) {
+  console.log(`WAIT ${event}`);
+  for (;;) {
+    const { value, done } = await lines.next();
+    if (done) throw new Error(`stdin closed while waiting for ${event}`);
+    if (value.trim() === event) return;
+  }
+}
+
+async function until(page, what, fn, arg, timeout = 20000) {
+  try {
+    await page.waitForFunction(fn, arg, { timeout, polling: 200 });
+  } catch (e) {
+    await page.screenshot({ path: join(out, `failed-${what}.png`), fullPage: true });
+    throw new Error(`${what}: not seen within ${timeout} ms`);
+  }
+}
+
+const profile = mkdtempSync(join(tmpdir(), "kaas-chromium-"));
+// A fresh profile each run (playwright passes it as --user-data-dir).
+const browser = await chromium.launchPersistentContext(profile, {
+  executablePath: exe,
+  headless: true,
+  viewport: { width: 1440, height: 900 },
+  args: [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+  ],
+});
+const problems = [];
+let code = 0;
+try {
+  const page = browser.pages()[0] || (await browser.newPage());
+  page.on("console", (m) => { if (m.type() === "error") problems.push(`console: ${m.text()}`); });
+  page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
+  page.on("requestfailed", (r) => problems.push(`request failed: ${r.url()} ${r.failure()?.errorText}`));
+
+  if (scenario === "big") {
+    const t0 = Date.now();
+    await page.goto(url, { waitUntil: "load" });
+    await until(page, "first render", () => Number(document.body.dataset.updates || 0) >= 1, null, 10000);
+    const first = Date.now() - t0;
+    // Steady state: a poll with every part of the page redrawn.
+    const before = await page.evaluate(() => Number(document.body.dataset.updates));
+    await until(page, "second render", (n) => Number(document.body.dataset.updates) > n, before, 10000);
+    const renderMs = await page.evaluate(() => Number(document.body.dataset.renderMs));
+    const total = await page.textContent("#partitions-total");
+    const rows = await page.locator("#partitions tbody tr").count();
+    await page.screenshot({ path: join(out, "big-cluster.png"), fullPage: true });
+    console.log(`METRIC first_render_ms=${first} poll_render_ms=${renderMs} partitions_total=${total} rows=${rows}`);
+    if (first > 1000) throw new Error(`first render took ${first} ms (> 1 s)`);
+    if (renderMs > 1000) throw new Error(`a poll took ${renderMs} ms (> 1 s)`);
+    if (rows > 60) throw new Error(`${rows} partition rows rendered: the table must be paged`);
+  } else {
+    await page.goto(url, { waitUntil: "load" });
+    await until(page, "all brokers alive", (n) =>
+      [...document.querySelectorAll("#brokers tr.broker")].filter((r) => r.textContent.includes("alive")).length === n, brokers);
+    await until(page, "actor kinds", () =>
+      [...document.querySelectorAll("#kinds tr.kind")].some((r) => r.dataset.kind === "partition_leader"));
+    await until(page, "actor rows", () => document.querySelectorAll("#actors tr.actor").length > 0);
+    await until(page, "controller", () => /\d/.test(document.getElementById("controller-id")?.textContent || ""));
+    await page.screenshot({ path: join(out, "cluster-idle.png"), fullPage: true });
+    const idleUpdates = await page.evaluate(() => Number(document.body.dataset.updates));
+
+    await waitFor("load-started");
+    // Live: the leaders' message rate and the produce sparkline move by
+    // themselves, without a reload.
+    await until(page, "live message rate", () => {
+      const row = [...document.querySelectorAll("#kinds tr.kind")].find((r) => r.dataset.kind === "partition_leader");
+      return row && Number(row.cells[4].textContent.replace(/[^0-9.]/g, "")) > 0;
+    });
+    await until(page, "high watermark moves", () =>
+      [...document.querySelectorAll("#partitions tr.partition td:nth-child(5)")].some((td) => Number(td.textContent.replace(/[^0-9]/g, "")) > 0));
+    const updates = await page.evaluate(() => Number(document.body.dataset.updates));
+    if (!(updates > idleUpdates)) throw new Error("the page did not update by itself");
+    await page.screenshot({ path: join(out, "cluster-under-load.png"), fullPage: true });
+
+    await waitFor("restarted");
+    await until(page, "restart highlighted", () =>
+      [...document.querySelectorAll("#highlighted .badge")].some((b) => b.textContent === "restarted"), null, 30000);
+    await page.screenshot({ path: join(out, "restart-highlighted.png"), fullPage: true });
+  }
+  if (problems.length) throw new Error(problems.join("\n"));
+  console.log("OK");
+} catch (e) {
+  console.log(`FAIL ${String(e.message).replace(/\n/g, " | ")}`);
+  code = 1;
+} finally {
+  await browser.close();
+  rmSync(profile, { recursive: true, force: true });
+}
+process.exit(code);
