@@ -1,8 +1,8 @@
 """The operator's real controller loop end to end: `kaas-operator` (next to
 $KAAS_BIN) against an in-memory Kubernetes API server on loopback
 (kmock_server.py) and a real broker. A KafkaTopic is created, becomes Ready
-with the stamp's topic id, a partition increase is NotSupported (not an
-error loop), the status settles (no rewrite when nothing changed), and a
+with the stamp's topic id, a partition increase grows the topic, a
+decrease is NotSupported (not an error loop), the status settles (no rewrite when nothing changed), and a
 delete goes through the finalizer and DeleteTopics.
 """
 
@@ -113,8 +113,13 @@ def test_operator_loop_against_in_memory_api_server(broker, kube_api, tmp_path):
         time.sleep(2)
         assert metric(mport, "kaas_operator_status_writes_total") == writes, oplog()
 
-        # More partitions: the broker does not serve CreatePartitions yet.
+        # More partitions: the brokers grow the topic (CreatePartitions).
         api.call("PATCH", f"{BASE}/orders", {"spec": {"partitions": 6}}, "application/merge-patch+json")
+        wait_until(lambda: (api.get("orders") or {}).get("status", {}).get("partitions") == 6
+                   and ready(api.get("orders")) == ("True", "Ready"), 30, what="grown to 6")
+        assert json.loads((broker.data_dir / "orders" / ".topic-id.json").read_text())["partitions"] == 6
+        # Fewer partitions: never decreased, NotSupported (not an error loop).
+        api.call("PATCH", f"{BASE}/orders", {"spec": {"partitions": 4}}, "application/merge-patch+json")
         wait_until(lambda: ready(api.get("orders")) == ("False", "NotSupported"), 30,
                    what="NotSupported")
         errors = metric(mport, "kaas_operator_reconcile_errors_total")
