@@ -498,38 +498,73 @@ fn no_handoff_is_possible_once_every_other_broker_is_leaving() {
     );
 }
 
+/// Brokers 1 (the controller's) and 2 on one volume holding topic `t` of
+/// four partitions, driven a poll at a time.
+struct TwoBrokers {
+    d: tempfile::TempDir,
+    clock: Arc<FakeClock>,
+    s1: Arc<Shared>,
+    s2: Arc<Shared>,
+    m1: MembershipState,
+    m2: MembershipState,
+    c: ControllerState,
+}
+
+impl TwoBrokers {
+    fn new() -> Self {
+        let d = tempfile::tempdir().unwrap();
+        let cluster = d.path().join("__cluster");
+        stamp_topic(d.path(), 4);
+        let clock = FakeClock::new();
+        let (s1, s2) = (
+            shared(&cluster, 1, 11, &clock),
+            shared(&cluster, 2, 22, &clock),
+        );
+        let (m1, m2) = (beat(real(), &s1), beat(real(), &s2));
+        let mut c = ControllerState::new(real(), s1.clone(), d.path().to_path_buf());
+        c.tick();
+        Self {
+            d,
+            clock,
+            s1,
+            s2,
+            m1,
+            m2,
+            c,
+        }
+    }
+
+    fn data(&self) -> std::path::PathBuf {
+        self.d.path().to_path_buf()
+    }
+
+    /// One poll: broker 1 applies every version at once, broker 2 only
+    /// when `apply2`; both heartbeat; the controller runs a pass. Returns
+    /// the assignment on disk.
+    fn pass(&mut self, apply2: bool) -> Assignment {
+        let cluster = self.d.path().join("__cluster");
+        self.clock.advance(TIMING.poll);
+        let v = on_disk(&cluster);
+        self.s1.state.lock().unwrap().applied = (v.controller_epoch, v.version);
+        if apply2 {
+            self.s2.state.lock().unwrap().applied = (v.controller_epoch, v.version);
+        }
+        self.m1.beat();
+        self.m2.beat();
+        self.c.tick();
+        on_disk(&cluster)
+    }
+}
+
 /// Catches: a topic directory renamed aside while a live leader of it still
 /// has files open (it would keep acknowledging into a directory that
 /// belongs to no topic), a deleting topic's partition granted again, and a
 /// delete that never finishes.
 #[test]
 fn a_delete_renames_the_directory_aside_only_after_every_leader_let_go() {
-    let d = tempfile::tempdir().unwrap();
-    let cluster = d.path().join("__cluster");
-    let data = d.path().to_path_buf();
-    stamp_topic(&data, 4);
-    let clock = FakeClock::new();
-    let (s1, s2) = (
-        shared(&cluster, 1, 11, &clock),
-        shared(&cluster, 2, 22, &clock),
-    );
-    let (mut m1, mut m2) = (beat(real(), &s1), beat(real(), &s2));
-    let mut c = ControllerState::new(real(), s1.clone(), data.clone());
-    c.tick();
-    let mut pass = |apply2: bool| {
-        clock.advance(TIMING.poll);
-        // Broker 1 (the controller's) applies every version at once;
-        // broker 2 only when told to.
-        let v = on_disk(&cluster);
-        s1.state.lock().unwrap().applied = (v.controller_epoch, v.version);
-        if apply2 {
-            s2.state.lock().unwrap().applied = (v.controller_epoch, v.version);
-        }
-        m1.beat();
-        m2.beat();
-        c.tick();
-        on_disk(&cluster)
-    };
+    let mut t = TwoBrokers::new();
+    let data = t.data();
+    let mut pass = |apply2: bool| t.pass(apply2);
     let mut a = pass(true);
     for _ in 0..5 {
         a = pass(true);
@@ -593,30 +628,9 @@ fn a_delete_renames_the_directory_aside_only_after_every_leader_let_go() {
 /// leader while the first still has files open.
 #[test]
 fn a_vanished_topic_is_let_go_two_phase_like_a_deleted_one() {
-    let d = tempfile::tempdir().unwrap();
-    let cluster = d.path().join("__cluster");
-    let data = d.path().to_path_buf();
-    stamp_topic(&data, 4);
-    let clock = FakeClock::new();
-    let (s1, s2) = (
-        shared(&cluster, 1, 11, &clock),
-        shared(&cluster, 2, 22, &clock),
-    );
-    let (mut m1, mut m2) = (beat(real(), &s1), beat(real(), &s2));
-    let mut c = ControllerState::new(real(), s1.clone(), data.clone());
-    c.tick();
-    let mut pass = |apply2: bool| {
-        clock.advance(TIMING.poll);
-        let v = on_disk(&cluster);
-        s1.state.lock().unwrap().applied = (v.controller_epoch, v.version);
-        if apply2 {
-            s2.state.lock().unwrap().applied = (v.controller_epoch, v.version);
-        }
-        m1.beat();
-        m2.beat();
-        c.tick();
-        on_disk(&cluster)
-    };
+    let mut t = TwoBrokers::new();
+    let data = t.data();
+    let mut pass = |apply2: bool| t.pass(apply2);
     for _ in 0..6 {
         pass(true);
     }

@@ -519,6 +519,20 @@ pub(crate) mod tests {
         r.gate.synced(t, res)
     }
 
+    /// The base offsets of the batches in the segment file `seg`, checking
+    /// that the file ends exactly at a batch boundary (no half batch).
+    fn batch_offsets(seg: &std::path::Path) -> Vec<i64> {
+        #[allow(clippy::disallowed_methods)]
+        let bytes = std::fs::read(seg).unwrap();
+        let (mut pos, mut offsets) = (0usize, Vec::new());
+        while pos + 12 <= bytes.len() {
+            offsets.push(i64::from_be_bytes(bytes[pos..pos + 8].try_into().unwrap()));
+            pos += 12 + i32::from_be_bytes(bytes[pos + 8..pos + 12].try_into().unwrap()) as usize;
+        }
+        assert_eq!(pos, bytes.len(), "the file ends at a batch boundary");
+        offsets
+    }
+
     /// Catches: a full volume that costs the partition its leader (a
     /// restart whose re-open cannot write either, so reads fail too), and a
     /// refused append that leaves half a batch in the log or shifts the
@@ -552,15 +566,11 @@ pub(crate) mod tests {
         assert_eq!(t.base_offset, 2);
         fsync(&mut r).unwrap();
         assert_eq!(*r.hw.borrow(), 5);
-        #[allow(clippy::disallowed_methods)]
-        let bytes = std::fs::read(seg).unwrap();
-        let (mut pos, mut offsets) = (0usize, Vec::new());
-        while pos + 12 <= bytes.len() {
-            offsets.push(i64::from_be_bytes(bytes[pos..pos + 8].try_into().unwrap()));
-            pos += 12 + i32::from_be_bytes(bytes[pos + 8..pos + 12].try_into().unwrap()) as usize;
-        }
-        assert_eq!(pos, bytes.len(), "the file ends at a batch boundary");
-        assert_eq!(offsets, vec![0, 1, 2, 3, 4], "no half batch between them");
+        assert_eq!(
+            batch_offsets(&seg),
+            vec![0, 1, 2, 3, 4],
+            "no half batch between them"
+        );
     }
 
     /// Catches: an fsync that fails with ENOSPC (how NFS reports a full
@@ -597,15 +607,7 @@ pub(crate) mod tests {
             "offsets 2, 3 reused: 2 was never acknowledged"
         );
         let seg = r._dir.path().join("t/0/00000000000000000000-e1.log");
-        #[allow(clippy::disallowed_methods)]
-        let bytes = std::fs::read(seg).unwrap();
-        let (mut pos, mut offsets) = (0usize, Vec::new());
-        while pos + 12 <= bytes.len() {
-            offsets.push(i64::from_be_bytes(bytes[pos..pos + 8].try_into().unwrap()));
-            pos += 12 + i32::from_be_bytes(bytes[pos + 8..pos + 12].try_into().unwrap()) as usize;
-        }
-        assert_eq!(pos, bytes.len());
-        assert_eq!(offsets, vec![0, 1, 2, 3]);
+        assert_eq!(batch_offsets(&seg), vec![0, 1, 2, 3]);
     }
 
     /// Catches: a rewind after an ENOSPC fsync that keeps the producer

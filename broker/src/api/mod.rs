@@ -305,13 +305,26 @@ pub(crate) async fn await_topic_ready(b: &Broker, name: &str, id: Uuid, timeout:
     if let Some(c) = b.controller.get() {
         c.do_send(kaas_actors::cluster::controller::ReconcileNow);
     }
-    let deadline = Instant::now() + timeout;
+    poll_until(Instant::now() + timeout, || async {
+        b.assignment()
+            .topics
+            .get(name)
+            .is_some_and(|t| t.topic_id == id && t.partitions.iter().all(|e| e.leader >= 0))
+    })
+    .await
+}
+
+/// Ask `ready` every 10 ms until it holds (true) or `deadline` passes
+/// (false): the bounded wait of an admin answer for what the controller
+/// or the volume will show.
+pub(crate) async fn poll_until<F, Fut>(deadline: Instant, mut ready: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
     loop {
-        let a = b.assignment();
-        if let Some(t) = a.topics.get(name) {
-            if t.topic_id == id && t.partitions.iter().all(|e| e.leader >= 0) {
-                return true;
-            }
+        if ready().await {
+            return true;
         }
         if Instant::now() >= deadline {
             return false;

@@ -120,15 +120,10 @@ async fn delete_topics(b: &Arc<Broker>, r: DeleteTopicsRequest, v: i16) -> Delet
 /// Wait until the directory `name` no longer holds incarnation `id` (the
 /// controller renamed it aside), or `deadline`.
 async fn removed(b: &Broker, name: &str, id: Uuid, deadline: Instant) -> bool {
-    loop {
-        if !b.topic_incarnation_on_volume(name, id).await {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    crate::api::poll_until(deadline, || async {
+        !b.topic_incarnation_on_volume(name, id).await
+    })
+    .await
 }
 
 #[cfg(test)]

@@ -201,18 +201,13 @@ pub(crate) async fn await_topic_configs(
     if let Some(c) = b.controller.get() {
         c.do_send(kaas_actors::cluster::controller::ReconcileNow);
     }
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(t) = b.assignment().topics.get(name) {
-            if t.topic_id == id && &t.configs == configs {
-                return true;
-            }
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    crate::api::poll_until(Instant::now() + timeout, || async {
+        b.assignment()
+            .topics
+            .get(name)
+            .is_some_and(|t| t.topic_id == id && &t.configs == configs)
+    })
+    .await
 }
 
 #[cfg(test)]
