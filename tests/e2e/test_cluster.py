@@ -80,9 +80,10 @@ def test_zombie_leader_acknowledges_nothing_after_its_lease(broker_factory, topi
         sock.sendall(kw.frame(kw.produce_request_v3(
             11, topic_name, part, kw.record_batch_v2([kw.Rec(b"zombie", key=b"k")]), -1)))
         wait_leaders([other], topic_name, 2, {other.broker_id}, timeout=20)
-        # The new leader may still be opening (its first open can fail on
-        # weakfs and re-drive 200 ms later): retry what clients retry
-        # (NOT_LEADER, LEADER_NOT_AVAILABLE, KAFKA_STORAGE_ERROR), bounded.
+        # The new leader may still be opening (on weakfs a stale directory
+        # view makes it re-drive its open 200 ms later, answering
+        # NOT_LEADER meanwhile): retry what clients retry (NOT_LEADER,
+        # LEADER_NOT_AVAILABLE, KAFKA_STORAGE_ERROR), bounded.
         for _ in range(25):
             after = kw.produce_raw(other.addr, topic_name, part,
                                    kw.record_batch_v2([kw.Rec(b"after", key=b"k")]))

@@ -97,3 +97,22 @@ def test_weakfs_mount_is_nfs_like(broker_factory):
         assert e.value.errno == 39  # ENOTEMPTY
         assert held.read() == b"x"
     d.rmdir()
+
+
+def test_weakfs_negative_lookups_until_a_listing_names_the_file(broker_factory):
+    """Two hosts of one volume: a "no such file" answer is cached by the
+    host that got it (an open by name keeps failing after the other host
+    created the file), until a listing fetched from the volume names the
+    file, as the Linux NFS client's READDIRPLUS primes its dentries. Without
+    that, a host could list a manifest and be told it does not exist for a
+    whole attribute timeout (the takeover flake this models away)."""
+    a, b = broker_factory.cluster(2, start=False)
+    (a.data_dir / "d").mkdir()
+    probe = a.data_dir / "d" / "f"
+    assert not probe.exists()  # host a caches "no such file"
+    (b.data_dir / "d" / "f").write_bytes(b"x")  # host b creates it
+    assert (b.data_dir / "d" / "f").read_bytes() == b"x"
+    with pytest.raises(FileNotFoundError):
+        probe.read_bytes()  # the negative entry still answers on host a
+    assert [p.name for p in (a.data_dir / "d").iterdir()] == ["f"]
+    assert probe.read_bytes() == b"x"  # the listing replaced it

@@ -339,6 +339,16 @@ impl PartitionLeader {
                 // it was refused. Not a storage failure: stay down for good.
                 return self.halted(Halt::Fenced, ctx);
             }
+            Err(e @ LogError::StaleView { .. }) => {
+                // Our view of the directory lags (NFS attribute caches):
+                // no storage fault. Re-drive soon; clients are told to
+                // retry as during any leader change.
+                let backoff = Duration::from_millis(200);
+                tracing::warn!(topic = %self.spec.topic, partition = self.spec.partition, error = %e, ?backoff, "partition open sees a stale directory; retrying");
+                self.set_error(Some(PartitionError::NotLeader(e.to_string())));
+                ctx.run_later(backoff, |_, ctx| ctx.stop());
+                return;
+            }
             Err(e) => {
                 // Re-drive: stop after a backoff; the supervisor restarts us.
                 self.failures += 1;

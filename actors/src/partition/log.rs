@@ -130,6 +130,17 @@ pub enum LogError {
         /// Parser error.
         reason: String,
     },
+    /// The directory listing named a manifest that an open by exact name
+    /// cannot find: this host's view of the directory is stale (an NFS
+    /// client's cached listing, or a negative lookup entry hiding the
+    /// newer manifest that replaced it). Nothing was written; the open is
+    /// re-driven until the caches expire, and no partition state is at
+    /// fault.
+    #[error("stale directory view: {path} was listed but is gone")]
+    StaleView {
+        /// The manifest the listing named.
+        path: PathBuf,
+    },
     /// Offsets would overflow i64 / a segment would exceed u32 positions.
     #[error("offset overflow")]
     Overflow,
@@ -512,7 +523,13 @@ impl PartitionLog {
         let prior = match found {
             Some(e) => {
                 let path = dir.join(manifest_name(e));
-                let bytes = fs.read(&path)?;
+                let bytes = match fs.read(&path) {
+                    Ok(b) => b,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                        return Err(LogError::StaleView { path });
+                    }
+                    Err(e) => return Err(at(e, "reading manifest", &path).into()),
+                };
                 let m: Manifest =
                     serde_json::from_slice(&bytes).map_err(|e| LogError::CorruptManifest {
                         path: path.clone(),
@@ -600,7 +617,9 @@ impl PartitionLog {
                     // What recovery found may be only in this host's page
                     // cache (the previous owner died before its fsync).
                     // Make it durable before a manifest records its length.
-                    fs.open_write(&path)?.sync_data()?;
+                    fs.open_write(&path)
+                        .and_then(|f| f.sync_data())
+                        .map_err(|e| at(e, "syncing the recovered tail of", &path))?;
                 }
                 if last.epoch == epoch && durable.is_none() && (clean_end || s.end_pos == 0) {
                     // Our own active file: keep appending to it. If it holds
@@ -1237,6 +1256,16 @@ impl PartitionLog {
     }
 }
 
+/// `e` with what we were doing and the path in its message, for the log
+/// (kind kept; a lease refusal is passed through untouched, since
+/// [`kaas_volume::fs::is_fenced`] must still recognise it).
+fn at(e: io::Error, what: &str, path: &Path) -> io::Error {
+    if kaas_volume::fs::is_fenced(&e) {
+        return e;
+    }
+    io::Error::new(e.kind(), format!("{what} {}: {e}", path.display()))
+}
+
 /// What [`load_producers`] found.
 struct LoadedProducers {
     state: ProducerStates,
@@ -1334,7 +1363,10 @@ fn load_producers(
         .iter()
         .filter(|s| s.next_offset > start && s.size > 0)
     {
-        let f = fs.open_read(&dir.join(layout::segment_log(seg.base, seg.epoch)))?;
+        let path = dir.join(layout::segment_log(seg.base, seg.epoch));
+        let f = fs
+            .open_read(&path)
+            .map_err(|e| at(e, "replaying producer state from", &path))?;
         let mut pos = 0u64;
         while let Some(h) = header_at(f.as_ref(), pos, seg.size)? {
             if h.last_offset() >= start && h.producer_id >= 0 && !h.is_control() {

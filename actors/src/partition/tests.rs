@@ -1178,3 +1178,119 @@ fn without_snapshots_only_the_last_two_segments_are_replayed() {
         [kaas_volume::layout::producer_snapshot(log.next_offset(), 1)]
     );
 }
+
+/// A host whose view of a partition directory lags: its listing still
+/// shows `manifest-e<old>` where the volume now holds `manifest-e<new>`
+/// (the newer leader removed the old one), and a negative lookup entry
+/// hides the new one from an open by name — an NFS client's cached
+/// listing plus a cached "no such file".
+struct LaggingView {
+    inner: RealFs,
+    old: String,
+    new: String,
+    on: std::sync::atomic::AtomicBool,
+}
+
+impl LaggingView {
+    fn lagging(&self) -> bool {
+        self.on.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl kaas_volume::fs::Fs for LaggingView {
+    fn open_read(&self, p: &Path) -> std::io::Result<Arc<dyn kaas_volume::fs::ReadFile>> {
+        if self.lagging() && p.file_name().is_some_and(|n| n == self.new.as_str()) {
+            return Err(std::io::ErrorKind::NotFound.into());
+        }
+        self.inner.open_read(p)
+    }
+    fn create_exclusive(&self, p: &Path) -> std::io::Result<Arc<dyn kaas_volume::fs::WriteFile>> {
+        self.inner.create_exclusive(p)
+    }
+    fn open_write(&self, p: &Path) -> std::io::Result<Arc<dyn kaas_volume::fs::WriteFile>> {
+        self.inner.open_write(p)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
+        self.inner.rename(from, to)
+    }
+    fn remove_file(&self, p: &Path) -> std::io::Result<()> {
+        self.inner.remove_file(p)
+    }
+    fn create_dir_all(&self, p: &Path) -> std::io::Result<()> {
+        self.inner.create_dir_all(p)
+    }
+    fn remove_dir(&self, p: &Path) -> std::io::Result<()> {
+        self.inner.remove_dir(p)
+    }
+    fn list(&self, dir: &Path) -> std::io::Result<Vec<String>> {
+        let names = self.inner.list(dir)?;
+        if !self.lagging() {
+            return Ok(names);
+        }
+        Ok(names
+            .into_iter()
+            .map(|n| if n == self.new { self.old.clone() } else { n })
+            .collect())
+    }
+    fn is_dir(&self, p: &Path) -> bool {
+        self.inner.is_dir(p)
+    }
+    fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
+        self.inner.sync_dir(dir)
+    }
+}
+
+/// A takeover whose listing names a manifest that is gone (a stale view)
+/// neither fails as a storage error nor opens from the old manifest: it is
+/// refused as `StaleView`, writes nothing, and the re-drive, once the view
+/// catches up, opens from the newest manifest with every record.
+#[test]
+fn takeover_through_a_stale_directory_view_is_refused_then_redriven() {
+    let d = tempfile::tempdir().unwrap();
+    let real: SharedFs = Arc::new(RealFs);
+    let mut log = open(real.clone(), d.path(), 2);
+    append(&mut log, &["a"], 100);
+    log.sync_now().unwrap();
+    drop(log);
+    let mut log = open(real.clone(), d.path(), 3);
+    append(&mut log, &["b"], 200);
+    log.sync_now().unwrap();
+    drop(log);
+    let names = |d: &Path| {
+        let mut v: Vec<String> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        v.sort();
+        v
+    };
+    assert!(!d.path().join("manifest-e2.json").exists());
+    let view = Arc::new(LaggingView {
+        inner: RealFs,
+        old: "manifest-e2.json".into(),
+        new: "manifest-e3.json".into(),
+        on: true.into(),
+    });
+    let fs: SharedFs = view.clone();
+    let before = names(d.path());
+    match PartitionLog::open(fs.clone(), d.path(), 4, cfg(), 1_000) {
+        Err(LogError::StaleView { path }) => assert!(path.ends_with("manifest-e2.json")),
+        Err(e) => panic!("want StaleView, got {e}"),
+        Ok(_) => panic!("opened from a stale view"),
+    }
+    // Nothing written by the refused open but the epoch claim.
+    let after: Vec<String> = names(d.path())
+        .into_iter()
+        .filter(|n| !n.ends_with(".claim"))
+        .collect();
+    let before: Vec<String> = before
+        .into_iter()
+        .filter(|n| !n.ends_with(".claim"))
+        .collect();
+    assert_eq!(before, after);
+    view.on.store(false, std::sync::atomic::Ordering::SeqCst);
+    let log = PartitionLog::open(fs.clone(), d.path(), 4, cfg(), 1_000).unwrap();
+    assert_eq!(log.next_offset(), 2);
+    let got: Vec<String> = read_all(real, &log).into_iter().map(|(_, v)| v).collect();
+    assert_eq!(got, vec!["a".to_string(), "b".to_string()]);
+}

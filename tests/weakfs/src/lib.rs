@@ -33,8 +33,10 @@
 //!   and `none` turn it off). A file another host creates stays invisible to
 //!   a plain open on this host until the negative entry expires (as on
 //!   Linux NFS, where a negative dentry stays valid while the cached
-//!   directory attributes do); an `O_CREAT|O_EXCL` open still creates
-//!   exclusively on the backing directory.
+//!   directory attributes do) or until a listing fetched from the backing
+//!   directory names the file (the client primes its dentries from
+//!   READDIRPLUS); an `O_CREAT|O_EXCL` open still creates exclusively on
+//!   the backing directory.
 //! * [`Behaviours::silly_rename`]: unlinking (or renaming over) a file that
 //!   is open through this mount renames it to `.nfsXXXXXXXXXXXXXXXXXXXXXXXX`
 //!   in the same directory and removes it at the last close, as the Linux
@@ -415,6 +417,27 @@ impl WeakFs {
             self.name_changed(rel);
         }
         errno(e)
+    }
+
+    /// A listing of `dir` fetched from the server replaces this mount's
+    /// negative entries for the names it returned, as the Linux NFS client
+    /// does (fs/nfs/dir.c `nfs_prime_dcache` invalidates a negative dentry
+    /// for each entry a READDIRPLUS reply names; and a directory whose
+    /// change attribute moved fails the verifier check of every negative
+    /// dentry under it). Without this a host could list a file and then be
+    /// told it does not exist for a whole attribute timeout — weaker than
+    /// the client this models. Positive entries and names the listing does
+    /// not return are left as cached.
+    fn prime_lookups(&self, dir: INodeNo, entries: &Listing) {
+        let Ok(rel) = self.rel_path(dir) else { return };
+        if let Ok(mut c) = self.lookup_cache.lock() {
+            for (_, _, name) in entries {
+                let child = rel.join(name);
+                if matches!(c.get(&child), Some((_, None))) {
+                    c.remove(&child);
+                }
+            }
+        }
     }
 
     fn name_changed(&self, rel: &Path) {
@@ -1341,6 +1364,7 @@ impl Filesystem for WeakFs {
                     if let Ok(mut c) = self.dir_cache.lock() {
                         c.insert(ino.0, (Instant::now(), entries.clone()));
                     }
+                    self.prime_lookups(ino, &entries);
                 }
                 for (i, (node, kind, name)) in entries.into_iter().enumerate().skip(offset as usize)
                 {
