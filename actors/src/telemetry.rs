@@ -173,6 +173,12 @@ pub struct Telemetry {
     /// This broker's lease headroom (ms left before it lapses; negative or
     /// 0 once lapsed), refreshed by the sampler.
     pub lease_headroom_ms: AtomicI64,
+    /// Duration of each heartbeat write (the record rewrite that renews
+    /// the lease): what the lease must out-last under load.
+    pub heartbeat_seconds: Histogram,
+    /// Heartbeats that completed after the lease had already ended, or
+    /// failed: each one lapsed (or risked) this broker's membership.
+    pub heartbeat_failures: AtomicU64,
     /// The last minutes, for the dashboard's sparklines.
     pub series: rates::Series,
 }
@@ -332,6 +338,14 @@ impl Telemetry {
         out.push_str("# HELP kaas_fsync_seconds Latency of partition and shard fsyncs.\n# TYPE kaas_fsync_seconds histogram\n");
         self.fsync_seconds
             .render(&mut out, "kaas_fsync_seconds", "");
+        out.push_str("# HELP kaas_heartbeat_seconds Duration of each heartbeat write (the lease renewal).\n# TYPE kaas_heartbeat_seconds histogram\n");
+        self.heartbeat_seconds
+            .render(&mut out, "kaas_heartbeat_seconds", "");
+        let _ = writeln!(
+            out,
+            "# HELP kaas_heartbeat_failures_total Heartbeats that failed or completed after the lease ended.\n# TYPE kaas_heartbeat_failures_total counter\nkaas_heartbeat_failures_total {}",
+            self.heartbeat_failures.load(Ordering::Relaxed)
+        );
         let _ = writeln!(
             out,
             "# HELP kaas_lease_headroom_seconds Time left before this broker's lease lapses.\n# TYPE kaas_lease_headroom_seconds gauge\nkaas_lease_headroom_seconds {}",

@@ -385,7 +385,13 @@ impl MembershipState {
         ) {
             Ok(()) => {
                 self.failures = 0;
-                let lease_valid = lease.renewed(inc, started, clock.now());
+                let now = clock.now();
+                let t = crate::telemetry::global();
+                t.heartbeat_seconds.observe(now.saturating_sub(started));
+                let lease_valid = lease.renewed(inc, started, now);
+                if !lease_valid && !leaving {
+                    t.heartbeat_failures.fetch_add(1, Ordering::Relaxed);
+                }
                 if leaving {
                     // The clean exit revoked the lease first, on purpose:
                     // this record only tells the others we are gone.
@@ -400,6 +406,9 @@ impl MembershipState {
             }
             Err(e) => {
                 self.failures += 1;
+                crate::telemetry::global()
+                    .heartbeat_failures
+                    .fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(error = %e, failures = self.failures, remaining_ms = lease.remaining().as_millis() as u64, "heartbeat write failed");
                 BeatOutcome::WriteFailed
             }
