@@ -33,6 +33,10 @@ pub struct TopicCatalog {
     data_dir: PathBuf,
     view: TopicsView,
     janitor: std::sync::Mutex<Janitor>,
+    /// The cluster directory, where change notices are posted for the
+    /// controller ([`kaas_volume::topic_notice`]); `None` in tests of the
+    /// catalog alone.
+    notices: Option<PathBuf>,
 }
 
 impl TopicCatalog {
@@ -45,10 +49,33 @@ impl TopicCatalog {
             data_dir: data_dir.to_path_buf(),
             view: Arc::default(),
             janitor: Default::default(),
+            notices: None,
         };
         cat.reload()?;
         cat.janitor();
         Ok(cat)
+    }
+
+    /// Post a change notice to the controller in `cluster_dir` after every
+    /// change this catalog makes.
+    pub fn with_notices(mut self, cluster_dir: &Path) -> Self {
+        self.notices = Some(cluster_dir.to_path_buf());
+        self
+    }
+
+    /// Tell the controller that `stamp`'s topic changed (after the change is
+    /// durable). Best effort: a notice only makes the controller notice
+    /// sooner; its slow full re-read covers a lost one.
+    fn notify(&self, stamp: &TopicStamp, delete: bool) {
+        let Some(cluster) = &self.notices else { return };
+        let n = kaas_volume::topic_notice::Notice {
+            topic: stamp.name.clone(),
+            topic_id: Some(stamp.topic_id),
+            delete,
+        };
+        if let Err(e) = kaas_volume::topic_notice::post(self.fs.as_ref(), cluster, &n) {
+            tracing::warn!(topic = %stamp.name, error = %e, "topic change notice not posted; the controller's full re-read will see the change");
+        }
     }
 
     /// Re-read the stamps from the volume.
@@ -86,6 +113,7 @@ impl TopicCatalog {
             return Ok(stamp);
         }
         topic_dir::create(self.fs.as_ref(), &self.data_dir, &stamp)?;
+        self.notify(&stamp, false);
         self.view
             .write()
             .unwrap()
@@ -100,7 +128,9 @@ impl TopicCatalog {
         name: &str,
         id: Option<uuid::Uuid>,
     ) -> Result<TopicStamp, TopicError> {
-        topic_dir::request_delete(self.fs.as_ref(), &self.data_dir, name, id)
+        let stamp = topic_dir::request_delete(self.fs.as_ref(), &self.data_dir, name, id)?;
+        self.notify(&stamp, true);
+        Ok(stamp)
     }
 
     /// Alter a topic's configs (see [`topic_config::alter`]): `ops` are
@@ -129,6 +159,7 @@ impl TopicCatalog {
         )?;
         if !m.validate_only {
             tracing::info!(topic = %m.name, configs = ?stamp.configs, "topic configs altered");
+            self.notify(&stamp, false);
         }
         Ok(stamp)
     }
@@ -149,6 +180,7 @@ impl TopicCatalog {
         )?;
         if !validate_only {
             tracing::info!(topic = %name, from = old, to = partitions, "topic partitions added");
+            self.notify(&stamp, false);
             self.view
                 .write()
                 .unwrap()

@@ -85,7 +85,8 @@ pub fn run(args: BrokerArgs) -> anyhow::Result<()> {
     let sys = actix_rt::System::new();
     sys.block_on(async move {
         let catalog = TopicCatalog::load(leased_fs.clone(), &args.data_dir)
-            .map_err(|e| anyhow::anyhow!("loading topics: {e}"))?;
+            .map_err(|e| anyhow::anyhow!("loading topics: {e}"))?
+            .with_notices(&args.cluster_dir());
         // Topic creation and deletion do file I/O: keep it off the thread
         // that serves connections.
         let catalog_arbiter = actix::Arbiter::new();

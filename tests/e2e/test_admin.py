@@ -120,11 +120,16 @@ def produce_one(addr, topic: str, value: bytes, partition=0, timestamp=None) -> 
 
 
 def fill(bootstrap_: str, topic: str, n: int, size: int = 1024, partition: int = 0):
+    """`n` records, acknowledged 20 at a time. A segment rolls between
+    fsyncs (a roll fsyncs inline), so on a slow disk everything appended
+    during one long fsync lands in one segment; waiting for each 20 KiB
+    makes the rolls of a 16 KiB segment.bytes fall every ~20 records
+    whatever the disk's speed."""
     p = Producer(producer_conf(bootstrap_, **{"linger.ms": 0, "batch.size": 4096}))
     for i in range(n):
         p.produce(topic, value=b"v" * size, partition=partition)
-        if i % 50 == 0:
-            p.poll(0)
+        if i % 20 == 19:
+            assert p.flush(30) == 0
     assert p.flush(30) == 0
 
 

@@ -12,6 +12,7 @@
 //!   delete, re-driven removal);
 //! * [`topic_config`] — the topic configs kaas implements (validation,
 //!   types, documentation) and the per-topic config file;
+//! * [`topic_notice`] — topic change notices to the controller;
 //! * [`substrate`] — the checker that refuses a mount breaking the contract.
 
 pub mod cluster_id;
@@ -22,3 +23,4 @@ pub mod quotas;
 pub mod substrate;
 pub mod topic_config;
 pub mod topic_dir;
+pub mod topic_notice;

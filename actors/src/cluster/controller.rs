@@ -45,9 +45,22 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Stamps are re-read this often (a delete + re-create under the same name
-/// changes the id behind an unchanged listing).
-const TOPIC_REFRESH: Duration = Duration::from_secs(1);
+/// Without a change notice ([`kaas_volume::topic_notice`]) a topic's files
+/// are re-read after between half of this and all of it (spread by name, so
+/// an idle controller reads a few topics per pass rather than all of them
+/// at once). This only bounds how late a lost or late notice is made up
+/// for; every change a broker makes posts a notice that is acted on the
+/// next pass. 10,000 topics cost ~100 reads/s; 1,000 topics ~10.
+pub(crate) const TOPIC_REFRESH: Duration = Duration::from_secs(300);
+
+/// When a topic read at `at` is due again (see [`TOPIC_REFRESH`]).
+fn refresh_due(name: &str, at: Duration) -> Duration {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    name.hash(&mut h);
+    let half = TOPIC_REFRESH / 2;
+    at + half + Duration::from_millis(h.finish() % half.as_millis().max(1) as u64)
+}
 
 struct Observed {
     record: BrokerRecord,
@@ -289,6 +302,12 @@ impl ControllerState {
         let prev = read_json::<Assignment>(self.fs.as_ref(), &self.cluster_dir().join(ASSIGNMENT))?
             .unwrap_or_default();
         tracing::info!(epoch, version = prev.version, "elected controller");
+        // Temps of notice posts that died before their rename (only the
+        // controller removes anything there).
+        if let Err(e) = kaas_volume::topic_notice::remove_stale_temps(term.fs(), self.cluster_dir())
+        {
+            tracing::debug!(error = %e, "stale topic notice temps not removed");
+        }
         self.watching = None;
         self.leading = Some(Leading {
             term,
@@ -448,14 +467,33 @@ impl ControllerState {
             .collect();
     }
 
-    /// Topic stamps by exact name; the listing only discovers names.
+    /// Topic stamps by exact name; the listing only discovers names. A
+    /// topic is re-read when it is new, when a change notice names it, or
+    /// when its slow refresh is due (see [`TOPIC_REFRESH`]).
     fn scan_topics(&mut self) -> std::io::Result<BTreeMap<String, TopicInfo>> {
         let names = self.fs.list(&self.data_dir)?;
         let now = self.clock.now();
         let fs = self.fs.clone();
         let data_dir = self.data_dir.clone();
+        let cluster_dir = self.cluster_dir().to_path_buf();
+        let notices = match kaas_volume::topic_notice::read_all(fs.as_ref(), &cluster_dir) {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::warn!(error = %e, "topic change notices unreadable; relying on the slow refresh");
+                Vec::new()
+            }
+        };
         let l = self.leading.as_mut().expect("leading");
         l.topics.retain(|n, _| names.contains(n));
+        // A delete request is trusted from its notice (see topic_notice);
+        // every other change makes the topic be re-read now.
+        let mut delete_noticed = std::collections::HashSet::new();
+        for n in notices.iter().filter_map(|(_, n)| n.as_ref()) {
+            if let (true, Some(id)) = (n.delete, n.topic_id) {
+                delete_noticed.insert((n.topic.clone(), id));
+            }
+            l.topics.remove(&n.topic);
+        }
         let mut out = BTreeMap::new();
         for name in names {
             if validate_name(&name).is_err() {
@@ -464,7 +502,7 @@ impl ControllerState {
             let fresh = l
                 .topics
                 .get(&name)
-                .filter(|(_, at)| now.saturating_sub(*at) < TOPIC_REFRESH)
+                .filter(|(_, at)| now < refresh_due(&name, *at))
                 .map(|(t, _)| t.clone());
             let info = match fresh {
                 Some(t) => Some(t),
@@ -479,12 +517,13 @@ impl ControllerState {
                         }
                         Ok(Some(s)) => {
                             let dir = data_dir.join(&name);
+                            let noticed = delete_noticed.contains(&(name.clone(), s.topic_id));
                             let deleting = match kaas_volume::topic_dir::delete_requested(
                                 fs.as_ref(),
                                 &dir,
                                 s.topic_id,
                             ) {
-                                Ok(d) => d,
+                                Ok(d) => d || noticed,
                                 // Not known: keep what we knew (a delete is
                                 // never un-asked; a wrong "no" only waits).
                                 Err(e) => {
@@ -517,6 +556,14 @@ impl ControllerState {
             };
             if let Some(t) = info {
                 out.insert(name, t);
+            }
+        }
+        // Acted on: the state they announced is in `l.topics` now. A failed
+        // removal is retried next pass (acting twice only re-reads).
+        for (file, _) in &notices {
+            if let Err(e) = kaas_volume::topic_notice::remove(l.term.fs(), &cluster_dir, file) {
+                tracing::debug!(file = %file, error = %e, "topic change notice not removed yet");
+                break;
             }
         }
         Ok(out)
