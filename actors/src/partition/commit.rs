@@ -97,6 +97,7 @@ pub fn sequence(e: SequenceError) -> PartitionError {
     match e {
         SequenceError::OutOfOrder { .. } => PartitionError::OutOfOrderSequence(e.to_string()),
         SequenceError::StaleEpoch { .. } => PartitionError::InvalidProducerEpoch(e.to_string()),
+        SequenceError::InvalidTxnState { .. } => PartitionError::InvalidTxnState(e.to_string()),
     }
 }
 
@@ -289,6 +290,62 @@ impl CommitGate {
             log_start_offset,
             durable,
         })
+    }
+
+    /// Append a transaction marker (see [`PartitionLog::append_marker`]);
+    /// the ticket's receiver is answered once an fsync covers it, under a
+    /// valid lease, like an append's.
+    pub fn append_marker(
+        &mut self,
+        m: &super::messages::WriteTxnMarker,
+    ) -> Result<AppendTicket, Refused> {
+        let now = self.clock.now_ms();
+        let Some(log) = self.writable().map_err(Refused::Halted)? else {
+            return Err(Refused::NotOpen);
+        };
+        let appended = match log.append_marker(
+            m.producer_id,
+            m.producer_epoch,
+            m.coordinator_epoch,
+            m.commit,
+            now,
+        ) {
+            Ok(a) => a,
+            Err(LogError::Overflow) => return Err(Refused::TooLarge),
+            Err(LogError::NoSpace(e)) => return Err(Refused::NoSpace(e.to_string())),
+            Err(LogError::Sequence(e)) => return Err(Refused::Sequence(e)),
+            Err(e) => return Err(Refused::Halted(self.failed(e))),
+        };
+        let log_start_offset = log.log_start_offset();
+        let (tx, rx) = oneshot::channel();
+        self.waiters.push_back((appended.last_offset, tx));
+        Ok(AppendTicket {
+            base_offset: appended.base_offset,
+            log_start_offset,
+            durable: Some(rx),
+        })
+    }
+
+    /// The producers known at the open log (DescribeProducers).
+    pub fn producers(&self) -> Option<Vec<super::messages::ProducerInfo>> {
+        let log = self.log.as_ref()?;
+        let mut v: Vec<_> = log
+            .producers()
+            .entries()
+            .map(|(pid, e)| {
+                let last = e.batches.back();
+                super::messages::ProducerInfo {
+                    producer_id: pid,
+                    producer_epoch: e.epoch,
+                    last_sequence: last.map_or(-1, |b| b.last_seq),
+                    last_timestamp: last.map_or(-1, |b| b.timestamp),
+                    coordinator_epoch: e.coordinator_epoch,
+                    current_txn_start_offset: e.txn_first_offset.unwrap_or(-1),
+                }
+            })
+            .collect();
+        v.sort_by_key(|p| p.producer_id);
+        Some(v)
     }
 
     /// What the next group-commit fsync must cover, if one is not already in
