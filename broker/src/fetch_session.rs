@@ -365,7 +365,10 @@ mod tests {
             last_stable_offset: 10,
             ..held
         };
-        assert!(c.answered(3, &k(0), released, false, false), "the LSO moved");
+        assert!(
+            c.answered(3, &k(0), released, false, false),
+            "the LSO moved"
+        );
     }
 
     #[test]

@@ -75,7 +75,7 @@ pub enum SegmentKind {
     /// `.timeindex`: time index, written at seal.
     TimeIndex,
     /// `.txnindex`: the aborted transactions whose ABORT marker lies in the
-    /// segment, written at seal when there are any (rebuilt from the
+    /// segment, written at seal when it holds markers (rebuilt from the
     /// segment's own bytes when missing).
     TxnIndex,
 }

@@ -13,7 +13,7 @@
 //!   open loads the newest usable one and replays the batch headers after it;
 //! * `<base:020>-e<epoch>.txnindex` — the aborted transactions whose ABORT
 //!   marker lies in the segment ([`super::txn_index`]), written at seal when
-//!   there are any, rebuilt from the segment's bytes when missing.
+//!   the segment holds markers, rebuilt from the segment's bytes when missing.
 //!
 //! Transactions: the log tracks every open transaction (its first offset)
 //! as of what is written, and publishes the last stable offset — the first
@@ -181,6 +181,8 @@ pub struct SegView {
     /// for the active segment (entries past the high watermark are not yet
     /// durable: readers filter them), loaded on first use for a sealed one.
     aborted: RwLock<Option<Vec<AbortedTxn>>>,
+    /// May hold transaction markers ([`SegmentEntry::markers`]).
+    markers: std::sync::atomic::AtomicBool,
 }
 
 impl SegView {
@@ -198,7 +200,13 @@ impl SegView {
             sealed_index: OnceLock::new(),
             interval,
             aborted: RwLock::new(None),
+            markers: std::sync::atomic::AtomicBool::new(e.markers),
         }
+    }
+
+    /// Whether the segment may hold transaction markers.
+    pub fn markers(&self) -> bool {
+        self.markers.load(Ordering::Acquire)
     }
 
     /// The aborted transactions whose marker lies in this segment (see
@@ -208,6 +216,10 @@ impl SegView {
     pub fn aborted_txns(&self, fs: &ReadFs) -> io::Result<Vec<AbortedTxn>> {
         if let Some(a) = self.aborted.read().unwrap().as_ref() {
             return Ok(a.clone());
+        }
+        if !self.markers() {
+            // No marker was ever written into it: nothing to read.
+            return Ok(Vec::new());
         }
         let path = self
             .dir
@@ -316,6 +328,7 @@ impl SegView {
             max_ts: self.max_ts(),
             max_ts_pos: self.max_ts_pos(),
             created_ms,
+            markers: self.markers(),
         }
     }
 }
@@ -617,6 +630,7 @@ impl PartitionLog {
                             max_ts_pos: 0,
                             batches: 0,
                             stopped: None,
+                            markers: false,
                         },
                         u64::MAX,
                     )),
@@ -643,6 +657,7 @@ impl PartitionLog {
                 last.next_offset = s.next_offset;
                 last.max_ts = s.max_ts;
                 last.max_ts_pos = s.max_ts_pos;
+                last.markers |= s.markers;
                 let clean_end = file_len == s.end_pos || file_len == u64::MAX;
                 if s.end_pos > 0 && file_len != u64::MAX {
                     // What recovery found may be only in this host's page
@@ -704,6 +719,7 @@ impl PartitionLog {
                     max_ts: -1,
                     max_ts_pos: 0,
                     created_ms: now_ms,
+                    markers: false,
                 });
                 tail_index = Index::new(interval);
                 write_manifest(fs, dir, epoch, &manifest)?;
@@ -761,7 +777,7 @@ impl PartitionLog {
         let last = manifest.segments.last().expect("active").clone();
         // The active segment's aborted transactions, from its own bytes
         // (bounded: one segment, headers only; empty for a new segment).
-        let aborted = if last.size > 0 {
+        let aborted = if last.size > 0 && last.markers {
             let f = fs.open_read(&dir.join(layout::segment_log(last.base, last.epoch)))?;
             txn_index::scan_segment(f.as_ref(), last.size)?
         } else {
@@ -1021,6 +1037,9 @@ impl PartitionLog {
             records_count: h.records_count,
             attributes: h.attributes,
         };
+        // Noted before the write: a flag that says "maybe" is harmless, one
+        // that misses a marker is not.
+        self.active_seg.markers.store(true, Ordering::Release);
         let (at, next) = self.write_batches(&bytes, std::slice::from_ref(&info))?;
         let closed = self.producers.apply_marker(
             producer_id,
@@ -1263,7 +1282,7 @@ impl PartitionLog {
             &tim,
         )?;
         let aborted = seg.aborted.read().unwrap().clone().unwrap_or_default();
-        if !aborted.is_empty() {
+        if seg.markers() {
             write_atomic(
                 self.writer.fs(),
                 &self.dir.join(layout::segment_txnindex(seg.base, seg.epoch)),
@@ -1282,6 +1301,7 @@ impl PartitionLog {
             max_ts: -1,
             max_ts_pos: 0,
             created_ms: now_ms,
+            markers: false,
         };
         manifest.segments.push(new_entry.clone());
         write_manifest(self.writer.fs(), &self.dir, self.epoch, &manifest)?;

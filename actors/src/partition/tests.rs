@@ -1521,3 +1521,42 @@ fn crash_at_every_step_of_the_marker_and_the_aborted_index() {
         }
     }
 }
+
+/// Catches: a read_committed fetch that walks segments which cannot hold a
+/// marker (librdkafka consumers are read_committed by default: on a topic
+/// without transactions that would be a walk of the whole log), or a roll
+/// that writes an index for them.
+#[test]
+fn segments_without_markers_have_no_aborted_index_to_read() {
+    let d = tempfile::tempdir().unwrap();
+    let fs: SharedFs = Arc::new(RealFs);
+    let mut log = open(fs.clone(), d.path(), 1);
+    append(&mut log, &["a"], 100);
+    log.sync_now().unwrap();
+    log.roll(2_000).unwrap();
+    append(&mut log, &["b"], 100);
+    log.sync_now().unwrap();
+    assert!(!names_in(d.path()).iter().any(|n| n.ends_with(".txnindex")));
+    drop(log);
+    // The segment's file is unreadable as a log: any walk of it would fail.
+    let seg0 = d.path().join(kaas_volume::layout::segment_log(0, 1));
+    let log = open(fs.clone(), d.path(), 2);
+    let keep = std::fs::read(&seg0).unwrap();
+    std::fs::write(&seg0, vec![0xffu8; keep.len()]).unwrap();
+    let view = log.view();
+    let segs = view.read().unwrap().segments.clone();
+    assert!(!segs[0].markers());
+    assert_eq!(segs[0].aborted_txns(&fs.read_only()).unwrap(), []);
+    std::fs::write(&seg0, keep).unwrap();
+    // A marker sets the flag, in memory and, at the next checkpoint, in the
+    // manifest; recovery's walk sets it too.
+    let mut log = log;
+    txn(&mut log, &["t"], 1, 0);
+    marker(&mut log, 1, false);
+    log.sync_now().unwrap();
+    drop(log);
+    let log = open(fs.clone(), d.path(), 3);
+    let segs = log.view().read().unwrap().segments.clone();
+    assert!(segs[segs.len() - 2].markers(), "found by recovery's walk");
+    assert!(!segs[0].markers());
+}

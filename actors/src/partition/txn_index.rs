@@ -13,7 +13,7 @@
 //! earlier).
 //!
 //! `<base>-e<E>.txnindex` lists the aborted transactions whose marker lies
-//! in the segment: written at seal when there is any (temp → fsync →
+//! in the segment: written at seal when the segment holds markers (temp → fsync →
 //! rename through the epoch-fenced writer), it carries the segment's end
 //! offset so that a file describing an older length of the segment (a roll
 //! that crashed before its manifest, then more appends) is never trusted.

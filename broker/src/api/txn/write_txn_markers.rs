@@ -49,8 +49,10 @@ pub async fn handle(
 ) -> Reply<WriteTxnMarkersResponse> {
     // (producer id, per topic: (name, per partition: its answer to come)).
     type Parts = Vec<(i32, BoxFuture<'static, i16>)>;
-    let mut pending: Vec<(i64, Vec<(kaas_protocol::kafka_protocol::messages::TopicName, Parts)>)> =
-        Vec::new();
+    let mut pending: Vec<(
+        i64,
+        Vec<(kaas_protocol::kafka_protocol::messages::TopicName, Parts)>,
+    )> = Vec::new();
     for m in r.markers {
         let pid = m.producer_id.0;
         let mut topics = Vec::new();
