@@ -752,6 +752,58 @@ pub(crate) mod tests {
         assert!(r.gate.log().is_some());
     }
 
+    /// Catches: a marker answered before its fsync (the coordinator would
+    /// complete a transaction a crash can still reopen), answered after
+    /// the lease lapsed, or an LSO that moves before the marker is durable.
+    #[test]
+    fn a_marker_is_answered_only_after_its_fsync_under_a_valid_lease() {
+        let mut r = rig(LogConfig::default());
+        let b = crate::partition::tests::txn_batch(&["t"], 9, 0, 0);
+        let infos = validate_batches(&b).unwrap();
+        r.gate.append(&b, &infos, true).unwrap();
+        let t = r.gate.begin_sync().unwrap();
+        let res = t.file.sync_data();
+        r.gate.synced(t, res).unwrap();
+        let lso = |g: &CommitGate| g.log().unwrap().last_stable_offset();
+        assert_eq!(lso(&r.gate), 0, "held by the open transaction");
+        let m = super::super::messages::WriteTxnMarker {
+            producer_id: 9,
+            producer_epoch: 0,
+            coordinator_epoch: 1,
+            commit: true,
+        };
+        let mut rx = r.gate.append_marker(&m).unwrap().durable.unwrap();
+        assert!(rx.try_recv().is_err(), "not before the fsync");
+        assert_eq!(lso(&r.gate), 0);
+        let t = r.gate.begin_sync().unwrap();
+        let res = t.file.sync_data();
+        r.gate.synced(t, res).unwrap();
+        assert_eq!(rx.try_recv().unwrap(), Ok(2));
+        assert_eq!(lso(&r.gate), 2);
+        // A stale epoch is refused without halting; the producers show it.
+        let stale = super::super::messages::WriteTxnMarker {
+            producer_epoch: -1,
+            ..m.clone()
+        };
+        assert!(matches!(
+            r.gate.append_marker(&stale),
+            Err(Refused::Sequence(SequenceError::StaleEpoch { .. }))
+        ));
+        let p = r.gate.producers().unwrap();
+        assert_eq!((p[0].producer_id, p[0].coordinator_epoch), (9, 1));
+        assert_eq!(p[0].current_txn_start_offset, -1);
+        // Written, then the lease lapses before the fsync: never answered.
+        let mut rx = r.gate.append_marker(&m).unwrap().durable.unwrap();
+        let t = r.gate.begin_sync().unwrap();
+        r.clock.advance(LEASE * 2);
+        let res = t.file.sync_data();
+        assert_eq!(r.gate.synced(t, res), Err(Halt::Fenced));
+        assert!(matches!(
+            rx.try_recv(),
+            Ok(Err(PartitionError::NotLeader(_)))
+        ));
+    }
+
     /// Catches: a duplicate whose original is lost with a failed fsync
     /// being answered as stored.
     #[test]

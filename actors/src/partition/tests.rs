@@ -1560,3 +1560,32 @@ fn segments_without_markers_have_no_aborted_index_to_read() {
     assert!(segs[segs.len() - 2].markers(), "found by recovery's walk");
     assert!(!segs[0].markers());
 }
+
+/// Catches: a marker undone by a full volume's rewind (its fsync failed)
+/// still counted: the transaction must be open again, the LSO held and the
+/// abort unlisted, so the coordinator's re-sent marker is what closes it.
+#[test]
+fn a_rewind_reopens_the_transaction_its_marker_closed() {
+    let d = tempfile::tempdir().unwrap();
+    let fs: SharedFs = Arc::new(RealFs);
+    let mut log = open(fs.clone(), d.path(), 1);
+    txn(&mut log, &["a"], 1, 0);
+    log.sync_now().unwrap();
+    marker(&mut log, 1, false);
+    log.rewind_to_durable().unwrap();
+    assert_eq!(log.producers().get(1).unwrap().txn_first_offset, Some(0));
+    log.sync_now().unwrap();
+    assert_eq!(log.last_stable_offset(), 0);
+    assert!(reader(&log)
+        .read_committed(0, 1 << 20)
+        .unwrap()
+        .aborted
+        .is_empty());
+    marker(&mut log, 1, false);
+    log.sync_now().unwrap();
+    assert_eq!(log.last_stable_offset(), 2);
+    assert_eq!(
+        reader(&log).read_committed(0, 1 << 20).unwrap().aborted,
+        [(1, 0)]
+    );
+}
