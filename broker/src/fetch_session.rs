@@ -344,6 +344,33 @@ mod tests {
         assert_eq!(c.cached_partitions(), 0);
     }
 
+    /// Catches: a read_committed consumer in a session never told that the
+    /// last stable offset moved (a COMMIT marker moves it with the high
+    /// watermark already answered), so it waits at the old LSO forever.
+    #[test]
+    fn a_moved_last_stable_offset_alone_is_news() {
+        let mut c = FetchSessions::default();
+        let now = Instant::now();
+        c.begin(0, 0, vec![(k(0), w(0))], &[], now, || 3).unwrap();
+        let held = Answered {
+            high_watermark: 10,
+            last_stable_offset: 4,
+            log_start_offset: 0,
+        };
+        assert!(c.answered(3, &k(0), held, false, false));
+        c.begin(3, 1, vec![], &[], now, || 0).unwrap();
+        assert!(!c.answered(3, &k(0), held, false, false), "nothing moved");
+        c.begin(3, 2, vec![], &[], now, || 0).unwrap();
+        let released = Answered {
+            last_stable_offset: 10,
+            ..held
+        };
+        assert!(
+            c.answered(3, &k(0), released, false, false),
+            "the LSO moved"
+        );
+    }
+
     #[test]
     fn the_cache_is_bounded_and_idle_sessions_expire() {
         let mut c = FetchSessions::default();

@@ -59,6 +59,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ElectLeaders, 0, 2),
     (ApiKey::AlterPartitionReassignments, 0, 0),
     (ApiKey::ListPartitionReassignments, 0, 0),
+    (ApiKey::WriteTxnMarkers, 1, 1),
+    (ApiKey::DescribeProducers, 0, 0),
 ];
 
 /// The lowest Produce version that may carry zstd batches: Produce v7 came
@@ -203,6 +205,12 @@ mod tests {
             ApiKey::ListPartitionReassignments => {
                 RequestKind::ListPartitionReassignments(ListPartitionReassignmentsRequest::default())
             }
+            ApiKey::WriteTxnMarkers => {
+                RequestKind::WriteTxnMarkers(WriteTxnMarkersRequest::default())
+            }
+            ApiKey::DescribeProducers => {
+                RequestKind::DescribeProducers(DescribeProducersRequest::default())
+            }
             other => panic!("no default request for {other:?}"),
         }
     }
@@ -269,6 +277,12 @@ mod tests {
             ApiKey::ListPartitionReassignments => ResponseKind::ListPartitionReassignments(
                 ListPartitionReassignmentsResponse::default(),
             ),
+            ApiKey::WriteTxnMarkers => {
+                ResponseKind::WriteTxnMarkers(WriteTxnMarkersResponse::default())
+            }
+            ApiKey::DescribeProducers => {
+                ResponseKind::DescribeProducers(DescribeProducersResponse::default())
+            }
             other => panic!("no default response for {other:?}"),
         }
     }

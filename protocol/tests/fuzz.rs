@@ -13,6 +13,9 @@ use bytes::{Bytes, BytesMut};
 use kaas_protocol::kafka_protocol::messages::produce_request::{
     PartitionProduceData, TopicProduceData,
 };
+use kaas_protocol::kafka_protocol::messages::write_txn_markers_request::{
+    WritableTxnMarker, WritableTxnMarkerTopic,
+};
 use kaas_protocol::kafka_protocol::messages::*;
 use kaas_protocol::kafka_protocol::protocol::{Encodable, StrBytes};
 use kaas_protocol::kafka_protocol::records::{
@@ -209,6 +212,23 @@ fn request_corpus() -> Vec<Bytes> {
                 ApiKey::AlterClientQuotas => {
                     RequestKind::AlterClientQuotas(AlterClientQuotasRequest::default())
                 }
+                ApiKey::WriteTxnMarkers => {
+                    RequestKind::WriteTxnMarkers(WriteTxnMarkersRequest::default().with_markers(
+                        vec![WritableTxnMarker::default()
+                            .with_producer_id(ProducerId(7))
+                            .with_transaction_result(true)
+                            .with_topics(vec![WritableTxnMarkerTopic::default()
+                                .with_name(TopicName(StrBytes::from_static_str("t")))
+                                .with_partition_indexes(vec![0])])],
+                    ))
+                }
+                ApiKey::DescribeProducers => RequestKind::DescribeProducers(
+                    DescribeProducersRequest::default().with_topics(vec![
+                        describe_producers_request::TopicRequest::default()
+                            .with_name(TopicName(StrBytes::from_static_str("t")))
+                            .with_partition_indexes(vec![0]),
+                    ]),
+                ),
                 other => panic!("corpus lacks {other:?}"),
             };
             let frame = request_frame(key, v, &body);

@@ -2,6 +2,8 @@
 
 Only what the e2e tests need: request headers (v1 and flexible v2), ApiVersions,
 Produce v3-v7 and Fetch v4-v10 (non-flexible), ListOffsets v7 (flexible),
+WriteTxnMarkers v1 and DescribeProducers v0 (flexible), transactional and
+control batches (KIP-98),
 RecordBatch v2 with CRC32C, a zstd frame of raw blocks, and a legacy magic v1
 message set. Everything is built with `struct`
 so the tests do not depend on any client library's encoder.
@@ -406,9 +408,9 @@ class ProducePartitionResult:
 
 def produce_request_v3(correlation_id: int, topic: str, partition: int,
                        records: bytes, acks: int = -1, timeout_ms: int = 10000,
-                       version: int = 3) -> bytes:
+                       version: int = 3, transactional_id: str | None = None) -> bytes:
     assert 3 <= version <= 7, version
-    body = (string(None) + i16(acks) + i32(timeout_ms)
+    body = (string(transactional_id) + i16(acks) + i32(timeout_ms)
             + i32(1) + string(topic)
             + i32(1) + i32(partition) + kbytes(records))
     return request_header(PRODUCE, version, correlation_id) + body
@@ -434,11 +436,13 @@ def parse_produce_response_v3(resp: bytes, version: int = 3
 
 
 def produce_raw(addr: tuple[str, int], topic: str, partition: int, records: bytes,
-                acks: int = -1, version: int = 3) -> ProducePartitionResult:
+                acks: int = -1, version: int = 3,
+                transactional_id: str | None = None) -> ProducePartitionResult:
     with connect(addr) as s:
         cid, results = parse_produce_response_v3(
             roundtrip(s, produce_request_v3(7, topic, partition, records, acks,
-                                            version=version)), version)
+                                            version=version,
+                                            transactional_id=transactional_id)), version)
     assert cid == 7, f"correlation id mismatch: {cid}"
     assert len(results) == 1, results
     return results[0]
@@ -455,10 +459,14 @@ class FetchResult:
     error_code: int
     high_watermark: int
     records: bytes
+    last_stable_offset: int = -1
+    # (producer_id, first_offset); None when the answer carries a null array
+    aborted: list[tuple[int, int]] | None = None
 
 
 def fetch_request(correlation_id: int, version: int, topic: str, partition: int,
-                  offset: int, max_bytes: int = 1 << 20, max_wait_ms: int = 0) -> bytes:
+                  offset: int, max_bytes: int = 1 << 20, max_wait_ms: int = 0,
+                  isolation_level: int = 0) -> bytes:
     assert 4 <= version <= 10, version
     part = i32(partition)
     if version >= 9:
@@ -467,7 +475,7 @@ def fetch_request(correlation_id: int, version: int, topic: str, partition: int,
     if version >= 5:
         part += i64(-1)  # log_start_offset (followers only)
     part += i32(max_bytes)
-    body = i32(-1) + i32(max_wait_ms) + i32(1) + i32(max_bytes) + i8(0)
+    body = i32(-1) + i32(max_wait_ms) + i32(1) + i32(max_bytes) + i8(isolation_level)
     if version >= 7:
         body += i32(0) + i32(-1)  # no fetch session
     body += i32(1) + string(topic) + i32(1) + part
@@ -491,23 +499,23 @@ def parse_fetch_response(resp: bytes, version: int) -> tuple[int, list[FetchResu
             p = r.i32()
             err = r.i16()
             hw = r.i64()
-            r.i64()  # last_stable_offset
+            lso = r.i64()
             if version >= 5:
                 r.i64()  # log_start_offset
-            for _ in range(max(r.i32(), 0)):  # aborted_transactions
-                r.i64()
-                r.i64()
+            n_aborted = r.i32()
+            aborted = None if n_aborted < 0 else [(r.i64(), r.i64()) for _ in range(n_aborted)]
             n = r.i32()
             recs = b"" if n < 0 else r.take(n)
-            out.append(FetchResult(p, err, hw, recs))
+            out.append(FetchResult(p, err, hw, recs, lso, aborted))
     return cid, out
 
 
 def fetch_raw(addr: tuple[str, int], version: int, topic: str, partition: int,
-              offset: int) -> FetchResult:
+              offset: int, isolation_level: int = 0) -> FetchResult:
     with connect(addr) as s:
         cid, results = parse_fetch_response(
-            roundtrip(s, fetch_request(13, version, topic, partition, offset)), version)
+            roundtrip(s, fetch_request(13, version, topic, partition, offset,
+                                       isolation_level=isolation_level)), version)
     assert cid == 13, f"correlation id mismatch: {cid}"
     assert len(results) == 1, results
     return results[0]
@@ -532,10 +540,10 @@ class ListOffsetsResult:
 
 
 def list_offsets_request_v7(correlation_id: int, topic: str, partition: int,
-                            timestamp: int) -> bytes:
+                            timestamp: int, isolation_level: int = 0) -> bytes:
     part = i32(partition) + i32(-1) + i64(timestamp) + TAGS_NONE
     top = compact_string(topic) + compact_array([part]) + TAGS_NONE
-    body = i32(-1) + i8(0) + compact_array([top]) + TAGS_NONE
+    body = i32(-1) + i8(isolation_level) + compact_array([top]) + TAGS_NONE
     return request_header(LIST_OFFSETS, 7, correlation_id, flexible=True) + body
 
 
@@ -561,10 +569,11 @@ def parse_list_offsets_v7(resp: bytes) -> tuple[int, list[ListOffsetsResult]]:
 
 
 def list_offsets_v7(addr: tuple[str, int], topic: str, partition: int,
-                    timestamp: int) -> ListOffsetsResult:
+                    timestamp: int, isolation_level: int = 0) -> ListOffsetsResult:
     with connect(addr) as s:
         cid, results = parse_list_offsets_v7(
-            roundtrip(s, list_offsets_request_v7(11, topic, partition, timestamp)))
+            roundtrip(s, list_offsets_request_v7(11, topic, partition, timestamp,
+                                                 isolation_level)))
     assert cid == 11
     assert len(results) == 1, results
     return results[0]
@@ -600,3 +609,179 @@ def produce_on(sock: socket.socket, correlation_id: int, topic: str, partition: 
     assert cid == correlation_id, (cid, correlation_id)
     assert len(results) == 1, results
     return results[0]
+
+
+# ---------------------------------------------------------------------------
+# Transactions (KIP-98): batches, WriteTxnMarkers v1, DescribeProducers v0
+# ---------------------------------------------------------------------------
+
+WRITE_TXN_MARKERS = 27
+DESCRIBE_PRODUCERS = 61
+NOT_LEADER_OR_FOLLOWER = 6
+INVALID_TXN_STATE = 48
+READ_COMMITTED = 1
+ATTR_TRANSACTIONAL = 1 << 4
+ATTR_CONTROL = 1 << 5
+
+
+def txn_batch(values: list[bytes], pid: int, epoch: int, seq: int) -> bytes:
+    """A transactional RecordBatch v2 of `values` from producer `pid`."""
+    return record_batch_v2([Rec(v) for v in values], producer_id=pid,
+                           producer_epoch=epoch, base_sequence=seq,
+                           attributes=ATTR_TRANSACTIONAL)
+
+
+@dataclass
+class StoredBatch:
+    base_offset: int
+    last_offset: int
+    attributes: int
+    producer_id: int
+    # control batches: "COMMIT" / "ABORT" and the coordinator epoch
+    marker: str | None = None
+    coordinator_epoch: int | None = None
+
+    @property
+    def control(self) -> bool:
+        return bool(self.attributes & ATTR_CONTROL)
+
+    @property
+    def transactional(self) -> bool:
+        return bool(self.attributes & ATTR_TRANSACTIONAL)
+
+
+def batches(records: bytes) -> list[StoredBatch]:
+    """Every complete batch of a fetch answer, decoding control records (the
+    key: version, type 0 abort / 1 commit; the value: version, coordinator
+    epoch)."""
+    out = []
+    pos = 0
+    while pos + 61 <= len(records):
+        (base,) = struct.unpack(">q", records[pos:pos + 8])
+        (length,) = struct.unpack(">i", records[pos + 8:pos + 12])
+        end = pos + 12 + length
+        if end > len(records):
+            break
+        (attributes,) = struct.unpack(">h", records[pos + 21:pos + 23])
+        (delta,) = struct.unpack(">i", records[pos + 23:pos + 27])
+        (pid,) = struct.unpack(">q", records[pos + 43:pos + 51])
+        b = StoredBatch(base, base + delta, attributes, pid)
+        if b.control:
+            r = Reader(records[pos + 61:end])
+            r.uvarint()  # record length
+            r.i8()  # attributes
+            r.uvarint()  # timestamp delta
+            r.uvarint()  # offset delta
+            klen = (lambda v: (v >> 1) ^ -(v & 1))(r.uvarint())
+            key = r.take(klen)
+            vlen = (lambda v: (v >> 1) ^ -(v & 1))(r.uvarint())
+            value = r.take(vlen)
+            (kver, kind) = struct.unpack(">hh", key[:4])
+            assert kver == 0, key
+            b.marker = {0: "ABORT", 1: "COMMIT"}[kind]
+            (vver, b.coordinator_epoch) = struct.unpack(">hi", value[:6])
+            assert vver == 0, value
+        out.append(b)
+        pos = end
+    return out
+
+
+def read_committed_view(res: FetchResult) -> list[int]:
+    """Offsets of the data records a read_committed consumer delivers from a
+    fetch answer, filtering by its aborted_transactions as Kafka's consumer
+    does: a producer's batches are skipped from an aborted transaction's
+    first offset up to that producer's next control batch."""
+    aborted = sorted(res.aborted or [], key=lambda a: a[1])
+    skipping: set[int] = set()
+    out = []
+    for b in batches(res.records):
+        while aborted and aborted[0][1] <= b.base_offset:
+            skipping.add(aborted.pop(0)[0])
+        if b.control:
+            skipping.discard(b.producer_id)
+        elif not (b.transactional and b.producer_id in skipping):
+            out.extend(range(b.base_offset, b.last_offset + 1))
+    return out
+
+
+def write_txn_markers_request(correlation_id: int,
+                              markers: list[tuple[int, int, bool, list[tuple[str, list[int]]], int]]
+                              ) -> bytes:
+    """markers: (producer_id, producer_epoch, commit, [(topic, [partitions])],
+    coordinator_epoch)."""
+    items = []
+    for pid, epoch, commit, topics, coord in markers:
+        ts = [compact_string(t) + compact_array([i32(p) for p in ps]) + TAGS_NONE
+              for t, ps in topics]
+        items.append(i64(pid) + i16(epoch) + i8(1 if commit else 0) + compact_array(ts)
+                     + i32(coord) + TAGS_NONE)
+    body = compact_array(items) + TAGS_NONE
+    return request_header(WRITE_TXN_MARKERS, 1, correlation_id, flexible=True) + body
+
+
+def parse_write_txn_markers(resp: bytes) -> dict[tuple[int, str, int], int]:
+    """{(producer_id, topic, partition): error_code}."""
+    r = Reader(resp)
+    r.i32()  # correlation id
+    r.skip_tags()
+    out = {}
+    for _ in range(r.compact_array_len()):
+        pid = r.i64()
+        for _ in range(r.compact_array_len()):
+            t = r.compact_string()
+            for _ in range(r.compact_array_len()):
+                p = r.i32()
+                out[(pid, t, p)] = r.i16()
+                r.skip_tags()
+            r.skip_tags()
+        r.skip_tags()
+    r.skip_tags()
+    return out
+
+
+def write_txn_markers(addr: tuple[str, int], pid: int, epoch: int, commit: bool,
+                      topic: str, partitions: list[int], coordinator_epoch: int = 0
+                      ) -> dict[int, int]:
+    """One marker; {partition: error_code}."""
+    with connect(addr, timeout=40) as s:
+        res = parse_write_txn_markers(roundtrip(s, write_txn_markers_request(
+            31, [(pid, epoch, commit, [(topic, partitions)], coordinator_epoch)])))
+    return {p: e for (_, _, p), e in res.items()}
+
+
+@dataclass
+class ProducerStateRow:
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int
+    coordinator_epoch: int
+    current_txn_start_offset: int
+
+
+def describe_producers(addr: tuple[str, int], topic: str, partition: int
+                       ) -> tuple[int, list[ProducerStateRow]]:
+    """(error_code, producers) of one partition, DescribeProducers v0."""
+    body = compact_array([compact_string(topic) + compact_array([i32(partition)])
+                          + TAGS_NONE]) + TAGS_NONE
+    with connect(addr) as s:
+        r = Reader(roundtrip(s, request_header(DESCRIBE_PRODUCERS, 0, 41, flexible=True)
+                             + body))
+    assert r.i32() == 41
+    r.skip_tags()
+    r.i32()  # throttle
+    err, rows = -1, []
+    for _ in range(r.compact_array_len()):
+        r.compact_string()
+        for _ in range(r.compact_array_len()):
+            r.i32()
+            err = r.i16()
+            r.compact_string()  # error message
+            for _ in range(r.compact_array_len()):
+                rows.append(ProducerStateRow(r.i64(), r.i32(), r.i32(), r.i64(), r.i32(),
+                                             r.i64()))
+                r.skip_tags()
+            r.skip_tags()
+        r.skip_tags()
+    r.skip_tags()
+    return err, rows

@@ -74,6 +74,10 @@ pub enum SegmentKind {
     Index,
     /// `.timeindex`: time index, written at seal.
     TimeIndex,
+    /// `.txnindex`: the aborted transactions whose ABORT marker lies in the
+    /// segment, written at seal when it holds markers (rebuilt from the
+    /// segment's own bytes when missing).
+    TxnIndex,
 }
 
 impl SegmentKind {
@@ -83,6 +87,7 @@ impl SegmentKind {
             SegmentKind::Log => "log",
             SegmentKind::Index => "index",
             SegmentKind::TimeIndex => "timeindex",
+            SegmentKind::TxnIndex => "txnindex",
         }
     }
 
@@ -91,6 +96,7 @@ impl SegmentKind {
             "log" => Some(SegmentKind::Log),
             "index" => Some(SegmentKind::Index),
             "timeindex" => Some(SegmentKind::TimeIndex),
+            "txnindex" => Some(SegmentKind::TxnIndex),
             _ => None,
         }
     }
@@ -119,6 +125,11 @@ pub fn segment_index(base: i64, epoch: i32) -> String {
 /// `<base>-e<E>.timeindex`.
 pub fn segment_timeindex(base: i64, epoch: i32) -> String {
     segment_file(base, epoch, SegmentKind::TimeIndex)
+}
+
+/// `<base>-e<E>.txnindex`.
+pub fn segment_txnindex(base: i64, epoch: i32) -> String {
+    segment_file(base, epoch, SegmentKind::TxnIndex)
 }
 
 /// (base, epoch, extension) of anything shaped like a segment file, whatever
@@ -414,7 +425,12 @@ mod tests {
     #[test]
     fn segment_names_round_trip() {
         assert_eq!(segment_log(42, 3), "00000000000000000042-e3.log");
-        for kind in [SegmentKind::Log, SegmentKind::Index, SegmentKind::TimeIndex] {
+        for kind in [
+            SegmentKind::Log,
+            SegmentKind::Index,
+            SegmentKind::TimeIndex,
+            SegmentKind::TxnIndex,
+        ] {
             let n = segment_file(42, 3, kind);
             assert_eq!(parse_segment(&n), Some((42, 3, kind)), "{n}");
         }

@@ -97,6 +97,7 @@ pub fn sequence(e: SequenceError) -> PartitionError {
     match e {
         SequenceError::OutOfOrder { .. } => PartitionError::OutOfOrderSequence(e.to_string()),
         SequenceError::StaleEpoch { .. } => PartitionError::InvalidProducerEpoch(e.to_string()),
+        SequenceError::InvalidTxnState { .. } => PartitionError::InvalidTxnState(e.to_string()),
     }
 }
 
@@ -289,6 +290,62 @@ impl CommitGate {
             log_start_offset,
             durable,
         })
+    }
+
+    /// Append a transaction marker (see [`PartitionLog::append_marker`]);
+    /// the ticket's receiver is answered once an fsync covers it, under a
+    /// valid lease, like an append's.
+    pub fn append_marker(
+        &mut self,
+        m: &super::messages::WriteTxnMarker,
+    ) -> Result<AppendTicket, Refused> {
+        let now = self.clock.now_ms();
+        let Some(log) = self.writable().map_err(Refused::Halted)? else {
+            return Err(Refused::NotOpen);
+        };
+        let appended = match log.append_marker(
+            m.producer_id,
+            m.producer_epoch,
+            m.coordinator_epoch,
+            m.commit,
+            now,
+        ) {
+            Ok(a) => a,
+            Err(LogError::Overflow) => return Err(Refused::TooLarge),
+            Err(LogError::NoSpace(e)) => return Err(Refused::NoSpace(e.to_string())),
+            Err(LogError::Sequence(e)) => return Err(Refused::Sequence(e)),
+            Err(e) => return Err(Refused::Halted(self.failed(e))),
+        };
+        let log_start_offset = log.log_start_offset();
+        let (tx, rx) = oneshot::channel();
+        self.waiters.push_back((appended.last_offset, tx));
+        Ok(AppendTicket {
+            base_offset: appended.base_offset,
+            log_start_offset,
+            durable: Some(rx),
+        })
+    }
+
+    /// The producers known at the open log (DescribeProducers).
+    pub fn producers(&self) -> Option<Vec<super::messages::ProducerInfo>> {
+        let log = self.log.as_ref()?;
+        let mut v: Vec<_> = log
+            .producers()
+            .entries()
+            .map(|(pid, e)| {
+                let last = e.batches.back();
+                super::messages::ProducerInfo {
+                    producer_id: pid,
+                    producer_epoch: e.epoch,
+                    last_sequence: last.map_or(-1, |b| b.last_seq),
+                    last_timestamp: last.map_or(-1, |b| b.timestamp),
+                    coordinator_epoch: e.coordinator_epoch,
+                    current_txn_start_offset: e.txn_first_offset.unwrap_or(-1),
+                }
+            })
+            .collect();
+        v.sort_by_key(|p| p.producer_id);
+        Some(v)
     }
 
     /// What the next group-commit fsync must cover, if one is not already in
@@ -693,6 +750,58 @@ pub(crate) mod tests {
             Err(Refused::Sequence(SequenceError::OutOfOrder { .. }))
         ));
         assert!(r.gate.log().is_some());
+    }
+
+    /// Catches: a marker answered before its fsync (the coordinator would
+    /// complete a transaction a crash can still reopen), answered after
+    /// the lease lapsed, or an LSO that moves before the marker is durable.
+    #[test]
+    fn a_marker_is_answered_only_after_its_fsync_under_a_valid_lease() {
+        let mut r = rig(LogConfig::default());
+        let b = crate::partition::tests::txn_batch(&["t"], 9, 0, 0);
+        let infos = validate_batches(&b).unwrap();
+        r.gate.append(&b, &infos, true).unwrap();
+        let t = r.gate.begin_sync().unwrap();
+        let res = t.file.sync_data();
+        r.gate.synced(t, res).unwrap();
+        let lso = |g: &CommitGate| g.log().unwrap().last_stable_offset();
+        assert_eq!(lso(&r.gate), 0, "held by the open transaction");
+        let m = super::super::messages::WriteTxnMarker {
+            producer_id: 9,
+            producer_epoch: 0,
+            coordinator_epoch: 1,
+            commit: true,
+        };
+        let mut rx = r.gate.append_marker(&m).unwrap().durable.unwrap();
+        assert!(rx.try_recv().is_err(), "not before the fsync");
+        assert_eq!(lso(&r.gate), 0);
+        let t = r.gate.begin_sync().unwrap();
+        let res = t.file.sync_data();
+        r.gate.synced(t, res).unwrap();
+        assert_eq!(rx.try_recv().unwrap(), Ok(2));
+        assert_eq!(lso(&r.gate), 2);
+        // A stale epoch is refused without halting; the producers show it.
+        let stale = super::super::messages::WriteTxnMarker {
+            producer_epoch: -1,
+            ..m.clone()
+        };
+        assert!(matches!(
+            r.gate.append_marker(&stale),
+            Err(Refused::Sequence(SequenceError::StaleEpoch { .. }))
+        ));
+        let p = r.gate.producers().unwrap();
+        assert_eq!((p[0].producer_id, p[0].coordinator_epoch), (9, 1));
+        assert_eq!(p[0].current_txn_start_offset, -1);
+        // Written, then the lease lapses before the fsync: never answered.
+        let mut rx = r.gate.append_marker(&m).unwrap().durable.unwrap();
+        let t = r.gate.begin_sync().unwrap();
+        r.clock.advance(LEASE * 2);
+        let res = t.file.sync_data();
+        assert_eq!(r.gate.synced(t, res), Err(Halt::Fenced));
+        assert!(matches!(
+            rx.try_recv(),
+            Ok(Err(PartitionError::NotLeader(_)))
+        ));
     }
 
     /// Catches: a duplicate whose original is lost with a failed fsync

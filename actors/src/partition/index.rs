@@ -158,6 +158,8 @@ pub struct Scan {
     pub batches: u64,
     /// Why the scan stopped before the end of the file, if it did.
     pub stopped: Option<String>,
+    /// Whether a control batch (a transaction marker) was walked past.
+    pub markers: bool,
 }
 
 /// Where a scan starts and what it already knows.
@@ -193,6 +195,7 @@ pub fn scan(
         max_ts_pos: start.max_ts_pos,
         batches: 0,
         stopped: None,
+        markers: false,
     };
     let mut hdr = [0u8; BATCH_HEADER_LEN];
     let mut body = Vec::new();
@@ -229,6 +232,7 @@ pub fn scan(
                 return Ok(s);
             }
         }
+        s.markers |= h.is_control();
         let rel = (h.base_offset - base).clamp(0, u32::MAX as i64) as u32;
         index.observe(rel, pos, s.max_ts);
         if h.max_timestamp > s.max_ts {

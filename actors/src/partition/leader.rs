@@ -17,8 +17,8 @@ use super::claim::ClaimOwner;
 use super::commit::{refused, storage, CommitGate, Halt, Refused};
 use super::log::{Claimant, LogConfig, LogError, PartitionLog};
 use super::messages::{
-    AppendBatches, AppendTicket, DeleteRecordsBefore, EnforceRetention, PartitionError,
-    SetLogConfig, StopLeader,
+    AppendBatches, AppendTicket, DeleteRecordsBefore, EnforceRetention, GetProducers,
+    PartitionError, ProducerInfo, SetLogConfig, StopLeader, WriteTxnMarker,
 };
 use super::reader::PartitionReader;
 use crate::clock::{self, SharedClock};
@@ -109,7 +109,13 @@ pub struct PartitionLeader {
     /// applied (or failed) as soon as it returns, so a client sees the same
     /// answer it would have had the open run inline, never "recovering" for
     /// a partition that is about to serve. Bounded by [`MAX_PARKED`].
-    parked: VecDeque<(AppendBatches, oneshot::Sender<AppendResult>)>,
+    parked: VecDeque<(Parked, oneshot::Sender<AppendResult>)>,
+}
+
+/// A write held while the partition opens.
+enum Parked {
+    Append(AppendBatches),
+    Marker(WriteTxnMarker),
 }
 
 type AppendResult = Result<AppendTicket, PartitionError>;
@@ -442,12 +448,39 @@ impl PartitionLeader {
     /// Apply (or, if the open failed, fail) the appends parked during it.
     fn unpark(&mut self, ctx: &mut Context<Self>) {
         for (msg, tx) in std::mem::take(&mut self.parked) {
-            let _ = tx.send(self.append(msg, ctx));
+            let r = match msg {
+                Parked::Append(m) => self.append(m, ctx),
+                Parked::Marker(m) => self.marker(m, ctx),
+            };
+            let _ = tx.send(r);
         }
     }
 
     fn append(&mut self, msg: AppendBatches, ctx: &mut Context<Self>) -> AppendResult {
-        let ticket = match self.gate.append(&msg.records, &msg.infos, msg.wait_durable) {
+        let r = self.gate.append(&msg.records, &msg.infos, msg.wait_durable);
+        let ticket = self.refusal(r, ctx)?;
+        telemetry::global()
+            .produce_bytes
+            .fetch_add(msg.records.len() as u64, Ordering::Relaxed);
+        self.kick_sync(ctx);
+        Ok(ticket)
+    }
+
+    fn marker(&mut self, msg: WriteTxnMarker, ctx: &mut Context<Self>) -> AppendResult {
+        let r = self.gate.append_marker(&msg);
+        let ticket = self.refusal(r, ctx)?;
+        tracing::debug!(topic = %self.spec.topic, partition = self.spec.partition, producer_id = msg.producer_id, commit = msg.commit, offset = ticket.base_offset, "transaction marker written");
+        self.kick_sync(ctx);
+        Ok(ticket)
+    }
+
+    /// What a client is told when the gate refused a write.
+    fn refusal(
+        &mut self,
+        r: Result<AppendTicket, Refused>,
+        ctx: &mut Context<Self>,
+    ) -> AppendResult {
+        let ticket = match r {
             Ok(t) => t,
             Err(Refused::NotOpen) => return Err(self.unavailable()),
             Err(Refused::TooLarge) => return Err(PartitionError::TooLarge),
@@ -463,10 +496,6 @@ impl PartitionLeader {
                 return Err(self.unavailable());
             }
         };
-        telemetry::global()
-            .produce_bytes
-            .fetch_add(msg.records.len() as u64, Ordering::Relaxed);
-        self.kick_sync(ctx);
         Ok(ticket)
     }
 }
@@ -477,12 +506,35 @@ impl Handler<AppendBatches> for PartitionLeader {
     fn handle(&mut self, msg: AppendBatches, ctx: &mut Context<Self>) -> Self::Result {
         if self.opening && !self.stopping && self.parked.len() < MAX_PARKED {
             let (tx, rx) = oneshot::channel();
-            self.parked.push_back((msg, tx));
+            self.parked.push_back((Parked::Append(msg), tx));
             let err = self.unavailable();
             return Box::pin(async move { rx.await.unwrap_or(Err(err)) });
         }
         let r = self.append(msg, ctx);
         Box::pin(async move { r })
+    }
+}
+
+impl Handler<WriteTxnMarker> for PartitionLeader {
+    type Result = ResponseFuture<AppendResult>;
+
+    fn handle(&mut self, msg: WriteTxnMarker, ctx: &mut Context<Self>) -> Self::Result {
+        if self.opening && !self.stopping && self.parked.len() < MAX_PARKED {
+            let (tx, rx) = oneshot::channel();
+            self.parked.push_back((Parked::Marker(msg), tx));
+            let err = self.unavailable();
+            return Box::pin(async move { rx.await.unwrap_or(Err(err)) });
+        }
+        let r = self.marker(msg, ctx);
+        Box::pin(async move { r })
+    }
+}
+
+impl Handler<GetProducers> for PartitionLeader {
+    type Result = Result<Vec<ProducerInfo>, PartitionError>;
+
+    fn handle(&mut self, _: GetProducers, _ctx: &mut Context<Self>) -> Self::Result {
+        self.gate.producers().ok_or_else(|| self.unavailable())
     }
 }
 
@@ -563,6 +615,8 @@ impl Handler<StopLeader> for PartitionLeader {
 }
 crate::instrumented!(
     PartitionLeader: AppendBatches,
+    WriteTxnMarker,
+    GetProducers,
     EnforceRetention,
     DeleteRecordsBefore,
     SetLogConfig,

@@ -10,7 +10,16 @@
 //! * `manifest-e<epoch>.json` — the list of segments and their valid lengths;
 //! * `<offset:020>-e<epoch>.producers` — idempotent-producer state as of
 //!   `offset` ([`super::producers`]), written at each roll and clean close;
-//!   open loads the newest usable one and replays the batch headers after it.
+//!   open loads the newest usable one and replays the batch headers after it;
+//! * `<base:020>-e<epoch>.txnindex` — the aborted transactions whose ABORT
+//!   marker lies in the segment ([`super::txn_index`]), written at seal when
+//!   the segment holds markers, rebuilt from the segment's bytes when missing.
+//!
+//! Transactions: the log tracks every open transaction (its first offset)
+//! as of what is written, and publishes the last stable offset — the first
+//! offset of the earliest transaction still open *as of the high
+//! watermark*, or the high watermark — with each completed fsync, so a
+//! marker counts only once it is durable.
 //!
 //! Invariants:
 //! * Only the leader of epoch E writes files named `-e<E>`; a file of another
@@ -24,12 +33,14 @@ use super::claim::{self, parse_claim_name, ClaimOwner, EpochWriter};
 use super::index::{header_at, scan, Index, Scan, ScanStart};
 use super::manifest::{manifest_name, parse_manifest_name, write_manifest, Manifest, SegmentEntry};
 use super::producers::{self, Incoming, ProducerStates, SequenceError, Verdict};
-use kaas_protocol::batch::{patch_batch, BatchInfo};
+use super::txn_index::{self, AbortedTxn};
+use kaas_protocol::batch::{patch_batch, read_batch_header, BatchInfo};
 use kaas_volume::fs::{
     remove_if_exists, remove_stale_temps, write_atomic, Fs, GuardedFs, ReadFile, ReadFs, SharedFs,
     WriteFile, WriteGuard,
 };
 use kaas_volume::layout::{self, SegmentKind};
+use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -177,6 +188,12 @@ pub struct SegView {
     live_index: Mutex<Option<Index>>,
     sealed_index: OnceLock<Arc<Index>>,
     interval: u64,
+    /// Aborted transactions whose marker lies in this segment: kept live
+    /// for the active segment (entries past the high watermark are not yet
+    /// durable: readers filter them), loaded on first use for a sealed one.
+    aborted: RwLock<Option<Vec<AbortedTxn>>>,
+    /// May hold transaction markers ([`SegmentEntry::markers`]).
+    markers: std::sync::atomic::AtomicBool,
 }
 
 impl SegView {
@@ -193,7 +210,42 @@ impl SegView {
             live_index: Mutex::new(None),
             sealed_index: OnceLock::new(),
             interval,
+            aborted: RwLock::new(None),
+            markers: std::sync::atomic::AtomicBool::new(e.markers),
         }
+    }
+
+    /// Whether the segment may hold transaction markers.
+    pub fn markers(&self) -> bool {
+        self.markers.load(Ordering::Acquire)
+    }
+
+    /// The aborted transactions whose marker lies in this segment (see
+    /// [`Self::aborted`]): for a sealed segment from its `.txnindex`, or,
+    /// when that is missing, torn or describes another length, from the
+    /// segment's own bytes (one pass over its batch headers), then kept.
+    pub fn aborted_txns(&self, fs: &ReadFs) -> io::Result<Vec<AbortedTxn>> {
+        if let Some(a) = self.aborted.read().unwrap().as_ref() {
+            return Ok(a.clone());
+        }
+        if !self.markers() {
+            // No marker was ever written into it: nothing to read.
+            return Ok(Vec::new());
+        }
+        let path = self
+            .dir
+            .join(layout::segment_txnindex(self.base, self.epoch));
+        let from_file = match fs.read(&path) {
+            Ok(b) => txn_index::decode(&b, self.next_offset()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) => return Err(e),
+        };
+        let list = match from_file {
+            Some(l) => l,
+            None => txn_index::scan_segment(self.file(fs)?.as_ref(), self.size())?,
+        };
+        let mut slot = self.aborted.write().unwrap();
+        Ok(slot.get_or_insert(list).clone())
     }
 
     /// Durable valid bytes.
@@ -287,6 +339,7 @@ impl SegView {
             max_ts: self.max_ts(),
             max_ts_pos: self.max_ts_pos(),
             created_ms,
+            markers: self.markers(),
         }
     }
 }
@@ -303,6 +356,9 @@ pub struct LogView {
     pub epoch_history: Vec<(i32, i64)>,
     /// Segments in offset order, the last one active.
     pub segments: Vec<Arc<SegView>>,
+    /// Last stable offset: the first offset of the earliest transaction
+    /// open as of the high watermark, or the high watermark.
+    pub last_stable_offset: i64,
 }
 
 /// What an fsync has to cover; taken by [`PartitionLog::sync_target`] and
@@ -377,6 +433,11 @@ pub struct PartitionLog {
     /// (offset, epoch) of the producer snapshots on disk that we trust,
     /// ascending.
     snapshots: Vec<(i64, i32)>,
+    /// Open transactions as of everything written: first offset →
+    /// (producer id, offset of the marker that closed it, once written and
+    /// until it is durable). The last stable offset is derived from it at
+    /// every completed fsync.
+    ongoing: BTreeMap<i64, (i64, Option<i64>)>,
     /// The latest wall-clock time we were handed (expiry at close).
     now_ms: i64,
 }
@@ -586,6 +647,7 @@ impl PartitionLog {
                             max_ts_pos: 0,
                             batches: 0,
                             stopped: None,
+                            markers: false,
                         },
                         u64::MAX,
                     )),
@@ -612,6 +674,7 @@ impl PartitionLog {
                 last.next_offset = s.next_offset;
                 last.max_ts = s.max_ts;
                 last.max_ts_pos = s.max_ts_pos;
+                last.markers |= s.markers;
                 let clean_end = file_len == s.end_pos || file_len == u64::MAX;
                 if s.end_pos > 0 && file_len != u64::MAX {
                     // What recovery found may be only in this host's page
@@ -675,6 +738,7 @@ impl PartitionLog {
                     max_ts: -1,
                     max_ts_pos: 0,
                     created_ms: now_ms,
+                    markers: false,
                 });
                 tail_index = Index::new(interval);
                 write_manifest(fs, dir, epoch, &manifest)?;
@@ -730,12 +794,27 @@ impl PartitionLog {
         *active_seg.live_index.lock().unwrap() = Some(tail_index);
         let _ = active_seg.file.set(active.clone() as Arc<dyn ReadFile>);
         let last = manifest.segments.last().expect("active").clone();
+        // The active segment's aborted transactions, from its own bytes
+        // (bounded: one segment, headers only; empty for a new segment).
+        let aborted = if last.size > 0 && last.markers {
+            let f = fs.open_read(&dir.join(layout::segment_log(last.base, last.epoch)))?;
+            txn_index::scan_segment(f.as_ref(), last.size)?
+        } else {
+            Vec::new()
+        };
+        *active_seg.aborted.write().unwrap() = Some(aborted);
+        let ongoing: BTreeMap<i64, (i64, Option<i64>)> = loaded
+            .state
+            .open_transactions()
+            .map(|(first, pid)| (first, (pid, None)))
+            .collect();
         let view = LogView {
             log_start_offset: manifest.log_start_offset,
             high_watermark: last.next_offset,
             epoch,
             epoch_history: manifest.epoch_history.clone(),
             segments: segs,
+            last_stable_offset: stable_offset(&ongoing, last.next_offset),
         };
         Ok(Self {
             writer,
@@ -754,6 +833,7 @@ impl PartitionLog {
             manifest,
             producers: loaded.state,
             snapshots,
+            ongoing,
             now_ms,
         })
     }
@@ -897,6 +977,7 @@ impl PartitionLog {
                     last_offset_delta: b.last_offset_delta,
                     base_offset: off,
                     timestamp: b.max_timestamp,
+                    transactional: b.is_transactional(),
                 });
             }
             off = off
@@ -917,6 +998,102 @@ impl PartitionLog {
                 Verdict::Append(st) => Some(st),
             }
         };
+        let (base_offset, next) = self.write_batches(records, infos)?;
+        if let Some(st) = staged {
+            for (first, pid) in st.opened() {
+                self.ongoing.entry(first).or_insert((pid, None));
+            }
+            self.producers.apply(st);
+        }
+        Ok(Appended {
+            base_offset,
+            last_offset: next - 1,
+            duplicate: false,
+        })
+    }
+
+    /// Append a COMMIT (`commit`) or ABORT marker of `producer_id` at
+    /// `producer_epoch`, closing its open transaction (see
+    /// [`super::txn_index`] for the control batch). Refused, writing
+    /// nothing, when the producer is known at a newer epoch. A marker for a
+    /// producer with no open transaction is written all the same (a
+    /// re-sent marker: nothing changes for a reader). Like an append, it
+    /// reaches the page cache; the high watermark, and with it the last
+    /// stable offset, move once an fsync covers it.
+    pub fn append_marker(
+        &mut self,
+        producer_id: i64,
+        producer_epoch: i16,
+        coordinator_epoch: i32,
+        commit: bool,
+        now_ms: i64,
+    ) -> Result<Appended, LogError> {
+        self.now_ms = self.now_ms.max(now_ms);
+        self.producers.check_marker(producer_id, producer_epoch)?;
+        let first = self
+            .producers
+            .get(producer_id)
+            .and_then(|e| e.txn_first_offset);
+        let bytes = txn_index::control_batch(
+            producer_id,
+            producer_epoch,
+            coordinator_epoch,
+            commit,
+            first,
+            now_ms,
+        );
+        let h = read_batch_header(&bytes)
+            .ok_or_else(|| LogError::Io(io::Error::other("control batch without a header")))?;
+        let info = BatchInfo {
+            pos: 0,
+            len: bytes.len(),
+            last_offset_delta: h.last_offset_delta,
+            base_timestamp: h.base_timestamp,
+            max_timestamp: h.max_timestamp,
+            producer_id,
+            producer_epoch,
+            base_sequence: h.base_sequence,
+            records_count: h.records_count,
+            attributes: h.attributes,
+        };
+        // Noted before the write: a flag that says "maybe" is harmless, one
+        // that misses a marker is not.
+        self.active_seg.markers.store(true, Ordering::Release);
+        let (at, next) = self.write_batches(&bytes, std::slice::from_ref(&info))?;
+        let closed = self.producers.apply_marker(
+            producer_id,
+            producer_epoch,
+            coordinator_epoch,
+            self.now_ms,
+        );
+        if let Some(first) = closed {
+            if let Some(e) = self.ongoing.get_mut(&first) {
+                e.1 = Some(at);
+            }
+            if !commit {
+                let mut a = self.active_seg.aborted.write().unwrap();
+                a.get_or_insert_with(Vec::new).push(AbortedTxn {
+                    producer_id,
+                    first_offset: first,
+                    last_offset: at,
+                });
+            }
+        }
+        Ok(Appended {
+            base_offset: at,
+            last_offset: next - 1,
+            duplicate: false,
+        })
+    }
+
+    /// Write checked batches at the end of the active segment, assigning
+    /// offsets and stamping our leader epoch: (base offset, next offset).
+    /// A full volume undoes whatever landed ([`LogError::NoSpace`]).
+    fn write_batches(
+        &mut self,
+        records: &[u8],
+        infos: &[BatchInfo],
+    ) -> Result<(i64, i64), LogError> {
         let total: usize = infos.iter().map(|b| b.len).sum();
         if self.write_pos + total as u64 > u32::MAX as u64 {
             // Positions are u32 in the index; a well-configured segment.bytes
@@ -961,14 +1138,7 @@ impl PartitionLog {
         }
         self.write_pos = pos;
         self.next_offset = next;
-        if let Some(st) = staged {
-            self.producers.apply(st);
-        }
-        Ok(Appended {
-            base_offset,
-            last_offset: next - 1,
-            duplicate: false,
-        })
+        Ok((base_offset, next))
     }
 
     /// What the next fsync must cover, if anything was written since the last.
@@ -1000,7 +1170,17 @@ impl PartitionLog {
         seg.size.store(t.pos, Ordering::Release);
         seg.next_offset.store(t.next_offset, Ordering::Release);
         v.high_watermark = t.next_offset;
+        // Transactions whose marker is now durable are closed for readers.
+        let hw = t.next_offset;
+        self.ongoing
+            .retain(|_, (_, closed_at)| closed_at.is_none_or(|m| m >= hw));
+        v.last_stable_offset = stable_offset(&self.ongoing, hw);
         t.next_offset
+    }
+
+    /// The last stable offset readers see now.
+    pub fn last_stable_offset(&self) -> i64 {
+        self.view.read().unwrap().last_stable_offset
     }
 
     /// Forget everything written since the last completed fsync: cut the
@@ -1038,6 +1218,17 @@ impl PartitionLog {
                 self.now_ms,
             )?;
             self.producers = loaded.state;
+        }
+        // Markers undone re-open their transactions; aborts undone leave
+        // the index.
+        self.ongoing = self
+            .producers
+            .open_transactions()
+            .map(|(first, pid)| (first, (pid, None)))
+            .collect();
+        let durable_end = self.next_offset;
+        if let Some(a) = self.active_seg.aborted.write().unwrap().as_mut() {
+            a.retain(|t| t.last_offset < durable_end);
         }
         Ok(())
     }
@@ -1109,6 +1300,14 @@ impl PartitionLog {
                 .join(layout::segment_timeindex(seg.base, seg.epoch)),
             &tim,
         )?;
+        let aborted = seg.aborted.read().unwrap().clone().unwrap_or_default();
+        if seg.markers() {
+            write_atomic(
+                self.writer.fs(),
+                &self.dir.join(layout::segment_txnindex(seg.base, seg.epoch)),
+                &txn_index::encode(&aborted, seg.next_offset()),
+            )?;
+        }
         let next = self.next_offset;
         let mut manifest = self.manifest.clone();
         *manifest.segments.last_mut().expect("active") = seg.entry(true, self.active_created_ms);
@@ -1121,6 +1320,7 @@ impl PartitionLog {
             max_ts: -1,
             max_ts_pos: 0,
             created_ms: now_ms,
+            markers: false,
         };
         manifest.segments.push(new_entry.clone());
         write_manifest(self.writer.fs(), &self.dir, self.epoch, &manifest)?;
@@ -1136,6 +1336,7 @@ impl PartitionLog {
             self.cfg.index_interval_bytes,
         ));
         *new_seg.live_index.lock().unwrap() = Some(Index::new(self.cfg.index_interval_bytes));
+        *new_seg.aborted.write().unwrap() = Some(Vec::new());
         let _ = new_seg.file.set(f.clone() as Arc<dyn ReadFile>);
         self.view.write().unwrap().segments.push(new_seg.clone());
         self.active = f;
@@ -1228,7 +1429,12 @@ impl PartitionLog {
             v.segments.drain(..drop);
         }
         for s in &removed {
-            for kind in [SegmentKind::Log, SegmentKind::Index, SegmentKind::TimeIndex] {
+            for kind in [
+                SegmentKind::Log,
+                SegmentKind::Index,
+                SegmentKind::TimeIndex,
+                SegmentKind::TxnIndex,
+            ] {
                 remove_if_exists(
                     self.writer.fs(),
                     &self.dir.join(layout::segment_file(s.base, s.epoch, kind)),
@@ -1369,7 +1575,19 @@ fn load_producers(
             .map_err(|e| at(e, "replaying producer state from", &path))?;
         let mut pos = 0u64;
         while let Some(h) = header_at(f.as_ref(), pos, seg.size)? {
-            if h.last_offset() >= start && h.producer_id >= 0 && !h.is_control() {
+            if h.last_offset() >= start && h.producer_id >= 0 && h.is_control() {
+                // A transaction marker: the one batch whose records are
+                // read (it is small), for its coordinator epoch.
+                if let Some(m) = txn_index::read_marker(f.as_ref(), pos, &h)? {
+                    state.apply_marker(
+                        h.producer_id,
+                        h.producer_epoch,
+                        m.coordinator_epoch,
+                        now_ms,
+                    );
+                    replayed += 1;
+                }
+            } else if h.last_offset() >= start && h.producer_id >= 0 {
                 state.replay(
                     &Incoming {
                         producer_id: h.producer_id,
@@ -1378,6 +1596,7 @@ fn load_producers(
                         last_offset_delta: h.last_offset_delta,
                         base_offset: h.base_offset,
                         timestamp: h.max_timestamp,
+                        transactional: h.is_transactional(),
                     },
                     now_ms,
                 );
@@ -1392,6 +1611,13 @@ fn load_producers(
         replayed,
         from_snapshot,
     })
+}
+
+/// The last stable offset given the open transactions and the high
+/// watermark: the earliest open transaction's first offset, capped by the
+/// high watermark.
+fn stable_offset(ongoing: &BTreeMap<i64, (i64, Option<i64>)>, hw: i64) -> i64 {
+    ongoing.keys().next().map_or(hw, |first| (*first).min(hw))
 }
 
 /// Remove all but the newest [`SNAPSHOTS_KEPT`] of `snaps` (ascending).

@@ -33,6 +33,12 @@ pub struct SegmentEntry {
     pub max_ts_pos: u64,
     /// Wall-clock ms when the segment was created (for segment.ms rolls).
     pub created_ms: i64,
+    /// The segment may hold transaction markers (so aborted transactions):
+    /// set when a marker is written into it or recovery walks past one.
+    /// Absent (false) in manifests of segments written before transactions,
+    /// which cannot hold any: a read_committed fetch skips their index.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub markers: bool,
 }
 
 /// The manifest document.

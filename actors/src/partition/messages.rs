@@ -26,6 +26,10 @@ pub enum PartitionError {
     /// (INVALID_PRODUCER_EPOCH); nothing was written.
     #[error("{0}")]
     InvalidProducerEpoch(String),
+    /// A non-transactional batch from a producer whose transaction is open
+    /// here (INVALID_TXN_STATE); nothing was written.
+    #[error("{0}")]
+    InvalidTxnState(String),
 }
 
 /// Append validated batches. Replies once the bytes are written (not yet
@@ -54,6 +58,53 @@ pub struct AppendTicket {
     pub log_start_offset: i64,
     /// Resolves with the new high watermark once durable.
     pub durable: Option<oneshot::Receiver<Result<i64, PartitionError>>>,
+}
+
+/// Append a COMMIT (`commit`) or ABORT transaction marker (WriteTxnMarkers)
+/// through the same path as an append: replies once written, `durable`
+/// resolves after the fsync that covers it, when the last stable offset
+/// has moved past the transaction it closed.
+#[derive(Message, Debug, Clone)]
+#[rtype(result = "Result<AppendTicket, PartitionError>")]
+pub struct WriteTxnMarker {
+    /// The producer whose transaction ends.
+    pub producer_id: i64,
+    /// Its epoch (INVALID_PRODUCER_EPOCH if older than the one known here).
+    pub producer_epoch: i16,
+    /// The coordinator's epoch, written into the marker.
+    pub coordinator_epoch: i32,
+    /// COMMIT (true) or ABORT.
+    pub commit: bool,
+}
+
+impl MessageName for WriteTxnMarker {
+    const NAME: &'static str = "write_txn_marker";
+}
+
+/// The producers known at this partition (DescribeProducers).
+#[derive(Message)]
+#[rtype(result = "Result<Vec<ProducerInfo>, PartitionError>")]
+pub struct GetProducers;
+
+impl MessageName for GetProducers {
+    const NAME: &'static str = "get_producers";
+}
+
+/// One producer's state at a partition, as DescribeProducers reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProducerInfo {
+    /// Producer id.
+    pub producer_id: i64,
+    /// Current epoch.
+    pub producer_epoch: i16,
+    /// Sequence of its last record written here (-1: none).
+    pub last_sequence: i32,
+    /// Max timestamp of its last batch (-1: none).
+    pub last_timestamp: i64,
+    /// Coordinator epoch of its last marker (-1: none).
+    pub coordinator_epoch: i32,
+    /// First offset of its open transaction (-1: none).
+    pub current_txn_start_offset: i64,
 }
 
 /// Run retention now (tests and the periodic timer).

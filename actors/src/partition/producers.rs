@@ -26,6 +26,15 @@
 //!   removed by retention) is accepted at any sequence: since KIP-360
 //!   (Kafka 2.5) the broker no longer answers UNKNOWN_PRODUCER_ID for that,
 //!   it starts tracking the producer from the batch it sees.
+//!
+//! Transactions (KIP-98) add, per producer, the first offset of its open
+//! transaction at this partition and the coordinator epoch of its last
+//! marker: a transactional batch opens a transaction if none is open; a
+//! COMMIT/ABORT marker ([`ProducerStates::check_marker`],
+//! [`ProducerStates::apply_marker`]) closes it; a non-transactional batch
+//! while one is open is INVALID_TXN_STATE, as in Kafka. A producer with an
+//! open transaction never expires and is never forgotten by retention: it
+//! holds the last stable offset until its marker arrives.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -62,6 +71,22 @@ pub struct ProducerEntry {
     /// found it), for expiry. Never compared with another host's clock for
     /// anything but expiry, where a skew only moves it by the skew.
     pub last_seen_ms: i64,
+    /// Coordinator epoch of the last transaction marker (-1: none yet).
+    pub coordinator_epoch: i32,
+    /// First offset of the producer's open transaction here, if any.
+    pub txn_first_offset: Option<i64>,
+}
+
+impl ProducerEntry {
+    fn fresh(epoch: i16, now_ms: i64) -> Self {
+        Self {
+            epoch,
+            batches: VecDeque::with_capacity(BATCHES_KEPT),
+            last_seen_ms: now_ms,
+            coordinator_epoch: -1,
+            txn_first_offset: None,
+        }
+    }
 }
 
 /// An idempotent batch about to be written, with the offsets it would get.
@@ -79,6 +104,8 @@ pub struct Incoming {
     pub base_offset: i64,
     /// The batch's max timestamp.
     pub timestamp: i64,
+    /// Whether the batch belongs to a transaction (attribute bit 4).
+    pub transactional: bool,
 }
 
 impl Incoming {
@@ -141,6 +168,15 @@ pub enum SequenceError {
         /// The epoch already seen.
         current: i16,
     },
+    /// INVALID_TXN_STATE (48): a non-transactional batch from a producer
+    /// whose transaction is open here.
+    #[error("producer {producer_id} has an open transaction from offset {first_offset}")]
+    InvalidTxnState {
+        /// The producer.
+        producer_id: i64,
+        /// Where its open transaction starts.
+        first_offset: i64,
+    },
 }
 
 /// What to do with the idempotent batches of one append.
@@ -161,6 +197,14 @@ impl Staged {
     /// Whether no idempotent batch is involved.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
+    }
+
+    /// The transactions the staged entries hold open: (first offset,
+    /// producer id), including those opened by this append.
+    pub fn opened(&self) -> impl Iterator<Item = (i64, i64)> + '_ {
+        self.0
+            .iter()
+            .filter_map(|(p, e)| e.txn_first_offset.map(|f| (f, *p)))
     }
 }
 
@@ -217,20 +261,33 @@ impl ProducerStates {
                     }
                 }
                 check_one(e, b)?;
+                if let (false, Some(first)) = (b.transactional, e.txn_first_offset) {
+                    return Err(SequenceError::InvalidTxnState {
+                        producer_id: b.producer_id,
+                        first_offset: first,
+                    });
+                }
             }
             let mut next = match cur {
                 Some(e) if e.epoch == b.epoch => e.clone(),
-                _ => ProducerEntry {
-                    epoch: b.epoch,
-                    batches: VecDeque::with_capacity(BATCHES_KEPT),
-                    last_seen_ms: now_ms,
+                // A bumped epoch restarts the sequences; the transaction
+                // and coordinator epoch carry over (as Kafka's
+                // `maybeUpdateProducerEpoch`).
+                Some(e) => ProducerEntry {
+                    coordinator_epoch: e.coordinator_epoch,
+                    txn_first_offset: e.txn_first_offset,
+                    ..ProducerEntry::fresh(b.epoch, now_ms)
                 },
+                None => ProducerEntry::fresh(b.epoch, now_ms),
             };
             if next.batches.len() == BATCHES_KEPT {
                 next.batches.pop_front();
             }
             next.batches.push_back(b.meta());
             next.last_seen_ms = now_ms;
+            if b.transactional && next.txn_first_offset.is_none() {
+                next.txn_first_offset = Some(b.base_offset);
+            }
             match staged.iter().position(|(p, _)| *p == b.producer_id) {
                 Some(i) => staged[i].1 = next,
                 None => staged.push((b.producer_id, next)),
@@ -253,11 +310,7 @@ impl ProducerStates {
         let e = self
             .producers
             .entry(b.producer_id)
-            .or_insert_with(|| ProducerEntry {
-                epoch: b.epoch,
-                batches: VecDeque::with_capacity(BATCHES_KEPT),
-                last_seen_ms: seen_ms,
-            });
+            .or_insert_with(|| ProducerEntry::fresh(b.epoch, seen_ms));
         if b.epoch < e.epoch {
             return;
         }
@@ -270,14 +323,72 @@ impl ProducerStates {
         }
         e.batches.push_back(b.meta());
         e.last_seen_ms = e.last_seen_ms.max(seen_ms);
+        if b.transactional && e.txn_first_offset.is_none() {
+            e.txn_first_offset = Some(b.base_offset);
+        }
+    }
+
+    /// Whether a COMMIT/ABORT marker of `producer_id` at `epoch` may be
+    /// written: not if the producer is known here at a newer epoch
+    /// (INVALID_PRODUCER_EPOCH, as Kafka's `appendEndTxnMarker`). A marker
+    /// for a producer with no open transaction (a re-sent marker, or one
+    /// for a partition the producer never wrote) is allowed: it changes
+    /// nothing a reader sees.
+    pub fn check_marker(&self, producer_id: i64, epoch: i16) -> Result<(), SequenceError> {
+        match self.producers.get(&producer_id) {
+            Some(e) if epoch < e.epoch => Err(SequenceError::StaleEpoch {
+                producer_id,
+                epoch,
+                current: e.epoch,
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// A marker of `producer_id` was written (or read back from the log):
+    /// close its open transaction and return where it started. A newer
+    /// epoch becomes the producer's (sequences restart); a marker of an
+    /// older epoch than the one known (only in a replay) changes nothing.
+    pub fn apply_marker(
+        &mut self,
+        producer_id: i64,
+        epoch: i16,
+        coordinator_epoch: i32,
+        now_ms: i64,
+    ) -> Option<i64> {
+        let e = self
+            .producers
+            .entry(producer_id)
+            .or_insert_with(|| ProducerEntry::fresh(epoch, now_ms));
+        if epoch < e.epoch {
+            return None;
+        }
+        if epoch > e.epoch {
+            e.epoch = epoch;
+            e.batches.clear();
+        }
+        e.coordinator_epoch = coordinator_epoch;
+        e.last_seen_ms = e.last_seen_ms.max(now_ms);
+        e.txn_first_offset.take()
+    }
+
+    /// Every open transaction: (first offset, producer id).
+    pub fn open_transactions(&self) -> impl Iterator<Item = (i64, i64)> + '_ {
+        self.producers
+            .iter()
+            .filter_map(|(p, e)| e.txn_first_offset.map(|f| (f, *p)))
     }
 
     /// Forget producers not seen for `expiration_ms` (Kafka's
     /// `producer.id.expiration.ms`); returns how many were removed.
     pub fn expire(&mut self, now_ms: i64, expiration_ms: i64) -> usize {
         let before = self.producers.len();
-        self.producers
-            .retain(|_, e| now_ms.saturating_sub(e.last_seen_ms) < expiration_ms);
+        // A producer with an open transaction holds the last stable
+        // offset: it stays until its marker (the coordinator's timeout
+        // aborts it), as in Kafka.
+        self.producers.retain(|_, e| {
+            e.txn_first_offset.is_some() || now_ms.saturating_sub(e.last_seen_ms) < expiration_ms
+        });
         before - self.producers.len()
     }
 
@@ -286,17 +397,20 @@ impl ProducerStates {
     pub fn truncate_head(&mut self, log_start: i64) {
         self.producers.retain(|_, e| {
             e.batches.retain(|m| m.last_offset >= log_start);
-            !e.batches.is_empty()
+            !e.batches.is_empty() || e.txn_first_offset.is_some()
         });
     }
 
     /// The snapshot of this state as of `offset` (every batch below it
     /// is included): magic, offset, entries in producer-id order, CRC32C
-    /// of everything before it. Big-endian throughout.
+    /// of everything before it. Big-endian throughout. Format 2 (`KPS2`)
+    /// adds, after each entry's last-seen time, the coordinator epoch (i32)
+    /// and the open transaction's first offset (i64, -1: none); format 1
+    /// (`KPS1`, before transactions) still decodes.
     pub fn encode(&self, offset: i64) -> Vec<u8> {
         let mut ids: Vec<&i64> = self.producers.keys().collect();
         ids.sort();
-        let mut out = Vec::with_capacity(16 + ids.len() * (19 + BATCHES_KEPT * 32));
+        let mut out = Vec::with_capacity(16 + ids.len() * (31 + BATCHES_KEPT * 32));
         out.extend_from_slice(SNAPSHOT_MAGIC);
         out.extend_from_slice(&offset.to_be_bytes());
         out.extend_from_slice(&(ids.len() as u32).to_be_bytes());
@@ -305,6 +419,8 @@ impl ProducerStates {
             out.extend_from_slice(&pid.to_be_bytes());
             out.extend_from_slice(&e.epoch.to_be_bytes());
             out.extend_from_slice(&e.last_seen_ms.to_be_bytes());
+            out.extend_from_slice(&e.coordinator_epoch.to_be_bytes());
+            out.extend_from_slice(&e.txn_first_offset.unwrap_or(-1).to_be_bytes());
             out.push(e.batches.len() as u8);
             for m in &e.batches {
                 out.extend_from_slice(&m.first_seq.to_be_bytes());
@@ -329,9 +445,11 @@ impl ProducerStates {
             return None;
         }
         let mut r = Reader(body);
-        if r.take(4)? != SNAPSHOT_MAGIC {
-            return None;
-        }
+        let v2 = match r.take(4)? {
+            m if m == SNAPSHOT_MAGIC => true,
+            m if m == SNAPSHOT_MAGIC_V1 => false,
+            _ => return None,
+        };
         let offset = r.i64()?;
         let count = r.u32()? as usize;
         let mut producers = HashMap::with_capacity(count.min(1 << 16));
@@ -339,6 +457,13 @@ impl ProducerStates {
             let pid = r.i64()?;
             let epoch = r.i16()?;
             let last_seen_ms = r.i64()?;
+            let (coordinator_epoch, txn_first_offset) = if v2 {
+                let c = r.i32()?;
+                let f = r.i64()?;
+                (c, (f >= 0).then_some(f))
+            } else {
+                (-1, None)
+            };
             let n = r.take(1)?[0] as usize;
             if n > BATCHES_KEPT {
                 return None;
@@ -359,6 +484,8 @@ impl ProducerStates {
                     epoch,
                     batches,
                     last_seen_ms,
+                    coordinator_epoch,
+                    txn_first_offset,
                 },
             );
         }
@@ -369,8 +496,11 @@ impl ProducerStates {
     }
 }
 
-/// First bytes of a producer-state snapshot (format version 1).
-const SNAPSHOT_MAGIC: &[u8; 4] = b"KPS1";
+/// First bytes of a producer-state snapshot (format version 2: with
+/// transactions).
+const SNAPSHOT_MAGIC: &[u8; 4] = b"KPS2";
+/// Format version 1 (idempotence only): still read, never written.
+const SNAPSHOT_MAGIC_V1: &[u8; 4] = b"KPS1";
 
 struct Reader<'a>(&'a [u8]);
 
@@ -445,6 +575,14 @@ mod tests {
             last_offset_delta: n - 1,
             base_offset: base,
             timestamp: 1_000 + base,
+            transactional: false,
+        }
+    }
+
+    fn txn(pid: i64, epoch: i16, seq: i32, n: i32, base: i64) -> Incoming {
+        Incoming {
+            transactional: true,
+            ..inc(pid, epoch, seq, n, base)
         }
     }
 
@@ -645,6 +783,125 @@ mod tests {
         }
     }
 
+    /// Catches: a transaction that is not tracked (the LSO would not be
+    /// held), a marker that does not close it, a stale marker accepted, or
+    /// a plain batch accepted in the middle of a transaction.
+    #[test]
+    fn a_transaction_opens_at_its_first_batch_and_a_marker_closes_it() {
+        let mut s = ProducerStates::new();
+        assert_eq!(put(&mut s, txn(1, 0, 0, 2, 10)), Ok(None));
+        assert_eq!(put(&mut s, txn(1, 0, 2, 1, 15)), Ok(None));
+        assert_eq!(s.get(1).unwrap().txn_first_offset, Some(10));
+        assert_eq!(s.open_transactions().collect::<Vec<_>>(), [(10, 1)]);
+        // A plain batch of the same producer mid-transaction: refused.
+        let before = s.clone();
+        assert_eq!(
+            put(&mut s, inc(1, 0, 3, 1, 16)),
+            Err(SequenceError::InvalidTxnState {
+                producer_id: 1,
+                first_offset: 10
+            })
+        );
+        assert_eq!(s, before);
+        // An older epoch's marker is refused; the current one closes.
+        assert!(matches!(
+            s.check_marker(1, -1),
+            Err(SequenceError::StaleEpoch { current: 0, .. })
+        ));
+        assert_eq!(s.check_marker(1, 0), Ok(()));
+        assert_eq!(s.apply_marker(1, 0, 7, 20), Some(10));
+        let e = s.get(1).unwrap();
+        assert_eq!((e.txn_first_offset, e.coordinator_epoch), (None, 7));
+        // Re-sent: nothing to close, still allowed (idempotent for readers).
+        assert_eq!(s.check_marker(1, 0), Ok(()));
+        assert_eq!(s.apply_marker(1, 0, 7, 21), None);
+        // The next transaction opens at its own first batch.
+        assert_eq!(put(&mut s, txn(1, 0, 3, 1, 30)), Ok(None));
+        assert_eq!(s.get(1).unwrap().txn_first_offset, Some(30));
+        // A marker with a bumped epoch (the coordinator aborting a timed-out
+        // transaction) moves the producer to it: the old epoch is fenced.
+        assert_eq!(s.apply_marker(1, 1, 8, 40), Some(30));
+        assert!(matches!(
+            put(&mut s, txn(1, 0, 4, 1, 41)),
+            Err(SequenceError::StaleEpoch { current: 1, .. })
+        ));
+        assert_eq!(put(&mut s, txn(1, 1, 0, 1, 41)), Ok(None));
+        // A marker for a producer never seen here creates its entry.
+        assert_eq!(s.apply_marker(9, 3, 2, 50), None);
+        assert_eq!(s.get(9).unwrap().epoch, 3);
+    }
+
+    #[test]
+    fn an_open_transaction_neither_expires_nor_goes_with_retention() {
+        let mut s = ProducerStates::new();
+        put(&mut s, txn(1, 0, 0, 1, 0)).unwrap();
+        put(&mut s, inc(2, 0, 0, 1, 1)).unwrap();
+        assert_eq!(s.expire(i64::MAX, 10), 1);
+        assert!(s.get(1).is_some());
+        s.truncate_head(100);
+        assert_eq!(s.get(1).unwrap().txn_first_offset, Some(0));
+        s.apply_marker(1, 0, 0, 5);
+        s.truncate_head(100);
+        assert!(s.get(1).is_none());
+    }
+
+    /// The format-1 encoding (before transactions), as written by the
+    /// previous version.
+    fn encode_v1(s: &ProducerStates, offset: i64) -> Vec<u8> {
+        let mut ids: Vec<&i64> = s.producers.keys().collect();
+        ids.sort();
+        let mut out = Vec::new();
+        out.extend_from_slice(b"KPS1");
+        out.extend_from_slice(&offset.to_be_bytes());
+        out.extend_from_slice(&(ids.len() as u32).to_be_bytes());
+        for pid in ids {
+            let e = &s.producers[pid];
+            out.extend_from_slice(&pid.to_be_bytes());
+            out.extend_from_slice(&e.epoch.to_be_bytes());
+            out.extend_from_slice(&e.last_seen_ms.to_be_bytes());
+            out.push(e.batches.len() as u8);
+            for m in &e.batches {
+                out.extend_from_slice(&m.first_seq.to_be_bytes());
+                out.extend_from_slice(&m.last_seq.to_be_bytes());
+                out.extend_from_slice(&m.base_offset.to_be_bytes());
+                out.extend_from_slice(&m.last_offset.to_be_bytes());
+                out.extend_from_slice(&m.timestamp.to_be_bytes());
+            }
+        }
+        let crc = crc32c::crc32c(&out);
+        out.extend_from_slice(&crc.to_be_bytes());
+        out
+    }
+
+    /// Catches: the transaction fields lost in a snapshot (a takeover
+    /// would release the LSO of an open transaction), or a format-1
+    /// snapshot of the previous version no longer loading.
+    #[test]
+    fn snapshot_v2_carries_transactions_and_v1_still_loads() {
+        let mut s = ProducerStates::new();
+        put(&mut s, txn(1, 2, 0, 3, 5)).unwrap();
+        put(&mut s, inc(2, 0, 0, 1, 8)).unwrap();
+        put(&mut s, txn(3, 0, 0, 1, 9)).unwrap();
+        s.apply_marker(3, 0, 11, 0);
+        let bytes = s.encode(10);
+        assert_eq!(&bytes[..4], b"KPS2");
+        let (off, back) = ProducerStates::decode(&bytes).unwrap();
+        assert_eq!((off, &back), (10, &s));
+        assert_eq!(back.get(1).unwrap().txn_first_offset, Some(5));
+        assert_eq!(back.get(3).unwrap().coordinator_epoch, 11);
+        // Format 1: the same producers, no transaction, no coordinator epoch.
+        let mut plain = ProducerStates::new();
+        put(&mut plain, inc(1, 2, 0, 3, 5)).unwrap();
+        put(&mut plain, inc(2, 0, 0, 1, 8)).unwrap();
+        let (off, old) = ProducerStates::decode(&encode_v1(&plain, 9)).unwrap();
+        assert_eq!((off, &old), (9, &plain));
+        assert_eq!(old.get(1).unwrap().coordinator_epoch, -1);
+        let v1 = encode_v1(&plain, 9);
+        for cut in 0..v1.len() {
+            assert!(ProducerStates::decode(&v1[..cut]).is_none(), "cut {cut}");
+        }
+    }
+
     #[test]
     fn replay_rebuilds_what_check_and_apply_built() {
         let batches = [
@@ -660,6 +917,13 @@ mod tests {
             assert_eq!(put(&mut live, b), Ok(None));
             rebuilt.replay(&b, 10);
         }
+        assert_eq!(live, rebuilt);
+        let t = txn(4, 0, 0, 1, 6);
+        assert_eq!(put(&mut live, t), Ok(None));
+        rebuilt.replay(&t, 10);
+        assert_eq!(live, rebuilt);
+        assert_eq!(live.apply_marker(4, 0, 1, 10), Some(6));
+        assert_eq!(rebuilt.apply_marker(4, 0, 1, 10), Some(6));
         assert_eq!(live, rebuilt);
     }
 }
@@ -686,6 +950,7 @@ mod cost {
                 last_offset_delta: 0,
                 base_offset: i64::from(i),
                 timestamp: 0,
+                transactional: false,
             };
             match s.check(&[b], 0).unwrap() {
                 Verdict::Append(st) => s.apply(st),

@@ -5,11 +5,16 @@
 //! handles the leader opened, and does its positional reads on the caller's
 //! thread — callers run it on the blocking pool, so a fetch never waits on
 //! the leader's mailbox or its fsyncs, and never blocks produce.
+//!
+//! `read_committed` reads ([`PartitionReader::read_committed`]) stop at the
+//! last stable offset and list the aborted transactions overlapping what
+//! they return, from each segment's aborted-transaction index.
 
 use super::index::header_at;
 use super::log::{LogView, SegView};
+use super::txn_index::AbortedTxn;
 use bytes::Bytes;
-use kaas_protocol::batch::record_timestamps;
+use kaas_protocol::batch::{read_batch_header, record_timestamps};
 use kaas_volume::fs::ReadFs;
 use std::io;
 use std::sync::{Arc, RwLock};
@@ -41,6 +46,11 @@ pub struct ReadResult {
     pub high_watermark: i64,
     /// Log start offset when read.
     pub log_start_offset: i64,
+    /// Last stable offset when read.
+    pub last_stable_offset: i64,
+    /// `read_committed` only: (producer id, first offset) of every aborted
+    /// transaction overlapping the records returned, by first offset.
+    pub aborted: Vec<(i64, i64)>,
 }
 
 /// A record located by timestamp.
@@ -71,6 +81,12 @@ impl PartitionReader {
     pub fn offsets(&self) -> (i64, i64, i32) {
         let v = self.view.read().unwrap();
         (v.log_start_offset, v.high_watermark, v.epoch)
+    }
+
+    /// The last stable offset (the high watermark when no transaction is
+    /// open).
+    pub fn last_stable_offset(&self) -> i64 {
+        self.view.read().unwrap().last_stable_offset
     }
 
     /// Bytes of the log served now (every segment's durable size):
@@ -106,25 +122,51 @@ impl PartitionReader {
 
     /// Like [`Self::snapshot`], with each segment's durable size captured
     /// under the same lock as the high watermark.
-    fn sized_snapshot(&self) -> (i64, i64, Vec<(Arc<SegView>, u64)>) {
+    fn sized_snapshot(&self) -> (i64, i64, i64, Vec<(Arc<SegView>, u64)>) {
         let v = self.view.read().unwrap();
         let segs = v.segments.iter().map(|s| (s.clone(), s.size())).collect();
-        (v.log_start_offset, v.high_watermark, segs)
+        (
+            v.log_start_offset,
+            v.high_watermark,
+            v.last_stable_offset,
+            segs,
+        )
     }
 
     /// Read batches starting at the one containing `offset`, up to
     /// `max_bytes` (but always the whole first batch, per KIP-74).
     pub fn read(&self, offset: i64, max_bytes: usize) -> Result<ReadResult, ReadError> {
-        let (start, hw, segs) = self.sized_snapshot();
+        self.read_upto(offset, max_bytes, false)
+    }
+
+    /// [`Self::read`] for `isolation_level = read_committed`: only batches
+    /// below the last stable offset, and the aborted transactions that
+    /// overlap them.
+    pub fn read_committed(&self, offset: i64, max_bytes: usize) -> Result<ReadResult, ReadError> {
+        self.read_upto(offset, max_bytes, true)
+    }
+
+    fn read_upto(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        committed: bool,
+    ) -> Result<ReadResult, ReadError> {
+        let (start, hw, lso, segs) = self.sized_snapshot();
         if offset < start || offset > hw {
             return Err(ReadError::OutOfRange { offset, start, hw });
         }
+        // Batches never straddle the LSO: it is a batch's first offset or
+        // the high watermark.
+        let upto = if committed { lso.min(hw) } else { hw };
         let empty = |records| ReadResult {
             records,
             high_watermark: hw,
             log_start_offset: start,
+            last_stable_offset: lso,
+            aborted: Vec::new(),
         };
-        if offset == hw {
+        if offset >= upto {
             return Ok(empty(Bytes::new()));
         }
         let first = segs
@@ -144,12 +186,58 @@ impl PartitionReader {
                     let end = limit.min(pos + want);
                     let mut buf = vec![0u8; (end - pos) as usize];
                     file.read_exact_at(&mut buf, pos)?;
-                    return Ok(empty(Bytes::from(buf)));
+                    if !committed {
+                        return Ok(empty(Bytes::from(buf)));
+                    }
+                    // Cut before the first batch at or past the LSO, and
+                    // note where the batches returned end (in memory: the
+                    // headers are in the bytes just read).
+                    let (mut p, mut reach) = (0usize, offset);
+                    while let Some(b) = buf.get(p..).and_then(read_batch_header) {
+                        if b.base_offset >= upto {
+                            buf.truncate(p);
+                            break;
+                        }
+                        reach = b.last_offset() + 1;
+                        p += b.batch_len;
+                    }
+                    let mut res = empty(Bytes::from(buf));
+                    res.aborted = self.aborted_between(&segs, offset, reach, hw)?;
+                    return Ok(res);
                 }
                 pos += len;
             }
         }
         Ok(empty(Bytes::new()))
+    }
+
+    /// (producer id, first offset) of the aborted transactions overlapping
+    /// `[from, to)`: those whose marker is at or after `from` (so in the
+    /// segment holding `from` or a later one) and that started before
+    /// `to`, durable markers only.
+    fn aborted_between(
+        &self,
+        segs: &[(Arc<SegView>, u64)],
+        from: i64,
+        to: i64,
+        hw: i64,
+    ) -> Result<Vec<(i64, i64)>, ReadError> {
+        let mut out: Vec<AbortedTxn> = Vec::new();
+        if to <= from {
+            return Ok(Vec::new());
+        }
+        for (seg, _) in segs.iter().filter(|(s, _)| s.next_offset() > from) {
+            for t in seg.aborted_txns(&self.fs)? {
+                if t.last_offset >= from && t.first_offset < to && t.last_offset < hw {
+                    out.push(t);
+                }
+            }
+        }
+        out.sort_by_key(|t| (t.first_offset, t.producer_id));
+        Ok(out
+            .into_iter()
+            .map(|t| (t.producer_id, t.first_offset))
+            .collect())
     }
 
     /// First record with timestamp >= `ts` (ListOffsets by time).

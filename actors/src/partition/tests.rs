@@ -1057,6 +1057,7 @@ fn unusable_snapshots_are_ignored_and_swept() {
         last_offset_delta: 0,
         base_offset: 2,
         timestamp: 0,
+        transactional: false,
     };
     if let Verdict::Append(st) = bogus.check(&[b], 0).unwrap() {
         bogus.apply(st);
@@ -1293,4 +1294,414 @@ fn takeover_through_a_stale_directory_view_is_refused_then_redriven() {
     assert_eq!(log.next_offset(), 2);
     let got: Vec<String> = read_all(real, &log).into_iter().map(|(_, v)| v).collect();
     assert_eq!(got, vec!["a".to_string(), "b".to_string()]);
+}
+
+// ---------------------------------------------------------------------------
+// Transactions: last stable offset, markers, the aborted-transaction index.
+// ---------------------------------------------------------------------------
+
+/// One transactional batch of `values` from producer `pid` at `epoch`.
+pub(crate) fn txn_batch(values: &[&str], pid: i64, epoch: i16, seq: i32) -> Bytes {
+    let mut b = BytesMut::new();
+    let records: Vec<Record> = values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| Record {
+            transactional: true,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: -1,
+            producer_id: pid,
+            producer_epoch: epoch,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            sequence: seq.wrapping_add(i as i32),
+            timestamp: 1_000 + i as i64,
+            key: None,
+            value: Some(Bytes::copy_from_slice(v.as_bytes())),
+            headers: Default::default(),
+        })
+        .collect();
+    RecordBatchEncoder::encode(
+        &mut b,
+        &records,
+        &RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        },
+    )
+    .unwrap();
+    b.freeze()
+}
+
+fn txn(log: &mut PartitionLog, vals: &[&str], pid: i64, seq: i32) -> i64 {
+    let b = txn_batch(vals, pid, 0, seq);
+    let infos = validate_batches(&b).unwrap();
+    log.append_at(&b, &infos, 1_000).unwrap().base_offset
+}
+
+fn marker(log: &mut PartitionLog, pid: i64, commit: bool) -> i64 {
+    log.append_marker(pid, 0, 3, commit, 1_000)
+        .unwrap()
+        .base_offset
+}
+
+fn reader(log: &PartitionLog) -> PartitionReader {
+    let fs: SharedFs = Arc::new(RealFs);
+    PartitionReader::new(fs.read_only(), log.view())
+}
+
+/// Offsets of the data records a read_committed consumer keeps from
+/// `offset` on: the batches up to the LSO, minus control batches and the
+/// records of the aborted transactions listed (as Kafka's consumer does).
+fn committed_from(log: &PartitionLog, offset: i64) -> Vec<i64> {
+    let r = reader(log);
+    let res = r.read_committed(offset, 1 << 20).unwrap();
+    let mut out = Vec::new();
+    let mut pos = 0;
+    let aborted = res.aborted.clone();
+    let mut open_aborts: Vec<i64> = Vec::new();
+    while let Some(h) = res.records.get(pos..).and_then(read_batch_header) {
+        for (pid, first) in &aborted {
+            if *first <= h.base_offset && !open_aborts.contains(pid) {
+                open_aborts.push(*pid);
+            }
+        }
+        if h.is_control() {
+            open_aborts.retain(|p| *p != h.producer_id);
+        } else if !(h.is_transactional() && open_aborts.contains(&h.producer_id)) {
+            out.extend(h.base_offset..=h.last_offset());
+        }
+        pos += h.batch_len;
+    }
+    out
+}
+
+/// Catches: an LSO that ignores open transactions (read_committed would
+/// serve uncommitted records), one that moves before the marker is durable,
+/// or a marker that does not release it.
+#[test]
+fn the_last_stable_offset_is_held_by_an_open_transaction_until_its_marker_is_durable() {
+    let d = tempfile::tempdir().unwrap();
+    let fs: SharedFs = Arc::new(RealFs);
+    let mut log = open(fs.clone(), d.path(), 1);
+    append(&mut log, &["a", "b"], 100);
+    let t0 = txn(&mut log, &["t1", "t2"], 7, 0);
+    assert_eq!(t0, 2);
+    append(&mut log, &["c"], 100);
+    log.sync_now().unwrap();
+    assert_eq!((log.high_watermark(), log.last_stable_offset()), (5, 2));
+    let r = reader(&log);
+    assert_eq!(r.last_stable_offset(), 2);
+    // read_committed stops at the LSO; read_uncommitted does not.
+    assert_eq!(committed_from(&log, 0), [0, 1]);
+    assert!(r.read_committed(2, 1 << 20).unwrap().records.is_empty());
+    assert!(!r.read(2, 1 << 20).unwrap().records.is_empty());
+    let m = marker(&mut log, 7, true);
+    assert_eq!(m, 5);
+    assert_eq!(log.last_stable_offset(), 2, "not durable yet");
+    log.sync_now().unwrap();
+    assert_eq!(log.last_stable_offset(), 6);
+    assert_eq!(committed_from(&log, 0), [0, 1, 2, 3, 4]);
+    // The earliest of several open transactions holds it.
+    let a = txn(&mut log, &["x"], 8, 0);
+    let _b = txn(&mut log, &["y"], 9, 0);
+    log.sync_now().unwrap();
+    assert_eq!(log.last_stable_offset(), a);
+    marker(&mut log, 9, false);
+    log.sync_now().unwrap();
+    assert_eq!(log.last_stable_offset(), a, "8 still open");
+    marker(&mut log, 8, true);
+    log.sync_now().unwrap();
+    assert_eq!(log.last_stable_offset(), log.high_watermark());
+}
+
+/// Catches: aborted transactions missing from a read_committed answer (the
+/// consumer would deliver aborted records), listed when they do not overlap
+/// the range, or a re-sent marker that re-aborts or duplicates.
+#[test]
+fn read_committed_lists_the_aborted_transactions_and_markers_are_idempotent() {
+    let d = tempfile::tempdir().unwrap();
+    let fs: SharedFs = Arc::new(RealFs);
+    let mut log = open(fs.clone(), d.path(), 1);
+    let a = txn(&mut log, &["a1", "a2"], 1, 0); // 0..=1, aborted
+    let c = txn(&mut log, &["c1"], 2, 0); // 2, committed
+    append(&mut log, &["plain"], 100); // 3
+    txn(&mut log, &["a3"], 1, 2); // 4, aborted too
+    let abort_at = marker(&mut log, 1, false); // 5
+    marker(&mut log, 2, true); // 6
+                               // Re-sent markers: written, but close nothing.
+    marker(&mut log, 1, false); // 7
+    marker(&mut log, 2, true); // 8
+    log.sync_now().unwrap();
+    assert_eq!((a, c, abort_at), (0, 2, 5));
+    assert_eq!(log.last_stable_offset(), log.high_watermark());
+    let r = reader(&log);
+    let res = r.read_committed(0, 1 << 20).unwrap();
+    assert_eq!(res.aborted, [(1, 0)], "exactly one aborted transaction");
+    assert_eq!(committed_from(&log, 0), [2, 3]);
+    // Read from past the abort marker: nothing aborted overlaps.
+    assert!(r.read_committed(6, 1 << 20).unwrap().aborted.is_empty());
+    // Read from inside it: still listed.
+    assert_eq!(r.read_committed(4, 1 << 20).unwrap().aborted, [(1, 0)]);
+    // read_uncommitted lists nothing and serves everything.
+    assert!(r.read(0, 1 << 20).unwrap().aborted.is_empty());
+    // A stale epoch's marker is refused and writes nothing.
+    let before = log.next_offset();
+    assert!(matches!(
+        log.append_marker(1, -1, 3, true, 1_000),
+        Err(LogError::Sequence(SequenceError::StaleEpoch { .. }))
+    ));
+    assert_eq!(log.next_offset(), before);
+}
+
+/// Catches: an open transaction forgotten at takeover (the LSO would jump
+/// past uncommitted records), or its aborted index lost with the segment
+/// that held it (sealed by the takeover, so written by nobody).
+#[test]
+fn a_takeover_keeps_open_transactions_and_rebuilds_the_aborted_index() {
+    let d = tempfile::tempdir().unwrap();
+    let fs: SharedFs = Arc::new(RealFs);
+    let mut log = open(fs.clone(), d.path(), 1);
+    append(&mut log, &["p"], 100);
+    txn(&mut log, &["a"], 1, 0); // 1, will abort
+    marker(&mut log, 1, false); // 2
+    log.roll(1_500).unwrap(); // snapshot at 3; segment 0 gets a txnindex
+    assert!(names_in(d.path()).contains(&kaas_volume::layout::segment_txnindex(0, 1)));
+    txn(&mut log, &["b"], 2, 0); // 3, will abort after takeover
+    txn(&mut log, &["o"], 3, 0); // 4, stays open
+    txn(&mut log, &["x"], 4, 0); // 5
+    marker(&mut log, 4, false); // 6: aborted in the active segment
+    log.sync_now().unwrap();
+    assert_eq!(log.last_stable_offset(), 3);
+    drop(log); // kill -9: no close, no snapshot of the tail
+    let mut log = open(fs.clone(), d.path(), 2);
+    assert_eq!(log.last_stable_offset(), 3, "open transactions survive");
+    assert_eq!(
+        log.producers().get(3).unwrap().txn_first_offset,
+        Some(4),
+        "rebuilt from snapshot + tail"
+    );
+    marker(&mut log, 2, false);
+    log.sync_now().unwrap();
+    assert_eq!(log.last_stable_offset(), 4);
+    marker(&mut log, 3, true);
+    log.sync_now().unwrap();
+    assert_eq!(log.last_stable_offset(), log.high_watermark());
+    // Every aborted transaction is known: segment 0 from its file, the
+    // segment sealed at takeover from its own bytes, the active one live.
+    let res = reader(&log).read_committed(0, 1 << 20).unwrap();
+    assert_eq!(res.aborted, [(1, 1)]);
+    let all: Vec<(i64, i64)> = {
+        let r = reader(&log);
+        let mut v = Vec::new();
+        let mut off = 0;
+        while off < log.high_watermark() {
+            let res = r.read_committed(off, 1 << 20).unwrap();
+            v.extend(res.aborted.iter().copied());
+            let mut pos = 0;
+            while let Some(h) = res.records.get(pos..).and_then(read_batch_header) {
+                off = h.last_offset() + 1;
+                pos += h.batch_len;
+            }
+            if pos == 0 {
+                break;
+            }
+        }
+        v.sort();
+        v.dedup();
+        v
+    };
+    assert_eq!(all, [(1, 1), (2, 3), (4, 5)]);
+    let mut got = Vec::new();
+    let mut off = 0;
+    while off < log.high_watermark() {
+        let c = committed_from(&log, off);
+        let res = reader(&log).read_committed(off, 1 << 20).unwrap();
+        let mut pos = 0;
+        while let Some(h) = res.records.get(pos..).and_then(read_batch_header) {
+            off = h.last_offset() + 1;
+            pos += h.batch_len;
+        }
+        got.extend(c);
+        if pos == 0 {
+            break;
+        }
+    }
+    assert_eq!(got, [0, 4], "the plain record and the committed one");
+}
+
+/// Catches: a stale `.txnindex` trusted (a roll that crashed after writing
+/// it, then more appends to the same segment), or retention leaving index
+/// files behind its segments.
+#[test]
+fn a_stale_txnindex_is_ignored_and_retention_removes_it() {
+    let d = tempfile::tempdir().unwrap();
+    let fs: SharedFs = Arc::new(RealFs);
+    let mut log = open(fs.clone(), d.path(), 1);
+    txn(&mut log, &["a"], 1, 0);
+    marker(&mut log, 1, false);
+    txn(&mut log, &["b"], 2, 0);
+    marker(&mut log, 2, false);
+    log.sync_now().unwrap();
+    // A file describing only the first abort, as of offset 2.
+    let stale = super::txn_index::encode(
+        &[super::txn_index::AbortedTxn {
+            producer_id: 1,
+            first_offset: 0,
+            last_offset: 1,
+        }],
+        2,
+    );
+    drop(log);
+    let name = kaas_volume::layout::segment_txnindex(0, 1);
+    std::fs::write(d.path().join(&name), stale).unwrap();
+    let mut log = open(fs.clone(), d.path(), 2); // seals segment 0 at 4
+    let res = reader(&log).read_committed(0, 1 << 20).unwrap();
+    assert_eq!(res.aborted, [(1, 0), (2, 2)]);
+    append(&mut log, &["z"], 100);
+    log.sync_now().unwrap();
+    log.roll(2_000).unwrap();
+    log.delete_records(log.high_watermark()).unwrap();
+    assert!(
+        !names_in(d.path()).iter().any(|n| n.ends_with(".txnindex")),
+        "{:?}",
+        names_in(d.path())
+    );
+}
+
+/// Crash (and power loss) at every step of writing a marker and of the
+/// roll that writes its segment's `.txnindex`: after recovery the
+/// transaction is either still open (marker lost, never acknowledged) or
+/// closed and, if aborted, listed — never half of it.
+#[test]
+fn crash_at_every_step_of_the_marker_and_the_aborted_index() {
+    for roll in [false, true] {
+        let setup = |log: &mut PartitionLog| {
+            append(log, &["p"], 100);
+            txn(log, &["a", "b"], 1, 0);
+            log.sync_now().unwrap();
+        };
+        let op = |log: &mut PartitionLog| -> Result<(), LogError> {
+            log.append_marker(1, 0, 3, false, 1_000)?;
+            log.sync_now()?;
+            if roll {
+                log.roll(2_000)?;
+            }
+            Ok(())
+        };
+        let d = tempfile::tempdir().unwrap();
+        let clean = FaultFs::new();
+        let fs: SharedFs = Arc::new(clean.clone());
+        let mut log = open(fs.clone(), d.path(), 1);
+        setup(&mut log);
+        let before = clean.ops();
+        op(&mut log).unwrap();
+        let steps = clean.ops() - before;
+        assert!(steps >= 2);
+        for n in 1..=steps + 1 {
+            let d = tempfile::tempdir().unwrap();
+            let ffs = FaultFs::new();
+            let fs: SharedFs = Arc::new(ffs.clone());
+            let mut log = open(fs.clone(), d.path(), 1);
+            setup(&mut log);
+            ffs.crash_at(ffs.ops() + n);
+            let acked = op(&mut log).is_ok();
+            drop(log);
+            ffs.power_loss();
+            let rfs: SharedFs = Arc::new(RealFs);
+            for epoch in [1, 2] {
+                let log = PartitionLog::open(rfs.clone(), d.path(), epoch, cfg(), 3_000)
+                    .unwrap_or_else(|e| panic!("roll {roll} step {n}: reopen: {e}"));
+                let open_txn = log.producers().get(1).unwrap().txn_first_offset;
+                let res = reader(&log).read_committed(0, 1 << 20).unwrap();
+                match open_txn {
+                    Some(first) => {
+                        assert!(!acked, "roll {roll} step {n}: acked marker lost");
+                        assert_eq!(first, 1);
+                        assert_eq!(log.last_stable_offset(), 1);
+                        assert!(res.aborted.is_empty());
+                    }
+                    None => {
+                        assert_eq!(log.last_stable_offset(), log.high_watermark());
+                        assert_eq!(res.aborted, [(1, 1)], "roll {roll} step {n}");
+                        assert_eq!(committed_from(&log, 0), [0]);
+                    }
+                }
+                let names = names_in(d.path());
+                assert!(
+                    !names.iter().any(|x| x.starts_with(".tmp-")),
+                    "step {n}: {names:?}"
+                );
+            }
+        }
+    }
+}
+
+/// Catches: a read_committed fetch that walks segments which cannot hold a
+/// marker (librdkafka consumers are read_committed by default: on a topic
+/// without transactions that would be a walk of the whole log), or a roll
+/// that writes an index for them.
+#[test]
+fn segments_without_markers_have_no_aborted_index_to_read() {
+    let d = tempfile::tempdir().unwrap();
+    let fs: SharedFs = Arc::new(RealFs);
+    let mut log = open(fs.clone(), d.path(), 1);
+    append(&mut log, &["a"], 100);
+    log.sync_now().unwrap();
+    log.roll(2_000).unwrap();
+    append(&mut log, &["b"], 100);
+    log.sync_now().unwrap();
+    assert!(!names_in(d.path()).iter().any(|n| n.ends_with(".txnindex")));
+    drop(log);
+    // The segment's file is unreadable as a log: any walk of it would fail.
+    let seg0 = d.path().join(kaas_volume::layout::segment_log(0, 1));
+    let log = open(fs.clone(), d.path(), 2);
+    let keep = std::fs::read(&seg0).unwrap();
+    std::fs::write(&seg0, vec![0xffu8; keep.len()]).unwrap();
+    let view = log.view();
+    let segs = view.read().unwrap().segments.clone();
+    assert!(!segs[0].markers());
+    assert_eq!(segs[0].aborted_txns(&fs.read_only()).unwrap(), []);
+    std::fs::write(&seg0, keep).unwrap();
+    // A marker sets the flag, in memory and, at the next checkpoint, in the
+    // manifest; recovery's walk sets it too.
+    let mut log = log;
+    txn(&mut log, &["t"], 1, 0);
+    marker(&mut log, 1, false);
+    log.sync_now().unwrap();
+    drop(log);
+    let log = open(fs.clone(), d.path(), 3);
+    let segs = log.view().read().unwrap().segments.clone();
+    assert!(segs[segs.len() - 2].markers(), "found by recovery's walk");
+    assert!(!segs[0].markers());
+}
+
+/// Catches: a marker undone by a full volume's rewind (its fsync failed)
+/// still counted: the transaction must be open again, the LSO held and the
+/// abort unlisted, so the coordinator's re-sent marker is what closes it.
+#[test]
+fn a_rewind_reopens_the_transaction_its_marker_closed() {
+    let d = tempfile::tempdir().unwrap();
+    let fs: SharedFs = Arc::new(RealFs);
+    let mut log = open(fs.clone(), d.path(), 1);
+    txn(&mut log, &["a"], 1, 0);
+    log.sync_now().unwrap();
+    marker(&mut log, 1, false);
+    log.rewind_to_durable().unwrap();
+    assert_eq!(log.producers().get(1).unwrap().txn_first_offset, Some(0));
+    log.sync_now().unwrap();
+    assert_eq!(log.last_stable_offset(), 0);
+    assert!(reader(&log)
+        .read_committed(0, 1 << 20)
+        .unwrap()
+        .aborted
+        .is_empty());
+    marker(&mut log, 1, false);
+    log.sync_now().unwrap();
+    assert_eq!(log.last_stable_offset(), 2);
+    assert_eq!(
+        reader(&log).read_committed(0, 1 << 20).unwrap().aborted,
+        [(1, 0)]
+    );
 }

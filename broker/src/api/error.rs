@@ -102,6 +102,7 @@ impl From<&PartitionError> for ApiError {
             PartitionError::TooLarge => ResponseError::RecordListTooLarge,
             PartitionError::OutOfOrderSequence(_) => ResponseError::OutOfOrderSequenceNumber,
             PartitionError::InvalidProducerEpoch(_) => ResponseError::InvalidProducerEpoch,
+            PartitionError::InvalidTxnState(_) => ResponseError::InvalidTxnState,
         })
     }
 }

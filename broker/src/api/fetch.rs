@@ -7,6 +7,10 @@
 //! are never served to it: the bytes before the first zstd batch are, and a
 //! partition whose next batch is zstd answers UNSUPPORTED_COMPRESSION_TYPE.
 //! From v7, incremental fetch sessions (KIP-227, [`crate::fetch_session`]).
+//! `isolation_level = 1` (read_committed): records only below the last
+//! stable offset, with the aborted transactions overlapping them; the last
+//! stable offset is answered at both levels (a session counts its move as
+//! news, like the high watermark's).
 
 use super::error::{ApiError, NONE};
 use super::{locate_reader, Reply, TopicRef};
@@ -17,7 +21,7 @@ use futures::FutureExt;
 use kaas_actors::partition::leader::PartitionHandle;
 use kaas_actors::partition::reader::PartitionReader;
 use kaas_protocol::kafka_protocol::messages::fetch_response::{
-    FetchableTopicResponse, PartitionData,
+    AbortedTransaction, FetchableTopicResponse, PartitionData,
 };
 use kaas_protocol::kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, TopicName};
 use kaas_protocol::kafka_protocol::protocol::StrBytes;
@@ -181,7 +185,9 @@ async fn fetch(b: &Arc<Broker>, r: FetchRequest, v: i16) -> FetchResponse {
     let items = Arc::new(items);
     loop {
         let work = items.clone();
-        let read = tokio::task::spawn_blocking(move || read_items(&work, max_total, v)).await;
+        let committed = r.isolation_level == 1;
+        let read =
+            tokio::task::spawn_blocking(move || read_items(&work, max_total, v, committed)).await;
         // Serve nothing read by a broker whose lease lapsed meanwhile (a
         // long poll spans many reads): another broker may lead by now, and
         // bytes past its seal must never reach a client.
@@ -254,7 +260,12 @@ async fn fetch(b: &Arc<Broker>, r: FetchRequest, v: i16) -> FetchResponse {
     }
 }
 
-fn read_items(items: &[FetchItem], max_total: usize, version: i16) -> Vec<(usize, PartitionData)> {
+fn read_items(
+    items: &[FetchItem],
+    max_total: usize,
+    version: i16,
+    committed: bool,
+) -> Vec<(usize, PartitionData)> {
     let mut out = Vec::with_capacity(items.len());
     let mut budget = max_total;
     for it in items {
@@ -268,7 +279,7 @@ fn read_items(items: &[FetchItem], max_total: usize, version: i16) -> Vec<(usize
         let offsets_only = |p: &mut PartitionData, reader: &PartitionReader| {
             let (start, hw, _) = reader.offsets();
             p.high_watermark = hw;
-            p.last_stable_offset = hw;
+            p.last_stable_offset = reader.last_stable_offset().min(hw);
             p.log_start_offset = start;
             p.records = Some(Bytes::new());
         };
@@ -283,15 +294,32 @@ fn read_items(items: &[FetchItem], max_total: usize, version: i16) -> Vec<(usize
                 // The first partition with data may exceed the request's
                 // max_bytes by one batch (KIP-74); later ones fit the budget.
                 let want = it.max.min(budget).min(FETCH_MAX_BYTES);
-                match reader
-                    .read(it.offset, want)
+                let read = if committed {
+                    reader.read_committed(it.offset, want)
+                } else {
+                    reader.read(it.offset, want)
+                };
+                match read
                     .map_err(|e| ApiError::from(&e))
                     .and_then(|res| Ok((servable(res.records.clone(), version)?, res)))
                 {
                     Ok((records, res)) => {
                         p.high_watermark = res.high_watermark;
-                        p.last_stable_offset = res.high_watermark;
+                        p.last_stable_offset = res.last_stable_offset.min(res.high_watermark);
                         p.log_start_offset = res.log_start_offset;
+                        if committed {
+                            p.aborted_transactions = Some(
+                                res.aborted
+                                    .iter()
+                                    .map(|(pid, first)| {
+                                        let mut a = AbortedTransaction::default();
+                                        a.producer_id = (*pid).into();
+                                        a.first_offset = *first;
+                                        a
+                                    })
+                                    .collect(),
+                            );
+                        }
                         budget = budget.saturating_sub(records.len());
                         p.records = Some(records);
                     }

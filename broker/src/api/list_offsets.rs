@@ -1,7 +1,9 @@
 //! ListOffsets (key 2): the earliest, latest or max-timestamp offset, or
 //! the first offset at or after a timestamp, from each partition's reader.
 //!
-//! Version rules handled here: `leader_epoch` in the answer from v4.
+//! Version rules handled here: `leader_epoch` in the answer from v4;
+//! `isolation_level = 1` (read_committed, v2+) answers "latest" with the
+//! last stable offset.
 
 use super::error::ApiError;
 use super::{locate_reader, Reply, TopicRef};
@@ -34,6 +36,7 @@ fn for_version(p: &mut ListOffsetsPartitionResponse, v: i16) {
 
 async fn list_offsets(b: &Arc<Broker>, r: ListOffsetsRequest, v: i16) -> ListOffsetsResponse {
     let mut resp = ListOffsetsResponse::default();
+    let committed = v >= 2 && r.isolation_level == 1;
     for t in r.topics {
         let mut tr = ListOffsetsTopicResponse::default();
         tr.name = t.name.clone();
@@ -54,9 +57,14 @@ async fn list_offsets(b: &Arc<Broker>, r: ListOffsetsRequest, v: i16) -> ListOff
                 Err(e) => pr.error_code = e.code(),
                 Ok((_, reader)) => {
                     let (start, hw, epoch) = reader.offsets();
+                    let latest = if committed {
+                        reader.last_stable_offset()
+                    } else {
+                        hw
+                    };
                     let ts = p.timestamp;
                     let res = tokio::task::spawn_blocking(move || match ts {
-                        LATEST => Ok(Some((hw, -1, epoch))),
+                        LATEST => Ok(Some((latest, -1, epoch))),
                         EARLIEST | EARLIEST_LOCAL => Ok(Some((start, -1, epoch))),
                         MAX_TIMESTAMP => reader
                             .max_timestamp()

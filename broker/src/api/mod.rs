@@ -35,6 +35,7 @@ pub mod list_offsets;
 pub mod metadata;
 pub mod offset_for_leader_epoch;
 pub mod produce;
+pub mod txn;
 
 use crate::state::Broker;
 use error::ApiError;
@@ -131,6 +132,8 @@ routes! {
     ElectLeaders => admin::elect_leaders::handle,
     AlterPartitionReassignments => admin::reassignments::handle_alter,
     ListPartitionReassignments => admin::reassignments::handle_list,
+    WriteTxnMarkers => txn::write_txn_markers::handle,
+    DescribeProducers => txn::describe_producers::handle,
 }
 
 /// Whether `routed` has exactly the api keys of `advertised` (no more, no

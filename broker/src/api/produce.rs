@@ -5,6 +5,13 @@
 //! Version rules handled here: topics by id from v13; zstd batches only
 //! from v7 (KIP-110: older requests get UNSUPPORTED_COMPRESSION_TYPE for
 //! that partition, as Kafka answers); `log_start_offset` from v5.
+//!
+//! Transactional batches (KIP-98) are accepted from a producer with an id:
+//! the partition's producer state opens its transaction at the first one
+//! and the last stable offset stays there until the coordinator's marker
+//! (WriteTxnMarkers). The coordinator is not asked whether it registered
+//! the partition in the transaction (KIP-890 part 1 verification is not
+//! done; see README).
 
 use super::error::{ApiError, NONE};
 use super::{locate, Reply, TopicRef};
@@ -47,13 +54,10 @@ fn for_version(p: &mut PartitionProduceResponse, v: i16) {
     }
 }
 
-/// Request-wide refusals: a bad acks value, or a transactional producer
-/// (transactions are not implemented: refuse, never fake them).
+/// Request-wide refusals: a bad acks value.
 fn refuse_all(r: &ProduceRequest) -> Option<ApiError> {
     if !(-1..=1).contains(&r.acks) {
         Some(ResponseError::InvalidRequiredAcks.into())
-    } else if r.transactional_id.is_some() {
-        Some(ResponseError::TransactionalIdAuthorizationFailed.into())
     } else {
         None
     }
@@ -64,8 +68,17 @@ fn check_batches(infos: &[BatchInfo], v: i16) -> Result<(), ApiError> {
     if v < PRODUCE_MIN_VERSION_ZSTD && infos.iter().any(|i| i.compression() == Compression::Zstd) {
         return Err(ResponseError::UnsupportedCompressionType.into());
     }
-    if infos.iter().any(|i| i.is_transactional() || i.is_control()) {
+    // Control batches are the leader's alone (validation refuses them
+    // first; kept here so the rule does not depend on it). A transactional
+    // batch needs a producer id: its transaction is tracked per producer.
+    if infos.iter().any(|i| i.is_control()) {
         return Err(ResponseError::TransactionalIdAuthorizationFailed.into());
+    }
+    if infos
+        .iter()
+        .any(|i| i.is_transactional() && !i.has_producer_id())
+    {
+        return Err(ResponseError::InvalidRecord.into());
     }
     Ok(())
 }
@@ -274,9 +287,16 @@ mod tests {
     }
 
     #[test]
-    fn transactional_or_control_batches_are_refused() {
-        assert_eq!(check_batches(&[info(1 << 4)], 9).unwrap_err().code(), 53);
+    fn control_batches_and_transactional_ones_without_producer_are_refused() {
+        assert_eq!(check_batches(&[info(1 << 4)], 9).unwrap_err().code(), 87);
         assert_eq!(check_batches(&[info(1 << 5)], 9).unwrap_err().code(), 53);
+        let txn = BatchInfo {
+            producer_id: 7,
+            producer_epoch: 0,
+            base_sequence: 0,
+            ..info(1 << 4)
+        };
+        assert_eq!(check_batches(&[txn], 9), Ok(()));
     }
 
     /// Catches: max.message.bytes and the timestamp bounds not enforced
@@ -346,6 +366,6 @@ mod tests {
         r.acks = -1;
         assert_eq!(refuse_all(&r), None);
         r.transactional_id = Some(Default::default());
-        assert_eq!(refuse_all(&r).unwrap().code(), 53);
+        assert_eq!(refuse_all(&r), None, "transactional producers are served");
     }
 }
