@@ -3,8 +3,8 @@
 recovery.
 
 Starts one broker (defaults) on a fresh data directory and creates
---topics topics of one partition each, 100 per CreateTopics request,
-timing the first 1,000 and the whole. Then, idle for --idle seconds after
+--topics topics of --partitions partitions each, 100 per CreateTopics
+request, timing the first 1,000 and the whole. Then, idle for --idle seconds after
 a settle period, reports from /proc: RSS, open descriptors, CPU (cores),
 and the broker's filesystem syscalls per second (strace -c -f: opens,
 reads, writes, listings, stats, renames, unlinks, fsyncs). Finally kill -9
@@ -13,7 +13,7 @@ acknowledged an acks=all produce.
 
 Prints PARTITIONS lines. Bounded by timeouts; loopback only.
 
-Usage: bench/partitions.py [--bin target/release/kaas] [--topics 10000] [--idle 10]
+Usage: bench/partitions.py [--bin target/release/kaas] [--topics 1000] [--partitions 10] [--idle 10]
 """
 
 import argparse
@@ -86,7 +86,8 @@ def fs_syscalls(pid, seconds):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", default="target/release/kaas")
-    ap.add_argument("--topics", type=int, default=10000)
+    ap.add_argument("--topics", type=int, default=1000)
+    ap.add_argument("--partitions", type=int, default=10)
     ap.add_argument("--idle", type=float, default=10)
     ap.add_argument("--settle", type=float, default=15)
     a = ap.parse_args()
@@ -108,14 +109,15 @@ def main():
         first_k = None
         for i in range(0, len(names), 100):
             batch = names[i:i + 100]
-            fs = admin.create_topics([NewTopic(n, 1, 1) for n in batch], operation_timeout=60)
+            fs = admin.create_topics([NewTopic(n, a.partitions, 1) for n in batch], operation_timeout=60)
             for f in fs.values():
                 f.result(120)
             if first_k is None and i + 100 >= 1000:
                 first_k = time.monotonic() - t0
         total = time.monotonic() - t0
-        print(f"PARTITIONS create topics={a.topics} first_1000_s={first_k:.1f} "
-              f"rate_first_1000={1000 / first_k:.0f}/s total_s={total:.1f} rate_all={a.topics / total:.0f}/s",
+        first_k = first_k or total
+        print(f"PARTITIONS create topics={a.topics} partitions_each={a.partitions} "
+              f"first_1000_s={first_k:.1f} total_s={total:.1f} topics_per_s={a.topics / total:.0f}",
               flush=True)
         time.sleep(a.settle)
         c0, t1 = cpu_seconds(proc.pid), time.monotonic()
@@ -124,7 +126,8 @@ def main():
         calls = fs_syscalls(proc.pid, a.idle)
         per_s = {k: round(v / a.idle, 1) for k, v in sorted(calls.items())} if calls is not None else "n/a"
         total_ops = round(sum(calls.values()) / a.idle, 1) if calls else 0
-        print(f"PARTITIONS idle partitions={a.topics} rss_mb={rss_mb(proc.pid):.0f} fds={fds(proc.pid)} "
+        nparts = a.topics * a.partitions
+        print(f"PARTITIONS idle partitions={nparts} rss_mb={rss_mb(proc.pid):.0f} fds={fds(proc.pid)} "
               f"cpu_cores={cores:.3f} fs_syscalls_per_s={total_ops} by_call={per_s}", flush=True)
         # kill -9, restart on the same directory, time until every partition acks.
         proc.send_signal(signal.SIGKILL)
@@ -132,22 +135,23 @@ def main():
         t2 = time.monotonic()
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
         wait_port(port, timeout=120)
-        pending = set(names)
+        pending = {(n, i) for n in names for i in range(a.partitions)}
         p = Producer({"bootstrap.servers": boot, "acks": "all", "linger.ms": 20,
                       "message.timeout.ms": 300000, "queue.buffering.max.messages": 200000})
 
         def cb(err, msg):
             if not err:
-                pending.discard(msg.topic())
+                pending.discard((msg.topic(), msg.partition()))
 
         for n in names:
-            p.produce(n, value=b"x", on_delivery=cb)
-            p.poll(0)
+            for i in range(a.partitions):
+                p.produce(n, value=b"x", partition=i, on_delivery=cb)
+                p.poll(0)
         deadline = time.monotonic() + 300
         while pending and time.monotonic() < deadline:
             p.poll(0.1)
         recovered = time.monotonic() - t2
-        print(f"PARTITIONS recovery partitions={a.topics} kill9_to_all_acked_s={recovered:.1f} "
+        print(f"PARTITIONS recovery partitions={nparts} kill9_to_all_acked_s={recovered:.1f} "
               f"unacked={len(pending)}", flush=True)
         p.flush(10)
     finally:
