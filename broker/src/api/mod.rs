@@ -189,6 +189,28 @@ pub(crate) fn client_id() -> Arc<str> {
         .unwrap_or_else(|_| Arc::from(""))
 }
 
+tokio::task_local! {
+    /// The connection's peer address, for the dispatch phase of a handler
+    /// (DescribeGroups' client host, per-peer rate-limited warnings).
+    static PEER: std::net::SocketAddr;
+}
+
+/// Run `f` (a request's [`dispatch`]) with `peer` readable through [`peer`].
+pub async fn with_peer<F: std::future::Future>(peer: std::net::SocketAddr, f: F) -> F::Output {
+    PEER.scope(peer, f).await
+}
+
+/// The peer address of the request being dispatched (`None` outside one).
+pub(crate) fn peer() -> Option<std::net::SocketAddr> {
+    PEER.try_with(|p| *p).ok()
+}
+
+/// A member's client host as Kafka shows it (`/127.0.0.1`: Java's
+/// `InetAddress.toString()` with an empty host name), "" when unknown.
+pub(crate) fn client_host() -> String {
+    peer().map_or_else(String::new, |p| format!("/{}", p.ip()))
+}
+
 /// A protocol string.
 pub(crate) fn s(x: &str) -> StrBytes {
     StrBytes::from_string(x.to_owned())
