@@ -84,3 +84,64 @@ def test_describe_groups_shows_member_client_id_and_host(broker, topic_name):
 
     c.close()
     broker.assert_no_panic()
+
+
+# ---------------------------------------------------------------------------
+# consumer lag in /metrics and /api/actors
+# ---------------------------------------------------------------------------
+
+
+def lag_series(text: str, group: str) -> dict[tuple, int]:
+    """{(topic,) or (topic, partition): lag} of `group` in a /metrics text."""
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r'kaas_consumer_group_lag\{group="([^"]*)",topic="([^"]*)"\} (\d+)$', line)
+        if m and m.group(1) == group:
+            out[(m.group(2),)] = int(m.group(3))
+        m = re.match(r'kaas_consumer_group_partition_lag\{group="([^"]*)",topic="([^"]*)",'
+                     r'partition="(\d+)"\} (\d+)$', line)
+        if m and m.group(1) == group:
+            out[(m.group(2), int(m.group(3)))] = int(m.group(4))
+    return out
+
+
+def test_consumer_lag_in_metrics_and_actors_json(broker, topic_name):
+    create_topic(broker.bootstrap, topic_name, 2)
+    produce(broker.bootstrap, topic_name, 100, 2)  # 50 per partition
+    group = f"lag-{uuid.uuid4().hex[:8]}"
+    c = group_consumer(broker.bootstrap, group)
+    # Commit behind the end: 10 of partition 0, 45 of partition 1.
+    c.commit(offsets=[TopicPartition(topic_name, 0, 10), TopicPartition(topic_name, 1, 45)],
+             asynchronous=False)
+
+    def wait_lag(want: dict) -> None:
+        # Committed offsets are republished once a second.
+        deadline = time.monotonic() + 15
+        while (got := lag_series(broker.metrics(), group)) != want:
+            assert time.monotonic() < deadline, f"lag series {got}, want {want}"
+            time.sleep(0.2)
+    wait_lag({(topic_name,): 45, (topic_name, 0): 40, (topic_name, 1): 5})
+
+    # The coordinator's entry in the actors JSON carries the same lag.
+    url = broker.metrics_url.rsplit("/", 1)[0] + "/api/actors?kind=group_coordinator&limit=1000"
+    doc = json.load(urllib.request.urlopen(url, timeout=5))
+    entries = [t for a in doc["actors"] for t in a["consumer_lag"]["topics"]
+               if t["group"] == group]
+    assert len(entries) == 1, entries
+    e = entries[0]
+    assert (e["topic"], e["lag"], e["unknown_partitions"]) == (topic_name, 45, 0), e
+    assert [(p["partition"], p["committed"], p["high_watermark"], p["lag"])
+            for p in e["partitions"]] == [(0, 10, 50, 40), (1, 45, 50, 5)]
+
+    # More records: the lag grows with the high watermark, read live.
+    produce(broker.bootstrap, topic_name, 20, 2, start=100)
+    wait_lag({(topic_name,): 65, (topic_name, 0): 50, (topic_name, 1): 15})
+    # Caught up: no lag.
+    c.commit(offsets=[TopicPartition(topic_name, 0, 60), TopicPartition(topic_name, 1, 60)],
+             asynchronous=False)
+    wait_lag({(topic_name,): 0, (topic_name, 0): 0, (topic_name, 1): 0})
+    text = broker.metrics()
+    assert "kaas_consumer_lag_groups_max 100" in text
+    assert "kaas_consumer_lag_unknown_partitions 0" in text
+    c.close()
+    broker.assert_no_panic()

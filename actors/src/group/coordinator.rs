@@ -517,6 +517,28 @@ impl GroupCoordinator {
         }
     }
 
+    /// Publish the committed offsets for the lag metrics (see
+    /// [`super::lag`]) when the durable state moved since the last copy;
+    /// withdraw them while not serving.
+    fn publish_lag(&mut self) {
+        let board = super::lag::board();
+        let (shard, epoch) = (self.spec.shard, self.spec.epoch);
+        let Phase::Serving(s) = &self.phase else {
+            board.remove(shard, epoch);
+            return;
+        };
+        let ticket = s.log.durable().0;
+        if board.ticket(shard, epoch) != Some(ticket) {
+            let copy = super::lag::ShardOffsets::from_state(
+                s.log.state(),
+                epoch,
+                ticket,
+                crate::clock::wall_ms(),
+            );
+            board.publish(shard, copy);
+        }
+    }
+
     fn next_reply(&mut self) -> ReplyId {
         self.next_reply = self.next_reply.wrapping_add(1);
         self.next_reply
@@ -529,10 +551,12 @@ impl Actor for GroupCoordinator {
     fn started(&mut self, ctx: &mut Context<Self>) {
         ctx.set_mailbox_capacity(1024);
         ctx.run_interval(EXPIRY_EVERY, |act, ctx| act.expire(ctx));
+        ctx.run_interval(super::lag::PUBLISH_EVERY, |act, _| act.publish_lag());
         self.open(ctx);
     }
 
     fn stopped(&mut self, _: &mut Context<Self>) {
+        super::lag::board().remove(self.spec.shard, self.spec.epoch);
         self.stats.deregister();
     }
 }
