@@ -145,3 +145,48 @@ def test_consumer_lag_in_metrics_and_actors_json(broker, topic_name):
     assert "kaas_consumer_lag_unknown_partitions 0" in text
     c.close()
     broker.assert_no_panic()
+
+
+# ---------------------------------------------------------------------------
+# repeated refusals: logged once per interval per peer, not per request
+# ---------------------------------------------------------------------------
+DESCRIBE_ACLS = 29  # an API kaas does not advertise
+WARN_INTERVAL_S = 10  # PeerWarnings' interval in the broker
+
+
+def warn_lines(broker, needle: str) -> int:
+    return sum(1 for line in broker.log_text().splitlines() if " WARN " in line and needle in line)
+
+
+def test_a_client_hammering_refused_requests_gets_bounded_warn_lines(broker, topic_name):
+    create_topic(broker.bootstrap, topic_name, 1)
+    before_api = warn_lines(broker, "closing connection")
+    t0 = time.monotonic()
+    # An API not advertised: every request closes its connection; the
+    # client reconnects and asks again, as real clients do.
+    body = (w.i8(1) + w.string(None) + w.i8(3) + w.string(None) + w.string(None)
+            + w.i8(1) + w.i8(1))
+    hammered = 0
+    while hammered < 200:
+        with w.connect(broker.addr) as s:
+            s.sendall(w.frame(w.request_header(DESCRIBE_ACLS, 1, hammered) + body))
+            assert w.wait_closed(s, 10) is not None, "connection left open"
+        hammered += 1
+    # A produce batch refused for its CRC, again and again on one connection.
+    good = w.record_batch_v2([w.Rec(value=b"x")])
+    bad = good[:-1] + bytes([good[-1] ^ 0xFF])
+    with w.connect(broker.addr) as s:
+        for i in range(200):
+            resp = w.roundtrip(s, w.produce_request_v3(i, topic_name, 0, bad))
+            _, [res] = w.parse_produce_response_v3(resp)
+            assert res.error_code == 2, res  # CORRUPT_MESSAGE
+    elapsed = time.monotonic() - t0
+    # At most one line per peer and kind per interval (plus the first).
+    bound = 1 + int(elapsed // WARN_INTERVAL_S) + 1
+    api_lines = warn_lines(broker, "closing connection") - before_api
+    assert 1 <= api_lines <= bound, f"{api_lines} WARN lines for 200 refused requests"
+    produce_lines = warn_lines(broker, "rejected produce batch")
+    assert 1 <= produce_lines <= bound, f"{produce_lines} WARN lines for 200 refused batches"
+    # The count of what was not logged is carried on the next line.
+    assert re.search(r"count=\d+", broker.log_text())
+    broker.assert_no_panic()

@@ -205,6 +205,18 @@ pub(crate) fn peer() -> Option<std::net::SocketAddr> {
     PEER.try_with(|p| *p).ok()
 }
 
+/// Count one `kind` warning from the peer of the request being dispatched:
+/// `Some(count)` when it is to be logged (once per interval per peer and
+/// kind, see `limits::PeerWarnings`), so a client repeating a refused
+/// request does not write a WARN line per request. Outside a request every
+/// warning is logged.
+pub(crate) fn warn_for_peer(b: &Broker, kind: &'static str) -> Option<u64> {
+    match peer() {
+        Some(p) => b.peer_warnings.hit(p.ip(), kind, Instant::now()),
+        None => Some(1),
+    }
+}
+
 /// A member's client host as Kafka shows it (`/127.0.0.1`: Java's
 /// `InetAddress.toString()` with an empty host name), "" when unknown.
 pub(crate) fn client_host() -> String {
@@ -382,6 +394,17 @@ mod tests {
             &adv,
             &[ApiKey::Produce, ApiKey::Fetch, ApiKey::JoinGroup]
         ));
+    }
+
+    #[tokio::test]
+    async fn the_peer_is_known_only_inside_a_request() {
+        assert_eq!(peer(), None);
+        assert_eq!(client_host(), "");
+        let addr: std::net::SocketAddr = "10.1.2.3:4567".parse().unwrap();
+        let (p, host) = with_peer(addr, async { (peer(), client_host()) }).await;
+        assert_eq!(p, Some(addr));
+        // As Kafka shows a member's host: "/" and the address, no port.
+        assert_eq!(host, "/10.1.2.3");
     }
 
     #[test]
