@@ -298,3 +298,156 @@ def test_two_kcat_balanced_consumers_share_the_partitions(broker, topic_name):
     # Each consumed its own partitions, none shared.
     assert all(by_proc) and not (by_proc[0] & by_proc[1]), by_proc
     broker.assert_no_panic()
+
+
+# ---------------------------------------------------------------------------
+# confluent-kafka cooperative-sticky: incremental rebalances, exactly once
+# ---------------------------------------------------------------------------
+
+
+class Member:
+    """A confluent consumer that records its assignment callbacks."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str, name: str, **extra):
+        self.name = name
+        self.events: list[tuple[str, set[int]]] = []
+        self.c = group_consumer(bootstrap, group, **extra)
+        self.c.subscribe([topic], on_assign=self._assign, on_revoke=self._revoke)
+
+    def _assign(self, c, parts):
+        self.events.append(("assign", {p.partition for p in parts}))
+
+    def _revoke(self, c, parts):
+        self.events.append(("revoke", {p.partition for p in parts}))
+
+    def owned(self) -> set[int]:
+        return {p.partition for p in self.c.assignment()}
+
+
+def poll_members(ms: list[Member], seen: dict[int, list[str]], until, timeout: float,
+                 what: str) -> None:
+    """Poll round robin; each record is committed (sync) before the next
+    poll, so a rebalance never hands it out again."""
+    deadline = time.monotonic() + timeout
+    while not until():
+        assert time.monotonic() < deadline, f"timeout waiting for {what}"
+        for m in ms:
+            msg = m.c.poll(0.05)
+            if msg is None or msg.error():
+                continue
+            seen.setdefault(int(msg.value()), []).append(m.name)
+            m.c.commit(message=msg, asynchronous=False)
+
+
+def test_cooperative_sticky_leave_and_join_are_incremental(broker, topic_name):
+    parts = 6
+    create_topic(broker.bootstrap, topic_name, parts)
+    group = f"coop-{uuid.uuid4().hex[:8]}"
+    conf = {"partition.assignment.strategy": "cooperative-sticky"}
+    ms = [Member(broker.bootstrap, group, topic_name, f"m{i}", **conf) for i in range(3)]
+    seen: dict[int, list[str]] = {}
+
+    def balanced(members):
+        return lambda: (sorted(p for m in members for p in m.owned()) == list(range(parts))
+                        and all(len(m.owned()) == parts // len(members) for m in members))
+    poll_members(ms, seen, balanced(ms), 60, "three balanced members")
+    produce(broker.bootstrap, topic_name, 300, parts)
+    poll_members(ms, seen, lambda: len(seen) >= 300, 90, "phase 1")
+
+    # m1 leaves: the survivors only gain partitions (no revoke of their own).
+    before = {m.name: m.owned() for m in ms}
+    for m in ms:
+        m.events.clear()
+    gone = ms.pop(1)
+    gone.c.close()
+    poll_members(ms, seen, balanced(ms), 60, "the survivors to take over")
+    for m in ms:
+        revoked = set().union(*[p for e, p in m.events if e == "revoke"] or [set()])
+        assert not revoked, f"{m.name} lost {revoked} when another member left"
+        assert before[m.name] <= m.owned(), (m.name, before[m.name], m.owned())
+    produce(broker.bootstrap, topic_name, 300, parts, start=300)
+    poll_members(ms, seen, lambda: len(seen) >= 600, 90, "phase 2")
+
+    # m3 joins: only the partitions it gets move; the others stay put.
+    before = {m.name: m.owned() for m in ms}
+    for m in ms:
+        m.events.clear()
+    ms.append(Member(broker.bootstrap, group, topic_name, "m3", **conf))
+    poll_members(ms, seen, balanced(ms), 60, "the newcomer to get its share")
+    moved = set()
+    for m in ms[:2]:
+        revoked = set().union(*[p for e, p in m.events if e == "revoke"] or [set()])
+        assert revoked == before[m.name] - m.owned(), (m.name, m.events)
+        assert len(revoked) == 1, f"{m.name} gave up {revoked}, not just its surplus"
+        moved |= revoked
+    assert ms[2].owned() == moved
+    produce(broker.bootstrap, topic_name, 300, parts, start=600)
+    poll_members(ms, seen, lambda: len(seen) >= 900, 90, "phase 3")
+    end = time.monotonic() + 2
+    poll_members(ms, seen, lambda: time.monotonic() > end, 10, "drain")
+    assert sorted(seen) == list(range(900))
+    dups = {v: who for v, who in seen.items() if len(who) > 1}
+    assert not dups, f"consumed more than once: {dict(list(dups.items())[:10])}"
+    assert {w for v, who in seen.items() if v >= 600 for w in who} == {"m0", "m2", "m3"}
+    for m in ms:
+        m.c.close()
+    broker.assert_no_panic()
+
+
+# ---------------------------------------------------------------------------
+# static membership: a restart within the session timeout rebalances nothing
+# ---------------------------------------------------------------------------
+
+
+def describe(a, group: str):
+    return a.describe_consumer_groups([group])[group].result(timeout=30)
+
+
+def test_static_member_restart_within_session_timeout_causes_no_rebalance(broker, topic_name):
+    from confluent_kafka.admin import AdminClient
+
+    create_topic(broker.bootstrap, topic_name, 4)
+    group = f"static-{uuid.uuid4().hex[:8]}"
+    conf = {"session.timeout.ms": 20000}
+    a_ = Member(broker.bootstrap, group, topic_name, "a", **{"group.instance.id": "inst-a"}, **conf)
+    b_ = Member(broker.bootstrap, group, topic_name, "b", **{"group.instance.id": "inst-b"}, **conf)
+    seen: dict[int, list[str]] = {}
+    poll_members([a_, b_], seen, lambda: len(a_.owned()) == 2 and len(b_.owned()) == 2, 60,
+                 "two balanced static members")
+    admin_ = AdminClient(client_conf(broker.bootstrap))
+    wait_until(lambda: "STABLE" in str(describe(admin_, group).state), 30, what="stable")
+    d0 = describe(admin_, group)
+    by_inst0 = {m.group_instance_id: (m.member_id, sorted(p.partition for p in
+                                                          m.assignment.topic_partitions))
+                for m in d0.members}
+    assert set(by_inst0) == {"inst-a", "inst-b"}, d0
+    owned_a = a_.owned()
+    b_.events.clear()
+
+    # Restart a: a static member's close sends no LeaveGroup, and it
+    # rejoins with the same instance id well within the session timeout.
+    a_.c.close()
+    a2 = Member(broker.bootstrap, group, topic_name, "a2", **{"group.instance.id": "inst-a"},
+                **conf)
+    poll_members([a2, b_], seen, lambda: a2.owned() == owned_a, 30,
+                 "the restarted member to get its old partitions back")
+    # b saw no rebalance: no revoke, no new assignment.
+    t_end = time.monotonic() + 3
+    poll_members([a2, b_], seen, lambda: time.monotonic() > t_end, 10, "quiet period")
+    assert b_.events == [], f"b rebalanced: {b_.events}"
+    d1 = describe(admin_, group)
+    assert "STABLE" in str(d1.state), d1.state
+    by_inst1 = {m.group_instance_id: (m.member_id, sorted(p.partition for p in
+                                                          m.assignment.topic_partitions))
+                for m in d1.members}
+    # Same members, same assignment; a got a new member id (Kafka replaces
+    # the static member's id), b kept its own: the generation is unchanged,
+    # else b's id-and-generation commit below would be refused.
+    assert by_inst1["inst-b"] == by_inst0["inst-b"]
+    assert by_inst1["inst-a"][1] == by_inst0["inst-a"][1]
+    produce(broker.bootstrap, topic_name, 40, 4)
+    poll_members([a2, b_], seen, lambda: len(seen) >= 40, 60, "consumption after the restart")
+    assert b_.events == [], f"b rebalanced: {b_.events}"
+    a2.c.close()
+    b_.c.close()
+    broker.assert_no_panic()
