@@ -39,13 +39,12 @@ use crate::clock::SharedClock;
 use crate::cluster::lease::{Lease, LeaseGuard};
 use crate::partition::claim::{self, ClaimOwner, EpochWriter};
 use crate::partition::leader::OnFenced;
-use crate::telemetry::{self, ActorStats, Mailbox};
+use crate::telemetry::{ActorStats, Mailbox};
 use actix::prelude::*;
 use kaas_protocol::kafka_protocol::ResponseError;
 use kaas_volume::fs::{GuardedFs, SharedFs, WriteGuard};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::oneshot;
@@ -402,8 +401,9 @@ impl GroupCoordinator {
         };
         self.syncing = true;
         let job = actix_rt::task::spawn_blocking(move || {
+            let start = std::time::Instant::now();
             let r = t.sync();
-            (t, r)
+            (t, r, start.elapsed())
         });
         ctx.spawn(job.into_actor(self).map(|res, act, ctx| {
             act.syncing = false;
@@ -411,8 +411,9 @@ impl GroupCoordinator {
                 return;
             };
             match res {
-                Ok((t, Ok(()))) => {
-                    telemetry::global().fsyncs.fetch_add(1, Ordering::Relaxed);
+                Ok((t, Ok(()), took)) => {
+                    // Per actor (dashboard) and process-wide (fsync histogram).
+                    act.stats.fsynced(took);
                     s.log.complete_sync(t);
                     if s.log.compaction_due() {
                         if let Err(e) = s.log.compact() {
@@ -423,7 +424,7 @@ impl GroupCoordinator {
                     act.deliver();
                     act.kick_sync(ctx);
                 }
-                Ok((_, Err(e))) => {
+                Ok((_, Err(e), _)) => {
                     // A failed fsync poisons the file: never retried.
                     s.log.sync_failed();
                     act.failed(&e, ctx);
