@@ -42,7 +42,6 @@ import shutil
 import socket
 import statistics
 import struct
-import subprocess
 import sys
 import tempfile
 import threading
@@ -52,7 +51,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from failover import Broker  # noqa: E402
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition  # noqa: E402
+from confluent_kafka import Consumer, Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

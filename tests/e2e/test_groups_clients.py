@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import json
 import multiprocessing
-import os
 import re
 import shutil
-import statistics
 import subprocess
 import time
 import urllib.request
