@@ -49,7 +49,7 @@ pub fn by_coordinator(r: &LagReport) -> BTreeMap<String, Value> {
     }
     per.into_iter()
         .map(|(shard, mut ts)| {
-            ts.sort_by(|a, b| b.lag.cmp(&a.lag));
+            ts.sort_by_key(|t| std::cmp::Reverse(t.lag));
             let total = ts.len();
             let rows: Vec<Value> = ts
                 .into_iter()
