@@ -198,7 +198,7 @@ fn defer_auto_create(b: &Broker, name: &str, c: &mut AutoCreates) -> Option<Limi
         .get_or_insert_with(|| PartitionBudget::new(&b.args, b.partition_count()));
     if let Err(e) = budget.clone().admit(b.args.default_partitions) {
         if let Some(count) = super::warn_for_peer(b, "auto-creation refused") {
-            tracing::warn!(peer = ?super::peer(), topic = %name, reason = %e, count, "auto-creation refused");
+            tracing::warn!(peer = %super::peer_name(), topic = %name, reason = %e, count, "auto-creation refused");
         }
         return Some(LimitError::AutoCreateDeferred("partition limit reached"));
     }

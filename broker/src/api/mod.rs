@@ -217,6 +217,11 @@ pub(crate) fn warn_for_peer(b: &Broker, kind: &'static str) -> Option<u64> {
     }
 }
 
+/// The request's peer for a log line ("" outside a request).
+pub(crate) fn peer_name() -> String {
+    peer().map_or_else(String::new, |p| p.to_string())
+}
+
 /// A member's client host as Kafka shows it (`/127.0.0.1`: Java's
 /// `InetAddress.toString()` with an empty host name), "" when unknown.
 pub(crate) fn client_host() -> String {

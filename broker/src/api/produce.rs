@@ -133,7 +133,7 @@ pub async fn handle(b: &Arc<Broker>, v: i16, r: ProduceRequest) -> Reply<Produce
                 Ok(i) => i,
                 Err(e) => {
                     if let Some(count) = super::warn_for_peer(b, "rejected produce batch") {
-                        tracing::warn!(peer = ?super::peer(), topic = %leader.name, partition = pd.index, error = %e, count, "rejected produce batch");
+                        tracing::warn!(peer = %super::peer_name(), topic = %leader.name, partition = pd.index, error = %e, count, "rejected produce batch");
                     }
                     slots.push(fail(ApiError::from(&e)));
                     continue;
