@@ -30,6 +30,8 @@
 #   4. Prints a table and writes it to $BENCH_DIR/results.txt.
 #   5. Failover: 3 brokers on one data dir, kill -9 of a leader x10 and a
 #      SIGTERM rolling restart (bench/failover.py; SKIP_FAILOVER=1 skips).
+#   6. Consumer groups: offset commits/s, commit latency, rebalance time,
+#      coordinator takeover (bench/groups.py; SKIP_GROUPS=1 skips).
 #
 # Env:   KAAS_BIN     broker binary (default target/release/kaas)
 #        BENCH_DIR    where data, logs and results go
@@ -326,4 +328,16 @@ if [ "${SKIP_FAILOVER:-0}" != 1 ]; then
     log "failover: 3 brokers, kill -9 x $runs, rolling restart (bench/failover.py)"
     BENCH_DIR="$BENCH_DIR" KAAS_BIN="$KAAS_BIN" timeout 1800 \
         python3 "$ROOT/bench/failover.py" --runs "$runs" 2>>"$BENCH_DIR/failover.stderr" | tee -a "$RESULTS"
+fi
+
+# ---------------------------------------------------------------- 6. groups
+# Consumer groups: offset commits/s (each durable before its answer), commit
+# latency p50/p99 with the volume's fsync latency from the same run, 3-member
+# rebalance time, coordinator takeover after kill -9 (bench/groups.py).
+# SKIP_GROUPS=1 skips it.
+if [ "${SKIP_GROUPS:-0}" != 1 ]; then
+    log "groups: commit throughput and latency, rebalance, takeover (bench/groups.py)"
+    BENCH_DIR="$BENCH_DIR" KAAS_BIN="$KAAS_BIN" timeout 1200 \
+        python3 "$ROOT/bench/groups.py" $([ "$QUICK" = 1 ] && echo --quick) \
+        2>>"$BENCH_DIR/groups.stderr" | tee -a "$RESULTS"
 fi

@@ -69,7 +69,17 @@ function actorRow(r) {
   return `<tr class="actor${hot ? " hot" : ""}" data-kind="${esc(r.kind)}" data-id="${esc(r.id)}"><td>${esc(r.kind)}/${esc(r.id)}</td><td class="clip muted" title="${esc(r.owns)}">${esc(tail(r.owns))}</td>` +
     `<td class="num">${r.epoch < 0 ? "–" : esc(r.epoch)}</td><td class="num">${num(r.mailbox_depth)}</td><td class="num">${num(r.messages_per_sec, 1)}</td>` +
     `<td class="num">${num(r.handle_p50_ms, 2)}</td><td class="num">${num(r.handle_p99_ms, 2)}</td><td class="num ${r.restarts ? "bad" : ""}">${num(r.restarts)}</td>` +
-    `<td class="clip ${r.last_error ? "bad" : ""}" title="${esc(r.last_error || "")}">${esc(r.last_error || "")}</td></tr>`;
+    `<td class="clip ${r.last_error ? "bad" : ""}" title="${esc(r.last_error || "")}">${esc(r.last_error || "")}</td></tr>` +
+    lagRow(r.consumer_lag);
+}
+
+// A coordinator's groups with the largest consumer lag, under its row.
+function lagRow(lag) {
+  if (!lag || !lag.topics.length) return "";
+  const top = lag.topics.slice(0, 5).map((t) =>
+    `${esc(t.group)} → ${esc(t.topic)}: <b>${num(t.lag)}</b>${t.unknown_partitions ? ` (+${num(t.unknown_partitions)} partitions led elsewhere)` : ""}`);
+  const more = lag.total > top.length ? `, … ${num(lag.total - top.length)} more` : "";
+  return `<tr class="lag"><td colspan="9" class="muted">consumer lag: ${top.join(", ")}${more}</td></tr>`;
 }
 
 function renderActors(a) {

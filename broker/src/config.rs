@@ -75,6 +75,15 @@ pub struct BrokerArgs {
     /// Largest request frame accepted (socket.request.max.bytes).
     #[arg(long, env = "KAAS_MAX_REQUEST_BYTES", default_value_t = 104_857_600)]
     pub max_request_bytes: usize,
+    /// Consumer lag in `/metrics`: at most this many groups (those with
+    /// the largest lag) get per-topic series — the bound on the metrics'
+    /// label cardinality.
+    #[arg(long, env = "KAAS_LAG_METRICS_GROUPS", default_value_t = 100)]
+    pub lag_metrics_groups: usize,
+    /// Consumer lag in `/metrics`: at most this many per-partition series
+    /// (largest lag first) over the exported groups.
+    #[arg(long, env = "KAAS_LAG_METRICS_PARTITIONS", default_value_t = 1000)]
+    pub lag_metrics_partitions: usize,
     /// Default max.message.bytes (Kafka's message.max.bytes): the largest
     /// record batch a produce may carry; larger ones get MESSAGE_TOO_LARGE.
     #[arg(long, env = "KAAS_MESSAGE_MAX_BYTES", default_value_t = 1_048_588)]

@@ -190,7 +190,7 @@ pub async fn serve(b: Arc<Broker>, sock: TcpStream, peer: std::net::SocketAddr, 
                 }
             };
             let header = req.header;
-            let fut = match api::dispatch(&b, &header, req.body).await {
+            let fut = match api::with_peer(peer, api::dispatch(&b, &header, req.body)).await {
                 Dispatched::Respond(fut) => fut,
                 // acks=0 produce: Kafka sends no response at all.
                 Dispatched::NoResponse => continue,

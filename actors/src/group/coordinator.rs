@@ -39,13 +39,12 @@ use crate::clock::SharedClock;
 use crate::cluster::lease::{Lease, LeaseGuard};
 use crate::partition::claim::{self, ClaimOwner, EpochWriter};
 use crate::partition::leader::OnFenced;
-use crate::telemetry::{self, ActorStats, Mailbox};
+use crate::telemetry::{ActorStats, Mailbox};
 use actix::prelude::*;
 use kaas_protocol::kafka_protocol::ResponseError;
 use kaas_volume::fs::{GuardedFs, SharedFs, WriteGuard};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::oneshot;
@@ -402,8 +401,9 @@ impl GroupCoordinator {
         };
         self.syncing = true;
         let job = actix_rt::task::spawn_blocking(move || {
+            let start = std::time::Instant::now();
             let r = t.sync();
-            (t, r)
+            (t, r, start.elapsed())
         });
         ctx.spawn(job.into_actor(self).map(|res, act, ctx| {
             act.syncing = false;
@@ -411,8 +411,9 @@ impl GroupCoordinator {
                 return;
             };
             match res {
-                Ok((t, Ok(()))) => {
-                    telemetry::global().fsyncs.fetch_add(1, Ordering::Relaxed);
+                Ok((t, Ok(()), took)) => {
+                    // Per actor (dashboard) and process-wide (fsync histogram).
+                    act.stats.fsynced(took);
                     s.log.complete_sync(t);
                     if s.log.compaction_due() {
                         if let Err(e) = s.log.compact() {
@@ -423,7 +424,7 @@ impl GroupCoordinator {
                     act.deliver();
                     act.kick_sync(ctx);
                 }
-                Ok((_, Err(e))) => {
+                Ok((_, Err(e), _)) => {
                     // A failed fsync poisons the file: never retried.
                     s.log.sync_failed();
                     act.failed(&e, ctx);
@@ -517,6 +518,28 @@ impl GroupCoordinator {
         }
     }
 
+    /// Publish the committed offsets for the lag metrics (see
+    /// [`super::lag`]) when the durable state moved since the last copy;
+    /// withdraw them while not serving.
+    fn publish_lag(&mut self) {
+        let board = super::lag::board();
+        let (shard, epoch) = (self.spec.shard, self.spec.epoch);
+        let Phase::Serving(s) = &self.phase else {
+            board.remove(shard, epoch);
+            return;
+        };
+        let ticket = s.log.durable().0;
+        if board.ticket(shard, epoch) != Some(ticket) {
+            let copy = super::lag::ShardOffsets::from_state(
+                s.log.state(),
+                epoch,
+                ticket,
+                crate::clock::wall_ms(),
+            );
+            board.publish(shard, copy);
+        }
+    }
+
     fn next_reply(&mut self) -> ReplyId {
         self.next_reply = self.next_reply.wrapping_add(1);
         self.next_reply
@@ -529,10 +552,12 @@ impl Actor for GroupCoordinator {
     fn started(&mut self, ctx: &mut Context<Self>) {
         ctx.set_mailbox_capacity(1024);
         ctx.run_interval(EXPIRY_EVERY, |act, ctx| act.expire(ctx));
+        ctx.run_interval(super::lag::PUBLISH_EVERY, |act, _| act.publish_lag());
         self.open(ctx);
     }
 
     fn stopped(&mut self, _: &mut Context<Self>) {
+        super::lag::board().remove(self.spec.shard, self.spec.epoch);
         self.stats.deregister();
     }
 }

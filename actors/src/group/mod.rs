@@ -29,6 +29,7 @@
 
 pub mod classic;
 pub mod coordinator;
+pub mod lag;
 pub mod log;
 pub mod messages;
 pub mod names;

@@ -197,7 +197,9 @@ fn defer_auto_create(b: &Broker, name: &str, c: &mut AutoCreates) -> Option<Limi
         .budget
         .get_or_insert_with(|| PartitionBudget::new(&b.args, b.partition_count()));
     if let Err(e) = budget.clone().admit(b.args.default_partitions) {
-        tracing::warn!(topic = %name, reason = %e, "auto-creation refused");
+        if let Some(count) = super::warn_for_peer(b, "auto-creation refused") {
+            tracing::warn!(peer = %super::peer_name(), topic = %name, reason = %e, count, "auto-creation refused");
+        }
         return Some(LimitError::AutoCreateDeferred("partition limit reached"));
     }
     if !b.auto_create.lock().unwrap().try_take(Instant::now()) {

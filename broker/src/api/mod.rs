@@ -192,6 +192,45 @@ pub(crate) fn client_id() -> Arc<str> {
         .unwrap_or_else(|_| Arc::from(""))
 }
 
+tokio::task_local! {
+    /// The connection's peer address, for the dispatch phase of a handler
+    /// (DescribeGroups' client host, per-peer rate-limited warnings).
+    static PEER: std::net::SocketAddr;
+}
+
+/// Run `f` (a request's [`dispatch`]) with `peer` readable through [`peer`].
+pub async fn with_peer<F: std::future::Future>(peer: std::net::SocketAddr, f: F) -> F::Output {
+    PEER.scope(peer, f).await
+}
+
+/// The peer address of the request being dispatched (`None` outside one).
+pub(crate) fn peer() -> Option<std::net::SocketAddr> {
+    PEER.try_with(|p| *p).ok()
+}
+
+/// Count one `kind` warning from the peer of the request being dispatched:
+/// `Some(count)` when it is to be logged (once per interval per peer and
+/// kind, see `limits::PeerWarnings`), so a client repeating a refused
+/// request does not write a WARN line per request. Outside a request every
+/// warning is logged.
+pub(crate) fn warn_for_peer(b: &Broker, kind: &'static str) -> Option<u64> {
+    match peer() {
+        Some(p) => b.peer_warnings.hit(p.ip(), kind, Instant::now()),
+        None => Some(1),
+    }
+}
+
+/// The request's peer for a log line ("" outside a request).
+pub(crate) fn peer_name() -> String {
+    peer().map_or_else(String::new, |p| p.to_string())
+}
+
+/// A member's client host as Kafka shows it (`/127.0.0.1`: Java's
+/// `InetAddress.toString()` with an empty host name), "" when unknown.
+pub(crate) fn client_host() -> String {
+    peer().map_or_else(String::new, |p| format!("/{}", p.ip()))
+}
+
 /// A protocol string.
 pub(crate) fn s(x: &str) -> StrBytes {
     StrBytes::from_string(x.to_owned())
@@ -363,6 +402,17 @@ mod tests {
             &adv,
             &[ApiKey::Produce, ApiKey::Fetch, ApiKey::JoinGroup]
         ));
+    }
+
+    #[tokio::test]
+    async fn the_peer_is_known_only_inside_a_request() {
+        assert_eq!(peer(), None);
+        assert_eq!(client_host(), "");
+        let addr: std::net::SocketAddr = "10.1.2.3:4567".parse().unwrap();
+        let (p, host) = with_peer(addr, async { (peer(), client_host()) }).await;
+        assert_eq!(p, Some(addr));
+        // As Kafka shows a member's host: "/" and the address, no port.
+        assert_eq!(host, "/10.1.2.3");
     }
 
     #[test]

@@ -145,7 +145,9 @@ pub async fn handle(b: &Arc<Broker>, v: i16, r: ProduceRequest) -> Reply<Produce
             let infos = match validate_batches(&records) {
                 Ok(i) => i,
                 Err(e) => {
-                    tracing::warn!(topic = %leader.name, partition = pd.index, error = %e, "rejected produce batch");
+                    if let Some(count) = super::warn_for_peer(b, "rejected produce batch") {
+                        tracing::warn!(peer = %super::peer_name(), topic = %leader.name, partition = pd.index, error = %e, count, "rejected produce batch");
+                    }
                     slots.push(fail(ApiError::from(&e)));
                     continue;
                 }

@@ -53,11 +53,22 @@ pub fn actors(broker: &Broker, q: &Query) -> Result<Value, String> {
         }
     }
     let total = matching.len();
-    let rows: Vec<_> = matching
+    // Coordinators carry their groups' consumer lag.
+    let lag = super::lag::by_coordinator(&super::lag::report(broker));
+    let rows: Vec<Value> = matching
         .into_iter()
         .skip(offset)
         .take(limit)
-        .map(|a| a.info())
+        .map(|a| {
+            let mut v = json!(a.info());
+            if a.kind == "group_coordinator" {
+                v["consumer_lag"] = lag
+                    .get(&a.id)
+                    .cloned()
+                    .unwrap_or_else(|| json!({"topics": [], "total": 0, "staleness_ms": 0}));
+            }
+            v
+        })
         .collect();
     let kinds: Vec<Value> = t
         .kinds()

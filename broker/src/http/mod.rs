@@ -19,6 +19,7 @@
 mod api;
 mod assets;
 mod files;
+mod lag;
 
 pub use files::{ClusterFiles, Sampler};
 
@@ -173,7 +174,7 @@ pub fn route(head: &str, broker: &Broker, files: &ClusterFiles) -> Response {
     let r = match path {
         "/metrics" => Ok(Response::ok(
             "text/plain; version=0.0.4",
-            t.render_prometheus(),
+            t.render_prometheus() + &lag::prometheus(broker),
         )),
         "/actors" => Ok(Response::ok(
             "application/json",

@@ -14,16 +14,22 @@ use std::sync::Arc;
 /// Forward to the coordinator; the answer comes after the join phase.
 pub async fn handle(b: &Arc<Broker>, v: i16, r: JoinGroupRequest) -> Reply<JoinGroupResponse> {
     let b = b.clone();
-    Reply::Later(async move { join(&b, v, r).await }.boxed())
+    // Read in the dispatch phase: the task-locals are gone once the
+    // completion future runs.
+    let who = (
+        super::super::client_id().to_string(),
+        super::super::client_host(),
+    );
+    Reply::Later(async move { join(&b, v, r, who).await }.boxed())
 }
 
-fn request(v: i16, r: &JoinGroupRequest, client_id: String) -> JoinGroup {
+fn request(v: i16, r: &JoinGroupRequest, (client_id, client_host): (String, String)) -> JoinGroup {
     JoinGroup {
         group_id: r.group_id.0.to_string(),
         member_id: r.member_id.to_string(),
         instance_id: r.group_instance_id.as_ref().map(|i| i.to_string()),
         client_id,
-        client_host: String::new(),
+        client_host,
         session_timeout_ms: r.session_timeout_ms,
         // v0 has no rebalance timeout: Kafka uses the session timeout.
         rebalance_timeout_ms: if v == 0 {
@@ -42,11 +48,11 @@ fn request(v: i16, r: &JoinGroupRequest, client_id: String) -> JoinGroup {
     }
 }
 
-async fn join(b: &Broker, v: i16, r: JoinGroupRequest) -> JoinGroupResponse {
+async fn join(b: &Broker, v: i16, r: JoinGroupRequest, who: (String, String)) -> JoinGroupResponse {
     let group = r.group_id.0.to_string();
     let mut resp = JoinGroupResponse::default();
     resp.generation_id = -1;
-    match ask(b, &group, Join(request(v, &r, String::new()))).await {
+    match ask(b, &group, Join(request(v, &r, who))).await {
         Ok(j) => {
             resp.error_code = code(j.error);
             resp.generation_id = j.generation_id;
