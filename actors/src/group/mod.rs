@@ -27,7 +27,9 @@
 //! `kaas_volume::layout`, KIP-848 (ConsumerGroupHeartbeat, server-side
 //! assignors).
 
+pub mod assignor;
 pub mod classic;
+pub mod consumer;
 pub mod coordinator;
 pub mod log;
 pub mod messages;

@@ -1,0 +1,177 @@
+//! The [`GroupCoordinator`]'s KIP-848 handlers: ConsumerGroupHeartbeat,
+//! ConsumerGroupDescribe, the consumer half of ListGroups and the OffsetFetch
+//! v9 member check, plus where the two protocols meet (a classic JoinGroup
+//! on a consumer group). The state machine is
+//! [`ConsumerGroups`](crate::group::consumer::ConsumerGroups); this is glue:
+//! records it returns are appended to the shard log and every answer waits
+//! until they are durable, like the classic answers.
+
+use super::{ready, CoordinatorError, GroupCoordinator};
+use crate::group::classic::{GroupState, JoinGroup, JoinResponse};
+use crate::group::consumer::{HeartbeatAnswer, HeartbeatError, TopicMeta, TopicSource};
+use crate::group::messages::*;
+use crate::group::offsets::Record;
+use actix::prelude::*;
+use kaas_protocol::kafka_protocol::ResponseError;
+use std::sync::Arc;
+use tokio::sync::oneshot;
+
+/// The broker's topics as the coordinator sees them (a live view).
+#[derive(Clone)]
+pub struct Topics(pub Arc<dyn TopicSource>);
+
+impl Topics {
+    /// The source.
+    pub fn source(&self) -> &dyn TopicSource {
+        self.0.as_ref()
+    }
+}
+
+impl std::fmt::Debug for Topics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Topics")
+    }
+}
+
+/// No topics at all (tests that never assign).
+struct NoTopics;
+
+impl TopicSource for NoTopics {
+    fn topic(&self, _: &str) -> Option<TopicMeta> {
+        None
+    }
+    fn matching(&self, _: &str) -> Option<Vec<String>> {
+        Some(Vec::new())
+    }
+    fn name_of(&self, _: &uuid::Uuid) -> Option<String> {
+        None
+    }
+}
+
+impl Default for Topics {
+    fn default() -> Self {
+        Self(Arc::new(NoTopics))
+    }
+}
+
+impl GroupCoordinator {
+    /// A classic JoinGroup for a group id that is a consumer-protocol
+    /// group: refused with INCONSISTENT_GROUP_PROTOCOL while it has members
+    /// (Kafka's answer); an empty one is converted (its tombstone appended,
+    /// the join goes on as classic). `None`: go on.
+    pub(super) fn join_meets_consumer_group(
+        &mut self,
+        req: &JoinGroup,
+        ctx: &mut Context<Self>,
+    ) -> Option<CoordReply<JoinResponse>> {
+        let s = self.serving().ok()?;
+        if !s.consumer.contains(&req.group_id) {
+            return None;
+        }
+        match s.consumer.delete(&req.group_id) {
+            Ok(records) => {
+                let records: Vec<Record> = records.into_iter().map(Record::Consumer).collect();
+                // The join's own answer waits behind this append's ticket.
+                if self.append(&records, ctx).is_none() {
+                    return Some(Err(CoordinatorError::Unavailable));
+                }
+                None
+            }
+            Err(_) => Some(Ok(JoinResponse {
+                error: Some(ResponseError::InconsistentGroupProtocol),
+                generation_id: -1,
+                protocol_type: None,
+                protocol_name: None,
+                leader: String::new(),
+                member_id: req.member_id.clone(),
+                members: Vec::new(),
+            })),
+        }
+    }
+}
+
+impl Handler<ConsumerHeartbeatRequest> for GroupCoordinator {
+    type Result = ResponseFuture<CoordReply<Result<HeartbeatAnswer, HeartbeatError>>>;
+    fn handle(&mut self, m: ConsumerHeartbeatRequest, ctx: &mut Context<Self>) -> Self::Result {
+        let topics = self.spec.topics.clone();
+        let s = match self.serving() {
+            Ok(s) => s,
+            Err(e) => return ready(Err(e)),
+        };
+        let gid = m.0.group_id.clone();
+        let mut records = Vec::new();
+        let classic_conflict = match s.groups.get(&gid) {
+            Some(g) if g.state() == GroupState::Empty || g.state() == GroupState::Dead => {
+                // Upgrade of an empty classic group: it goes, the consumer
+                // group takes the id (its offsets stay).
+                if !s.consumer.contains(&gid) && s.groups.delete(&gid).is_ok() {
+                    records.push(Record::GroupTombstone { group: gid.clone() });
+                }
+                false
+            }
+            Some(_) => true,
+            None => false,
+        };
+        let out = s.consumer.heartbeat(m.0, topics.source(), classic_conflict);
+        records.extend(out.persist.into_iter().map(Record::Consumer));
+        let result = out
+            .result
+            .unwrap_or(Err((ResponseError::UnknownServerError, None)));
+        let Some(ticket) = self.append(&records, ctx) else {
+            return ready(Err(CoordinatorError::Unavailable));
+        };
+        self.schedule(ctx);
+        let (tx, rx) = oneshot::channel();
+        self.after(ticket, Box::new(move |r| drop(tx.send(r.map(|_| result)))));
+        Box::pin(async move { rx.await.unwrap_or(Err(CoordinatorError::Unavailable)) })
+    }
+}
+
+impl Handler<DescribeConsumerGroups> for GroupCoordinator {
+    type Result = ResponseFuture<CoordReply<Vec<(String, ConsumerDescribed)>>>;
+    fn handle(&mut self, m: DescribeConsumerGroups, _: &mut Context<Self>) -> Self::Result {
+        let s = match self.serving() {
+            Ok(s) => s,
+            Err(e) => return ready(Err(e)),
+        };
+        let out = m
+            .0
+            .into_iter()
+            .map(|id| {
+                let d = match s.consumer.describe(&id) {
+                    Some(g) => ConsumerDescribed::Consumer(g),
+                    None if s.groups.get(&id).is_some() => ConsumerDescribed::Classic,
+                    None => ConsumerDescribed::Unknown,
+                };
+                (id, d)
+            })
+            .collect();
+        ready(Ok(out))
+    }
+}
+
+impl Handler<ListConsumerGroups> for GroupCoordinator {
+    type Result = ResponseFuture<CoordReply<Vec<(String, &'static str)>>>;
+    fn handle(&mut self, _: ListConsumerGroups, _: &mut Context<Self>) -> Self::Result {
+        let r = self.serving().map(|s| s.consumer.list());
+        ready(r)
+    }
+}
+
+impl Handler<ValidateConsumerFetch> for GroupCoordinator {
+    type Result = ResponseFuture<CoordReply<Result<(), ResponseError>>>;
+    fn handle(&mut self, m: ValidateConsumerFetch, _: &mut Context<Self>) -> Self::Result {
+        let r = self.serving().map(|s| {
+            s.consumer
+                .validate_fetch(&m.group_id, m.member_id.as_deref(), m.member_epoch)
+        });
+        ready(r)
+    }
+}
+
+crate::instrumented!(
+    GroupCoordinator: ConsumerHeartbeatRequest,
+    DescribeConsumerGroups,
+    ListConsumerGroups,
+    ValidateConsumerFetch
+);
