@@ -16,6 +16,8 @@ use kaas_actors::cluster::records::{
 };
 use kaas_actors::cluster::watcher::LeaderSink;
 use kaas_actors::group::classic::GroupConfig;
+use kaas_actors::group::consumer::{ConsumerConfig, TopicMeta, TopicSource};
+use kaas_actors::group::coordinator::consumer::Topics;
 use kaas_actors::group::coordinator::{CoordinatorHandle, CoordinatorSpec, GroupCoordinator};
 use kaas_actors::group::log::ShardLogConfig;
 use kaas_actors::group::shard::{ShardCount, ShardId};
@@ -345,6 +347,16 @@ impl Broker {
             },
             log: ShardLogConfig::default(),
             retention_ms: self.args.offsets_retention_minutes.saturating_mul(60_000),
+            consumer: ConsumerConfig {
+                session_timeout: Duration::from_millis(
+                    self.args.group_consumer_session_timeout_ms,
+                ),
+                heartbeat_interval: Duration::from_millis(
+                    self.args.group_consumer_heartbeat_interval_ms,
+                ),
+                max_size: self.args.group_consumer_max_size,
+            },
+            topics: Topics(Arc::new(BrokerTopics(self.topics.clone()))),
         };
         GroupCoordinator::start(
             spec,
@@ -537,5 +549,32 @@ impl LeaderSink for BrokerSink {
                 );
             }
         })
+    }
+}
+
+/// The broker's topics as a consumer-protocol coordinator reads them: the
+/// newest assignment's view, so a CreatePartitions or a new topic reaches
+/// the server-side assignors at the members' next heartbeats.
+struct BrokerTopics(TopicsView);
+
+impl TopicSource for BrokerTopics {
+    fn topic(&self, name: &str) -> Option<TopicMeta> {
+        self.0.read().ok()?.get(name).map(|t| TopicMeta {
+            id: t.topic_id,
+            partitions: t.partitions,
+        })
+    }
+
+    /// Kafka matches a subscription regex against the whole name (Java's
+    /// `Pattern.matches`), so the pattern is anchored at both ends.
+    fn matching(&self, regex: &str) -> Option<Vec<String>> {
+        let re = regex::Regex::new(&format!("^(?:{regex})$")).ok()?;
+        let topics = self.0.read().ok()?;
+        Some(topics.keys().filter(|n| re.is_match(n)).cloned().collect())
+    }
+
+    fn name_of(&self, id: &uuid::Uuid) -> Option<String> {
+        let topics = self.0.read().ok()?;
+        topics.values().find(|t| &t.topic_id == id).map(|t| t.name.clone())
     }
 }

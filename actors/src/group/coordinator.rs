@@ -33,7 +33,7 @@
 //!   classic one in the same actor and log; its handlers are in
 //!   `coordinator/consumer.rs`. A group id is one or the other.
 
-mod consumer;
+pub mod consumer;
 
 use super::classic::{ClassicGroups, GroupConfig, GroupState, Output, ReplyId, Response};
 use super::log::{ShardLog, ShardLogConfig, ShardLogError, Ticket};

@@ -12,7 +12,7 @@
 //! Grouping: topic administration lives in `admin/`; consumer-group APIs
 //! (FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
 //! OffsetCommit, OffsetFetch, OffsetDelete, ListGroups, DescribeGroups,
-//! DeleteGroups) in `group/`;
+//! DeleteGroups, ConsumerGroupHeartbeat, ConsumerGroupDescribe) in `group/`;
 //! transaction APIs (AddPartitionsToTxn, EndTxn, TxnOffsetCommit, ...) go in
 //! `txn/`.
 //!
@@ -131,6 +131,8 @@ routes! {
     ElectLeaders => admin::elect_leaders::handle,
     AlterPartitionReassignments => admin::reassignments::handle_alter,
     ListPartitionReassignments => admin::reassignments::handle_list,
+    ConsumerGroupHeartbeat => group::consumer_group_heartbeat::handle,
+    ConsumerGroupDescribe => group::consumer_group_describe::handle,
 }
 
 /// Whether `routed` has exactly the api keys of `advertised` (no more, no
