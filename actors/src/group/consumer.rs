@@ -326,6 +326,10 @@ struct Member {
 struct Group {
     rec: GroupRecord,
     members: BTreeMap<String, Member>,
+    /// The target read back is not one assignment (a torn, never
+    /// acknowledged batch can leave a group record without all of its
+    /// members' targets): recompute it at the next heartbeat.
+    dirty: bool,
 }
 
 impl Group {
@@ -494,7 +498,13 @@ impl ConsumerGroups {
                         )
                     })
                     .collect();
-                Some((id.clone(), Group { rec, members }))
+                let mut g = Group {
+                    rec,
+                    members,
+                    dirty: false,
+                };
+                g.dirty = !target_is_whole(&g);
+                Some((id.clone(), g))
             })
             .collect();
         Self {
@@ -637,6 +647,7 @@ impl ConsumerGroups {
         now_ms: i64,
         out: &mut Vec<ConsumerRecord>,
     ) {
+        g.dirty = false;
         g.rec.epoch = g.rec.epoch.saturating_add(1);
         g.rec.topics = subscribed_metadata(g, topics);
         g.rec.assignor = choose_assignor(g);
@@ -751,6 +762,7 @@ impl ConsumerGroups {
                 state_ms: now_ms,
             },
             members: BTreeMap::new(),
+            dirty: false,
         });
         let mut changed_group = false;
         let member_id = if req.member_id.is_empty() {
@@ -906,7 +918,7 @@ impl ConsumerGroups {
         }
         // A metadata change (new partitions, a topic created or deleted)
         // of the subscribed topics rebalances too.
-        if !changed_group && subscribed_metadata(g, topics) != g.rec.topics {
+        if !changed_group && (g.dirty || subscribed_metadata(g, topics) != g.rec.topics) {
             changed_group = true;
         }
         if changed_group {
@@ -1000,6 +1012,38 @@ impl ConsumerGroups {
     pub fn keeps_offsets(&self, group: &str) -> bool {
         self.has_members(group)
     }
+}
+
+/// Whether a group's targets read back form one assignment: assigned at
+/// the group's epoch, no partition in two targets, every partition of the
+/// subscribed topics in one.
+fn target_is_whole(g: &Group) -> bool {
+    if g.members.is_empty() {
+        return true;
+    }
+    if g.rec.assignment_epoch != g.rec.epoch {
+        return false;
+    }
+    let mut seen = BTreeSet::new();
+    for m in g.members.values() {
+        for (t, ps) in &m.rec.target {
+            for p in ps {
+                if !seen.insert((*t, *p)) {
+                    return false;
+                }
+            }
+        }
+    }
+    let subscribed: BTreeSet<&String> = g
+        .members
+        .values()
+        .flat_map(|m| m.rec.topics.iter())
+        .collect();
+    g.rec
+        .topics
+        .iter()
+        .filter(|(n, _)| subscribed.contains(n))
+        .all(|(_, t)| (0..t.partitions).all(|p| seen.contains(&(t.id, p))))
 }
 
 fn rebalance_timeout(m: &MemberRecord) -> Duration {
