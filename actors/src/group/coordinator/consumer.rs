@@ -175,3 +175,202 @@ crate::instrumented!(
     ListConsumerGroups,
     ValidateConsumerFetch
 );
+
+#[cfg(test)]
+mod tests {
+    use super::super::{CoordinatorSpec, GroupCoordinator};
+    use super::*;
+    use crate::group::classic::GroupConfig;
+    use crate::group::consumer::{ConsumerConfig, ConsumerHeartbeat};
+    use crate::group::log::ShardLogConfig;
+    use crate::group::shard::ShardId;
+    use crate::partition::claim::ClaimOwner;
+    use kaas_volume::fs::{RealFs, SharedFs};
+    use std::time::Duration;
+
+    struct OneTopic;
+    impl TopicSource for OneTopic {
+        fn topic(&self, name: &str) -> Option<TopicMeta> {
+            (name == "t").then_some(TopicMeta {
+                id: uuid::Uuid::from_bytes([7; 16]),
+                partitions: 4,
+            })
+        }
+        fn matching(&self, _: &str) -> Option<Vec<String>> {
+            Some(vec!["t".into()])
+        }
+        fn name_of(&self, _: &uuid::Uuid) -> Option<String> {
+            Some("t".into())
+        }
+    }
+
+    fn spec(dir: &std::path::Path, epoch: i32) -> CoordinatorSpec {
+        CoordinatorSpec {
+            shard: ShardId(5),
+            cluster_dir: dir.to_path_buf(),
+            epoch,
+            lease: None,
+            owner: Some(ClaimOwner {
+                broker_id: 0,
+                incarnation: 1,
+            }),
+            on_fenced: None,
+            groups: GroupConfig::default(),
+            log: ShardLogConfig::default(),
+            retention_ms: 7 * 24 * 3600 * 1000,
+            consumer: ConsumerConfig::default(),
+            topics: Topics(Arc::new(OneTopic)),
+        }
+    }
+
+    async fn beat(
+        h: &super::super::CoordinatorHandle,
+        req: ConsumerHeartbeat,
+    ) -> Result<HeartbeatAnswer, HeartbeatError> {
+        for _ in 0..500 {
+            match h.addr.send(ConsumerHeartbeatRequest(req.clone())).await.unwrap() {
+                Err(CoordinatorError::Loading) => {
+                    actix_rt::time::sleep(Duration::from_millis(10)).await
+                }
+                Ok(r) => return r,
+                Err(e) => panic!("{e}"),
+            }
+        }
+        panic!("never loaded");
+    }
+
+    fn join(member: &str) -> ConsumerHeartbeat {
+        ConsumerHeartbeat {
+            group_id: "g".into(),
+            member_id: member.into(),
+            member_epoch: 0,
+            rebalance_timeout_ms: 30_000,
+            topics: Some(vec!["t".into()]),
+            owned: Some(Default::default()),
+            ..Default::default()
+        }
+    }
+
+    /// Two members join through the actor; the coordinator stops and a
+    /// successor of the next epoch reads the group back from the shard log:
+    /// the members heartbeat it with their epochs and keep their
+    /// assignments (no rejoin), a classic join of the group is refused, and
+    /// a commit at a stale epoch is STALE_MEMBER_EPOCH.
+    #[actix_rt::test]
+    async fn a_takeover_keeps_consumer_members_and_their_epochs() {
+        let d = tempfile::tempdir().unwrap();
+        let fs: SharedFs = Arc::new(RealFs);
+        let arbiter = actix::Arbiter::new();
+        let h = GroupCoordinator::start(
+            spec(d.path(), 1),
+            fs.clone(),
+            crate::clock::real(),
+            &arbiter.handle(),
+        );
+        let a = beat(&h, join("a")).await.unwrap();
+        let b = beat(&h, join("b")).await.unwrap();
+        assert_eq!(b.member_epoch, 2);
+        // a revokes what b gets, then both are at epoch 2.
+        let a2 = beat(
+            &h,
+            ConsumerHeartbeat {
+                member_epoch: a.member_epoch,
+                topics: None,
+                owned: a.assignment.clone(),
+                rebalance_timeout_ms: -1,
+                ..join("a")
+            },
+        )
+        .await
+        .unwrap();
+        let a3 = beat(
+            &h,
+            ConsumerHeartbeat {
+                member_epoch: a2.member_epoch,
+                topics: None,
+                owned: a2.assignment.clone(),
+                rebalance_timeout_ms: -1,
+                ..join("a")
+            },
+        )
+        .await
+        .unwrap();
+        assert_eq!(a3.member_epoch, 2);
+        h.addr.send(crate::group::messages::StopCoordinator).await.unwrap();
+
+        let next = GroupCoordinator::start(
+            spec(d.path(), 2),
+            fs,
+            crate::clock::real(),
+            &arbiter.handle(),
+        );
+        let again = beat(
+            &next,
+            ConsumerHeartbeat {
+                member_epoch: 2,
+                topics: None,
+                owned: a3.assignment.clone(),
+                rebalance_timeout_ms: -1,
+                ..join("a")
+            },
+        )
+        .await
+        .unwrap();
+        assert_eq!(again.member_epoch, 2, "no rejoin after the takeover");
+        assert_eq!(again.assignment, a3.assignment);
+        let b2 = beat(
+            &next,
+            ConsumerHeartbeat {
+                member_epoch: 2,
+                topics: None,
+                owned: Some(Default::default()),
+                rebalance_timeout_ms: -1,
+                ..join("b")
+            },
+        )
+        .await
+        .unwrap();
+        let total: usize = [&again, &b2]
+            .iter()
+            .map(|x| x.assignment.as_ref().unwrap().values().map(|s| s.len()).sum::<usize>())
+            .sum();
+        assert_eq!(total, 4);
+        let stale = next
+            .addr
+            .send(crate::group::messages::CommitOffsets {
+                group_id: "g".into(),
+                member_id: "a".into(),
+                instance_id: None,
+                generation_id: 1,
+                retention_ms: None,
+                offsets: Vec::new(),
+            })
+            .await
+            .unwrap();
+        assert_eq!(stale, Ok(Err(ResponseError::StaleMemberEpoch)));
+        let classic = next
+            .addr
+            .send(crate::group::messages::JoinGroupRequest(JoinGroup {
+                group_id: "g".into(),
+                protocol_type: "consumer".into(),
+                protocols: vec![("range".into(), vec![1])],
+                session_timeout_ms: 10_000,
+                rebalance_timeout_ms: 10_000,
+                ..JoinGroup::default()
+            }))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            classic.error,
+            Some(ResponseError::InconsistentGroupProtocol)
+        );
+        let listed = next.addr.send(ListConsumerGroups).await.unwrap().unwrap();
+        assert_eq!(listed, vec![("g".to_string(), "Stable")]);
+        next.addr
+            .send(crate::group::messages::StopCoordinator)
+            .await
+            .unwrap();
+        arbiter.stop();
+    }
+}
