@@ -348,9 +348,7 @@ impl Broker {
             log: ShardLogConfig::default(),
             retention_ms: self.args.offsets_retention_minutes.saturating_mul(60_000),
             consumer: ConsumerConfig {
-                session_timeout: Duration::from_millis(
-                    self.args.group_consumer_session_timeout_ms,
-                ),
+                session_timeout: Duration::from_millis(self.args.group_consumer_session_timeout_ms),
                 heartbeat_interval: Duration::from_millis(
                     self.args.group_consumer_heartbeat_interval_ms,
                 ),
@@ -575,6 +573,9 @@ impl TopicSource for BrokerTopics {
 
     fn name_of(&self, id: &uuid::Uuid) -> Option<String> {
         let topics = self.0.read().ok()?;
-        topics.values().find(|t| &t.topic_id == id).map(|t| t.name.clone())
+        topics
+            .values()
+            .find(|t| &t.topic_id == id)
+            .map(|t| t.name.clone())
     }
 }

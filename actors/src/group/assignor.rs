@@ -252,7 +252,10 @@ mod tests {
         let first = uniform(&ms, &parts);
         check_exact(&first, &ms, &parts);
         let s = sizes(&first);
-        assert!(s.iter().max().unwrap() - s.iter().min().unwrap() <= 1, "{s:?}");
+        assert!(
+            s.iter().max().unwrap() - s.iter().min().unwrap() <= 1,
+            "{s:?}"
+        );
 
         // d joins: every partition it gets came from someone; nobody else
         // loses more than it has to.
@@ -263,7 +266,10 @@ mod tests {
         let second = uniform(&ms2, &parts);
         check_exact(&second, &ms2, &parts);
         let s = sizes(&second);
-        assert!(s.iter().max().unwrap() - s.iter().min().unwrap() <= 1, "{s:?}");
+        assert!(
+            s.iter().max().unwrap() - s.iter().min().unwrap() <= 1,
+            "{s:?}"
+        );
         for id in ["a", "b", "c"] {
             for (topic, ps) in &second[id] {
                 assert!(

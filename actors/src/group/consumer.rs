@@ -170,8 +170,8 @@ pub enum ConsumerRecord {
     Member {
         /// Group id.
         group: String,
-        /// The member.
-        member: MemberRecord,
+        /// The member (boxed: a record is mostly a small one).
+        member: Box<MemberRecord>,
     },
     /// A member gone.
     MemberTombstone {
@@ -210,7 +210,7 @@ pub fn apply(state: &mut StoredGroups, r: &ConsumerRecord) {
                 .entry(group.clone())
                 .or_default()
                 .members
-                .insert(member.member_id.clone(), member.clone());
+                .insert(member.member_id.clone(), (**member).clone());
         }
         ConsumerRecord::MemberTombstone { group, member_id } => {
             if let Some(g) = state.get_mut(group) {
@@ -227,10 +227,11 @@ pub fn apply(state: &mut StoredGroups, r: &ConsumerRecord) {
 pub fn records(state: &StoredGroups) -> impl Iterator<Item = ConsumerRecord> + '_ {
     state.iter().flat_map(|(id, g)| {
         let head = g.group.clone().map(ConsumerRecord::Group);
-        head.into_iter().chain(g.members.values().map(move |m| ConsumerRecord::Member {
-            group: id.clone(),
-            member: m.clone(),
-        }))
+        head.into_iter()
+            .chain(g.members.values().map(move |m| ConsumerRecord::Member {
+                group: id.clone(),
+                member: Box::new(m.clone()),
+            }))
     })
 }
 
@@ -338,9 +339,11 @@ impl Group {
             "Empty"
         } else if self.rec.assignment_epoch != self.rec.epoch {
             "Assigning"
-        } else if self.members.values().any(|m| {
-            m.rec.state != MemberState::Stable || m.rec.epoch != self.rec.assignment_epoch
-        }) {
+        } else if self
+            .members
+            .values()
+            .any(|m| m.rec.state != MemberState::Stable || m.rec.epoch != self.rec.assignment_epoch)
+        {
             "Reconciling"
         } else {
             "Stable"
@@ -365,7 +368,7 @@ impl Group {
     fn member_record(&self, id: &str) -> Option<ConsumerRecord> {
         self.members.get(id).map(|m| ConsumerRecord::Member {
             group: self.rec.group.clone(),
-            member: m.rec.clone(),
+            member: Box::new(m.rec.clone()),
         })
     }
 }
@@ -507,11 +510,7 @@ impl ConsumerGroups {
                 Some((id.clone(), g))
             })
             .collect();
-        Self {
-            cfg,
-            clock,
-            groups,
-        }
+        Self { cfg, clock, groups }
     }
 
     /// The settings.
@@ -526,7 +525,9 @@ impl ConsumerGroups {
 
     /// Whether `group` is a consumer group with members.
     pub fn has_members(&self, group: &str) -> bool {
-        self.groups.get(group).is_some_and(|g| !g.members.is_empty())
+        self.groups
+            .get(group)
+            .is_some_and(|g| !g.members.is_empty())
     }
 
     /// (group id, Kafka state name) of every group.
@@ -678,7 +679,7 @@ impl ConsumerGroups {
                     m.rec.target = target;
                     out.push(ConsumerRecord::Member {
                         group: g.rec.group.clone(),
-                        member: m.rec.clone(),
+                        member: Box::new(m.rec.clone()),
                     });
                 }
             }
@@ -776,7 +777,9 @@ impl ConsumerGroups {
             let holder = req.instance_id.as_ref().and_then(|iid| {
                 g.members
                     .values()
-                    .find(|m| m.rec.instance_id.as_ref() == Some(iid) && m.rec.member_id != member_id)
+                    .find(|m| {
+                        m.rec.instance_id.as_ref() == Some(iid) && m.rec.member_id != member_id
+                    })
                     .map(|m| (m.rec.member_id.clone(), m.rec.epoch))
             });
             match holder {
@@ -907,8 +910,7 @@ impl ConsumerGroups {
             m.rec.rack_id = req.rack_id.clone();
             member_changed = true;
         }
-        if req.rebalance_timeout_ms >= 0 && req.rebalance_timeout_ms != m.rec.rebalance_timeout_ms
-        {
+        if req.rebalance_timeout_ms >= 0 && req.rebalance_timeout_ms != m.rec.rebalance_timeout_ms {
             m.rec.rebalance_timeout_ms = req.rebalance_timeout_ms;
             member_changed = true;
         }
@@ -1071,7 +1073,9 @@ fn validate(req: &ConsumerHeartbeat) -> Result<(), HeartbeatError> {
                 return invalid("TopicPartitions must be empty when (re-)joining.");
             }
             if req.topics.is_none() && req.regex.is_none() {
-                return invalid("SubscribedTopicNames or SubscribedTopicRegex must be set in first request.");
+                return invalid(
+                    "SubscribedTopicNames or SubscribedTopicRegex must be set in first request.",
+                );
             }
         }
         -1 | -2 => {
@@ -1093,7 +1097,9 @@ fn validate(req: &ConsumerHeartbeat) -> Result<(), HeartbeatError> {
         if !assignor::ASSIGNORS.contains(&a.as_str()) {
             return Err((
                 ResponseError::UnsupportedAssignor,
-                Some(format!("ServerAssignor {a} is not supported. Supported assignors: uniform, range.")),
+                Some(format!(
+                    "ServerAssignor {a} is not supported. Supported assignors: uniform, range."
+                )),
             ));
         }
     }

@@ -401,8 +401,7 @@ impl GroupCoordinator {
                 if let Phase::Serving(s) = &mut act.phase {
                     let out = s.groups.tick();
                     let expired = s.consumer.tick(topics.source());
-                    let records: Vec<Record> =
-                        expired.into_iter().map(Record::Consumer).collect();
+                    let records: Vec<Record> = expired.into_iter().map(Record::Consumer).collect();
                     act.append(&records, ctx);
                     act.process(out, ctx);
                 }

@@ -417,7 +417,8 @@ pub fn encode(r: &Record, out: &mut Vec<u8>) -> Result<(), EncodeError> {
         }
         Record::Consumer(c) => {
             w.u8(T_CONSUMER);
-            let json = serde_json::to_vec(c).map_err(|_| EncodeError::TooLong("consumer record"))?;
+            let json =
+                serde_json::to_vec(c).map_err(|_| EncodeError::TooLong("consumer record"))?;
             w.0.extend_from_slice(&json);
         }
     }

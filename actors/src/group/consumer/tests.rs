@@ -191,7 +191,7 @@ fn three_members_converge_to_a_balanced_exclusive_assignment() {
     assert_eq!(g.state, "Stable");
     assert_eq!(g.epoch, 3, "one bump per join");
     assert_eq!(g.assignment_epoch, 3);
-    for (_, (epoch, owned)) in &members {
+    for (epoch, owned) in members.values() {
         assert_eq!(*epoch, 3);
         assert_eq!(count(owned), 2);
     }
@@ -247,7 +247,11 @@ fn random_histories_never_assign_a_partition_twice() {
                     clients.insert(id, (a.member_epoch, a.assignment.unwrap()));
                 }
                 1 if !clients.is_empty() => {
-                    let id = clients.keys().nth(rng.gen_range(0..clients.len())).unwrap().clone();
+                    let id = clients
+                        .keys()
+                        .nth(rng.gen_range(0..clients.len()))
+                        .unwrap()
+                        .clone();
                     clients.remove(&id);
                     let _ = f.hb(ConsumerHeartbeat {
                         group_id: "g".into(),
@@ -258,12 +262,15 @@ fn random_histories_never_assign_a_partition_twice() {
                 }
                 2 => {
                     let n = rng.gen_range(7..12);
-                    f.topics.set_partitions("t", n.max(
-                        f.topics.topic("t").unwrap().partitions,
-                    ));
+                    f.topics
+                        .set_partitions("t", n.max(f.topics.topic("t").unwrap().partitions));
                 }
                 _ if !clients.is_empty() => {
-                    let id = clients.keys().nth(rng.gen_range(0..clients.len())).unwrap().clone();
+                    let id = clients
+                        .keys()
+                        .nth(rng.gen_range(0..clients.len()))
+                        .unwrap()
+                        .clone();
                     let (epoch, owned) = clients[&id].clone();
                     // Sometimes the client has not finished revoking: it
                     // reports what it owned before.
@@ -312,9 +319,12 @@ fn random_histories_never_assign_a_partition_twice() {
             let g = f.group();
             assert_eq!(g.state, "Stable", "seed {seed}");
             let total: usize = clients.values().map(|c| count(&c.1)).sum();
-            let subscribed_u = g.members.iter().any(|m| m.topics.contains(&"u".to_string()));
-            let want = f.topics.topic("t").unwrap().partitions as usize
-                + if subscribed_u { 3 } else { 0 };
+            let subscribed_u = g
+                .members
+                .iter()
+                .any(|m| m.topics.contains(&"u".to_string()));
+            let want =
+                f.topics.topic("t").unwrap().partitions as usize + if subscribed_u { 3 } else { 0 };
             assert_eq!(total, want, "seed {seed}");
         }
     }
@@ -421,10 +431,9 @@ fn a_silent_member_is_expired_and_its_partitions_move() {
     let a2 = f.beat("a", ea, &oa);
     assert_eq!(a2.member_epoch, epoch);
     assert_eq!(count(a2.assignment.as_ref().unwrap()), 4);
-    assert!(f
-        .log
-        .iter()
-        .any(|r| matches!(r, ConsumerRecord::MemberTombstone { member_id, .. } if member_id == "b")));
+    assert!(f.log.iter().any(
+        |r| matches!(r, ConsumerRecord::MemberTombstone { member_id, .. } if member_id == "b")
+    ));
 }
 
 #[test]
@@ -527,7 +536,10 @@ fn bad_requests_and_bounds() {
     let out = f
         .groups
         .heartbeat(join_req("a", &["t"]), f.topics.as_ref(), true);
-    assert_eq!(out.result.unwrap().unwrap_err().0, ResponseError::GroupIdNotFound);
+    assert_eq!(
+        out.result.unwrap().unwrap_err().0,
+        ResponseError::GroupIdNotFound
+    );
 
     let clock = FakeClock::new();
     let cfg = ConsumerConfig {
@@ -560,7 +572,11 @@ fn new_partitions_and_regex_subscriptions_rebalance() {
     let e = f.group().epoch;
     f.topics.set_partitions("t", 5);
     let a2 = f.beat("a", a.member_epoch, a.assignment.as_ref().unwrap());
-    assert_eq!(f.group().epoch, e + 1, "CreatePartitions bumps the group epoch");
+    assert_eq!(
+        f.group().epoch,
+        e + 1,
+        "CreatePartitions bumps the group epoch"
+    );
     assert_eq!(count(a2.assignment.as_ref().unwrap()), 5);
     assert_eq!(a2.member_epoch, e + 1);
 }
@@ -700,8 +716,14 @@ fn crash_at_every_step_keeps_acknowledged_consumer_records() {
         let mut acked = 0;
         let _ = run(Arc::new(fs.clone()), d.path(), &mut acked);
         fs.power_loss();
-        let log = ShardLog::open(Arc::new(FaultFs::new()), d.path(), shard, 2, Default::default())
-            .unwrap_or_else(|e| panic!("crash at {n}: reopen failed: {e}"));
+        let log = ShardLog::open(
+            Arc::new(FaultFs::new()),
+            d.path(),
+            shard,
+            2,
+            Default::default(),
+        )
+        .unwrap_or_else(|e| panic!("crash at {n}: reopen failed: {e}"));
         let got = &log.state().consumer;
         let k = (acked..=batches.len()).find(|&k| &fold(k) == got);
         assert!(

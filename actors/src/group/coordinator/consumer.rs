@@ -134,18 +134,17 @@ impl Handler<DescribeConsumerGroups> for GroupCoordinator {
             Ok(s) => s,
             Err(e) => return ready(Err(e)),
         };
-        let out = m
-            .0
-            .into_iter()
-            .map(|id| {
-                let d = match s.consumer.describe(&id) {
-                    Some(g) => ConsumerDescribed::Consumer(g),
-                    None if s.groups.get(&id).is_some() => ConsumerDescribed::Classic,
-                    None => ConsumerDescribed::Unknown,
-                };
-                (id, d)
-            })
-            .collect();
+        let out =
+            m.0.into_iter()
+                .map(|id| {
+                    let d = match s.consumer.describe(&id) {
+                        Some(g) => ConsumerDescribed::Consumer(g),
+                        None if s.groups.get(&id).is_some() => ConsumerDescribed::Classic,
+                        None => ConsumerDescribed::Unknown,
+                    };
+                    (id, d)
+                })
+                .collect();
         ready(Ok(out))
     }
 }
@@ -228,7 +227,12 @@ mod tests {
         req: ConsumerHeartbeat,
     ) -> Result<HeartbeatAnswer, HeartbeatError> {
         for _ in 0..500 {
-            match h.addr.send(ConsumerHeartbeatRequest(req.clone())).await.unwrap() {
+            match h
+                .addr
+                .send(ConsumerHeartbeatRequest(req.clone()))
+                .await
+                .unwrap()
+            {
                 Err(CoordinatorError::Loading) => {
                     actix_rt::time::sleep(Duration::from_millis(10)).await
                 }
@@ -296,7 +300,10 @@ mod tests {
         .await
         .unwrap();
         assert_eq!(a3.member_epoch, 2);
-        h.addr.send(crate::group::messages::StopCoordinator).await.unwrap();
+        h.addr
+            .send(crate::group::messages::StopCoordinator)
+            .await
+            .unwrap();
 
         let next = GroupCoordinator::start(
             spec(d.path(), 2),
@@ -332,7 +339,14 @@ mod tests {
         .unwrap();
         let total: usize = [&again, &b2]
             .iter()
-            .map(|x| x.assignment.as_ref().unwrap().values().map(|s| s.len()).sum::<usize>())
+            .map(|x| {
+                x.assignment
+                    .as_ref()
+                    .unwrap()
+                    .values()
+                    .map(|s| s.len())
+                    .sum::<usize>()
+            })
             .sum();
         assert_eq!(total, 4);
         let stale = next

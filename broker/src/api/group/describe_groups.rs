@@ -32,9 +32,7 @@ pub async fn handle(
                 g.authorized_operations = i32::MIN;
                 // A KIP-848 group: its state and members (no protocol bytes:
                 // the assignment is the coordinator's, by topic id).
-                if let Ok(mut found) =
-                    ask(&b, &name, DescribeConsumer(vec![name.clone()])).await
-                {
+                if let Ok(mut found) = ask(&b, &name, DescribeConsumer(vec![name.clone()])).await {
                     if let Some((_, ConsumerDescribed::Consumer(d))) = found.pop() {
                         g.group_state = s(d.state);
                         g.protocol_type = s("consumer");

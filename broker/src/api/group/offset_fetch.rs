@@ -4,12 +4,12 @@
 //! v9 carries a KIP-848 member id and epoch: a consumer-protocol group
 //! answers UNKNOWN_MEMBER_ID / STALE_MEMBER_EPOCH for a stale one.
 
+use super::super::error::ApiError;
 use super::super::error::NONE;
 use super::super::{s, Reply};
 use super::ask;
 use crate::state::Broker;
 use futures::FutureExt;
-use super::super::error::ApiError;
 use kaas_actors::group::messages::{FetchOffsets, FetchedOffset, ValidateConsumerFetch};
 use kaas_protocol::kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
