@@ -1009,6 +1009,16 @@ impl ConsumerGroups {
             .unwrap_or_default()
     }
 
+    /// The groups with no members whose last change is at or before
+    /// `before_ms` (offset retention counts from then).
+    pub fn empty_since(&self, before_ms: i64) -> Vec<String> {
+        self.groups
+            .iter()
+            .filter(|(_, g)| g.members.is_empty() && g.rec.state_ms <= before_ms)
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
     /// Whether an offset of `group` is kept from expiry (a group with
     /// members keeps all its offsets, as Kafka's Stable groups do).
     pub fn keeps_offsets(&self, group: &str) -> bool {
@@ -1140,11 +1150,16 @@ fn member_topics(
 /// The metadata of every topic the group subscribes to.
 fn subscribed_metadata(g: &Group, topics: &dyn TopicSource) -> BTreeMap<String, TopicMeta> {
     let mut names: BTreeSet<String> = BTreeSet::new();
+    let mut regexes: BTreeSet<&str> = BTreeSet::new();
     for m in g.members.values() {
         names.extend(m.rec.topics.iter().cloned());
         if let Some(r) = &m.rec.regex {
-            names.extend(topics.matching(r).unwrap_or_default());
+            regexes.insert(r);
         }
+    }
+    // Each distinct regex once (members of a group usually share one).
+    for r in regexes {
+        names.extend(topics.matching(r).unwrap_or_default());
     }
     names
         .into_iter()

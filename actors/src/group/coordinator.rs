@@ -477,6 +477,12 @@ impl GroupCoordinator {
                 let _ = s.groups.delete(group);
             }
         }
+        records.extend(consumer::expire_empty(
+            s,
+            &records,
+            now_ms,
+            self.spec.retention_ms,
+        ));
         if !records.is_empty() {
             tracing::info!(
                 shard = self.spec.shard.0,

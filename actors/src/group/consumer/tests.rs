@@ -3,7 +3,7 @@
 //! members, and the records rebuilding the same groups after a takeover.
 
 use super::*;
-use crate::clock::FakeClock;
+use crate::clock::{Clock, FakeClock};
 use std::sync::{Arc, Mutex};
 
 struct FakeTopics(Mutex<BTreeMap<String, TopicMeta>>);
@@ -736,4 +736,22 @@ fn crash_at_every_step_keeps_acknowledged_consumer_records() {
             assert_eq!(g.describe("g").unwrap().members.len(), sg.members.len());
         }
     }
+}
+
+#[test]
+fn empty_groups_are_candidates_for_expiry_after_the_retention() {
+    let mut f = Fixture::new(2);
+    f.join("a");
+    let t0 = f.clock.now_ms();
+    assert!(f.groups.empty_since(t0).is_empty(), "a group with members");
+    let _ = f.hb(ConsumerHeartbeat {
+        group_id: "g".into(),
+        member_id: "a".into(),
+        member_epoch: -1,
+        ..Default::default()
+    });
+    let emptied = f.clock.now_ms();
+    assert!(f.groups.empty_since(emptied - 1).is_empty(), "not yet");
+    f.clock.advance(Duration::from_secs(60));
+    assert_eq!(f.groups.empty_since(f.clock.now_ms() - 60_000), vec!["g"]);
 }

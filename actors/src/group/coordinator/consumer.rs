@@ -90,6 +90,43 @@ impl GroupCoordinator {
     }
 }
 
+/// Empty consumer-protocol groups that have been empty for the retention
+/// and keep no offsets (after `expiring`) are removed, as Kafka deletes an
+/// empty group once its offsets are gone: the shard's live state stays
+/// bounded by live groups.
+pub(super) fn expire_empty(
+    s: &mut super::Serving,
+    expiring: &[Record],
+    now_ms: i64,
+    retention_ms: i64,
+) -> Vec<Record> {
+    let gone: std::collections::BTreeSet<(&str, &str, i32)> = expiring
+        .iter()
+        .filter_map(|r| match r {
+            Record::OffsetTombstone {
+                group,
+                topic,
+                partition,
+            } => Some((group.as_str(), topic.as_str(), *partition)),
+            _ => None,
+        })
+        .collect();
+    let state = s.log.state();
+    let candidates = s.consumer.empty_since(now_ms.saturating_sub(retention_ms));
+    let mut out = Vec::new();
+    for g in candidates {
+        let keeps = state
+            .group_offsets(&g)
+            .any(|(k, _)| !gone.contains(&(k.group.as_str(), k.topic.as_str(), k.partition)));
+        if !keeps {
+            if let Ok(recs) = s.consumer.delete(&g) {
+                out.extend(recs.into_iter().map(Record::Consumer));
+            }
+        }
+    }
+    out
+}
+
 impl Handler<ConsumerHeartbeatRequest> for GroupCoordinator {
     type Result = ResponseFuture<CoordReply<Result<HeartbeatAnswer, HeartbeatError>>>;
     fn handle(&mut self, m: ConsumerHeartbeatRequest, ctx: &mut Context<Self>) -> Self::Result {
