@@ -566,11 +566,10 @@ impl ConsumerGroups {
         }])
     }
 
-    /// Kafka's `ConsumerGroup.validateOffsetCommit` (and fetch): a commit
-    /// with epoch < 0 and no member is an admin commit, taken only while the
-    /// group is empty; otherwise the member must exist
-    /// (UNKNOWN_MEMBER_ID), and its epoch must be current: above is
-    /// FENCED_MEMBER_EPOCH, below STALE_MEMBER_EPOCH.
+    /// Kafka's `ConsumerGroup.validateOffsetCommit`: a commit with epoch < 0
+    /// is an admin commit, taken only while the group is empty; otherwise
+    /// the member must exist (UNKNOWN_MEMBER_ID) and its epoch be the
+    /// current one (STALE_MEMBER_EPOCH, either way, as Kafka answers).
     pub fn validate_commit(
         &self,
         group: &str,
@@ -580,22 +579,17 @@ impl ConsumerGroups {
         let Some(g) = self.groups.get(group) else {
             return Ok(());
         };
-        if epoch < 0 && member_id.is_empty() {
-            return if g.members.is_empty() {
-                Ok(())
-            } else {
-                Err(ResponseError::UnknownMemberId)
-            };
+        if epoch < 0 && g.members.is_empty() {
+            return Ok(());
         }
         let m = g
             .members
             .get(member_id)
             .ok_or(ResponseError::UnknownMemberId)?;
-        match epoch.cmp(&m.rec.epoch) {
-            std::cmp::Ordering::Greater => Err(ResponseError::FencedMemberEpoch),
-            std::cmp::Ordering::Less => Err(ResponseError::StaleMemberEpoch),
-            std::cmp::Ordering::Equal => Ok(()),
+        if epoch != m.rec.epoch {
+            return Err(ResponseError::StaleMemberEpoch);
         }
+        Ok(())
     }
 
     /// The earliest deadline a [`ConsumerGroups::tick`] acts on.

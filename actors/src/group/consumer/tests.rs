@@ -391,7 +391,7 @@ fn epochs_are_fenced_and_a_lost_response_is_tolerated() {
     );
     assert_eq!(
         f.groups.validate_commit("g", "a", 3),
-        Err(ResponseError::FencedMemberEpoch)
+        Err(ResponseError::StaleMemberEpoch)
     );
     assert_eq!(
         f.groups.validate_commit("g", "x", 2),
