@@ -277,6 +277,39 @@ def test_coordinator_kill9_in_a_cluster_keeps_the_group_and_every_commit(broker_
     assert sum(tp.offset for tp in got) == n2
 
 
+def test_static_member_restart_keeps_its_partitions_without_a_rebalance(broker, topic_name):
+    """`group.instance.id`: a member that closes (a temporary leave, epoch
+    -2) and comes back within the session timeout under a new member id
+    gets the same partitions, and the other member's never move."""
+    create_topic(broker.bootstrap, topic_name, PARTITIONS)
+    group = f"kip848s-{uuid.uuid4().hex[:8]}"
+
+    def static(iid: str) -> Consumer:
+        return Consumer(client_conf(broker.bootstrap, **{
+            "group.id": group, "group.protocol": "consumer",
+            "group.instance.id": iid, "enable.auto.commit": False,
+            "auto.offset.reset": "earliest", "fetch.wait.max.ms": 100}))
+    cs = {0: static("s0"), 1: static("s1")}
+    for c in cs.values():
+        c.subscribe([topic_name])
+    seen: dict[int, list[int]] = {}
+    poll_into(cs, seen, owns_all(cs, 3), 60, "a balanced static group")
+    mine = sorted(tp.partition for tp in cs[1].assignment())
+    other = sorted(tp.partition for tp in cs[0].assignment())
+    cs.pop(1).close()
+    cs[1] = static("s1")
+    cs[1].subscribe([topic_name])
+    poll_into(cs, seen, owns_all(cs, 3), 60, "the static member back")
+    assert sorted(tp.partition for tp in cs[1].assignment()) == mine
+    assert sorted(tp.partition for tp in cs[0].assignment()) == other
+    admin = AdminClient(client_conf(broker.bootstrap))
+    desc = admin.describe_consumer_groups([group])[group].result(timeout=15)
+    assert sorted(m.group_instance_id for m in desc.members) == ["s0", "s1"]
+    for c in cs.values():
+        c.close()
+    broker.assert_no_panic()
+
+
 # ---------------------------------------------------------------- raw wire
 
 CGH, JOIN_GROUP = 68, 11

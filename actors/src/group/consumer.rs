@@ -846,7 +846,9 @@ impl ConsumerGroups {
                 out.result = err(ResponseError::UnknownMemberId, "unknown member");
                 return out;
             };
-            if m.rec.instance_id.is_some() && m.rec.instance_id != req.instance_id {
+            // A heartbeat need not repeat its instance id (Kafka looks the
+            // member up by id then); one that names another is fenced.
+            if req.instance_id.is_some() && m.rec.instance_id != req.instance_id {
                 out.result = err(ResponseError::FencedInstanceId, "instance id mismatch");
                 return out;
             }
