@@ -45,6 +45,24 @@ pub struct BrokerArgs {
     /// offsets.retention.minutes.
     #[arg(long, env = "KAAS_OFFSETS_RETENTION_MINUTES", default_value_t = 10080)]
     pub offsets_retention_minutes: i64,
+    /// group.consumer.session.timeout.ms (KIP-848 consumer protocol).
+    #[arg(
+        long,
+        env = "KAAS_GROUP_CONSUMER_SESSION_TIMEOUT_MS",
+        default_value_t = 45_000
+    )]
+    pub group_consumer_session_timeout_ms: u64,
+    /// group.consumer.heartbeat.interval.ms (KIP-848 consumer protocol).
+    #[arg(
+        long,
+        env = "KAAS_GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS",
+        default_value_t = 5_000
+    )]
+    pub group_consumer_heartbeat_interval_ms: u64,
+    /// group.consumer.max.size: members of one consumer-protocol group
+    /// (GROUP_MAX_SIZE_REACHED beyond).
+    #[arg(long, env = "KAAS_GROUP_CONSUMER_MAX_SIZE", default_value_t = 1000)]
+    pub group_consumer_max_size: usize,
     /// Partitions of auto-created topics (num.partitions).
     #[arg(long, env = "KAAS_DEFAULT_PARTITIONS", default_value_t = 1)]
     pub default_partitions: i32,

@@ -16,6 +16,8 @@ use kaas_actors::cluster::records::{
 };
 use kaas_actors::cluster::watcher::LeaderSink;
 use kaas_actors::group::classic::GroupConfig;
+use kaas_actors::group::consumer::{ConsumerConfig, TopicMeta, TopicSource};
+use kaas_actors::group::coordinator::consumer::Topics;
 use kaas_actors::group::coordinator::{CoordinatorHandle, CoordinatorSpec, GroupCoordinator};
 use kaas_actors::group::log::ShardLogConfig;
 use kaas_actors::group::shard::{ShardCount, ShardId};
@@ -345,6 +347,17 @@ impl Broker {
             },
             log: ShardLogConfig::default(),
             retention_ms: self.args.offsets_retention_minutes.saturating_mul(60_000),
+            consumer: ConsumerConfig {
+                session_timeout: Duration::from_millis(self.args.group_consumer_session_timeout_ms),
+                heartbeat_interval: Duration::from_millis(
+                    self.args.group_consumer_heartbeat_interval_ms,
+                ),
+                max_size: self.args.group_consumer_max_size,
+            },
+            topics: Topics(Arc::new(BrokerTopics {
+                topics: self.topics.clone(),
+                regexes: Default::default(),
+            })),
         };
         GroupCoordinator::start(
             spec,
@@ -537,5 +550,99 @@ impl LeaderSink for BrokerSink {
                 );
             }
         })
+    }
+}
+
+/// The broker's topics as a consumer-protocol coordinator reads them: the
+/// newest assignment's view, so a CreatePartitions or a new topic reaches
+/// the server-side assignors at the members' next heartbeats.
+struct BrokerTopics {
+    topics: TopicsView,
+    /// Compiled subscription regexes (`None`: invalid), so a heartbeat does
+    /// not compile one; cleared when it grows past a bound.
+    regexes: std::sync::Mutex<HashMap<String, Option<regex::Regex>>>,
+}
+
+/// Distinct subscription regexes kept compiled.
+const REGEX_CACHE: usize = 1024;
+
+impl TopicSource for BrokerTopics {
+    fn topic(&self, name: &str) -> Option<TopicMeta> {
+        self.topics.read().ok()?.get(name).map(|t| TopicMeta {
+            id: t.topic_id,
+            partitions: t.partitions,
+        })
+    }
+
+    /// Kafka matches a subscription regex against the whole name (Java's
+    /// `Pattern.matches`), so the pattern is anchored at both ends.
+    fn matching(&self, regex: &str) -> Option<Vec<String>> {
+        let re = {
+            let mut cache = self.regexes.lock().ok()?;
+            if cache.len() >= REGEX_CACHE {
+                cache.clear();
+            }
+            cache
+                .entry(regex.to_owned())
+                .or_insert_with(|| regex::Regex::new(&format!("^(?:{regex})$")).ok())
+                .clone()?
+        };
+        let topics = self.topics.read().ok()?;
+        Some(topics.keys().filter(|n| re.is_match(n)).cloned().collect())
+    }
+
+    fn name_of(&self, id: &uuid::Uuid) -> Option<String> {
+        let topics = self.topics.read().ok()?;
+        topics
+            .values()
+            .find(|t| &t.topic_id == id)
+            .map(|t| t.name.clone())
+    }
+}
+
+#[cfg(test)]
+mod broker_topics_tests {
+    use super::*;
+
+    fn stamp(name: &str, n: i32) -> (String, TopicStamp) {
+        (
+            name.to_owned(),
+            TopicStamp {
+                topic_id: uuid::Uuid::new_v4(),
+                name: name.to_owned(),
+                partitions: n,
+                configs: Default::default(),
+            },
+        )
+    }
+
+    #[test]
+    fn subscription_regexes_match_whole_names_and_bad_ones_match_nothing() {
+        let view: TopicsView = Arc::new(RwLock::new(
+            [
+                stamp("orders", 3),
+                stamp("orders-eu", 2),
+                stamp("my-orders", 1),
+            ]
+            .into_iter()
+            .collect(),
+        ));
+        let t = BrokerTopics {
+            topics: view,
+            regexes: Default::default(),
+        };
+        let mut m = t.matching("orders.*").unwrap();
+        m.sort();
+        assert_eq!(m, vec!["orders", "orders-eu"], "anchored at the start");
+        assert_eq!(t.matching("^orders$").unwrap(), vec!["orders"]);
+        assert_eq!(
+            t.matching("order").unwrap(),
+            Vec::<String>::new(),
+            "whole name"
+        );
+        assert_eq!(t.matching("(").map(|_| ()), None, "invalid");
+        let o = t.topic("orders").unwrap();
+        assert_eq!(o.partitions, 3);
+        assert_eq!(t.name_of(&o.id).as_deref(), Some("orders"));
     }
 }

@@ -390,10 +390,10 @@ mod tests {
             matches!(err, RequestError::UnsupportedVersion { .. }),
             "{err:?}"
         );
-        // ConsumerGroupHeartbeat (KIP-848) is a known api we do not serve.
+        // ShareGroupHeartbeat (KIP-932) is a known api we do not serve.
         let mut buf = BytesMut::new();
-        buf.put_i16(ApiKey::ConsumerGroupHeartbeat as i16);
-        buf.put_i16(0);
+        buf.put_i16(ApiKey::ShareGroupHeartbeat as i16);
+        buf.put_i16(1);
         buf.put_i32(9);
         let err = parse_request(buf.freeze()).unwrap_err();
         assert!(

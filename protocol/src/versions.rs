@@ -22,17 +22,21 @@ use kafka_protocol::messages::{ApiKey, ApiVersionsResponse};
 /// * ListOffsets v10 only adds a request-level `timeout_ms` (KIP-1075), which
 ///   a broker without tiered storage may ignore.
 /// * Metadata v13 adds a top-level error code (KIP-1102); we stop at 12.
-/// * Group APIs are the classic protocol: OffsetCommit v9+ / OffsetFetch
-///   v9+ carry KIP-848 member epochs, FindCoordinator v5+ a transaction
+/// * Group APIs: OffsetCommit v9 / OffsetFetch v9 carry KIP-848 member
+///   epochs (checked for consumer-protocol groups; librdkafka 2.16 sends v9
+///   with `group.protocol=consumer`), FindCoordinator v5+ a transaction
 ///   error (KIP-890) and v6 share groups, DescribeGroups v6 an error message
 ///   (KIP-1043): we stop below each. OffsetFetch v8 is the batched form.
+/// * ConsumerGroupHeartbeat v1 (KIP-1082: client-issued member ids, regex
+///   subscriptions) is the only version librdkafka 2.16 sends;
+///   ConsumerGroupDescribe v1 adds the member type.
 pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Produce, 3, 13),
     (ApiKey::Fetch, 4, 18),
     (ApiKey::ListOffsets, 1, 10),
     (ApiKey::Metadata, 0, 12),
-    (ApiKey::OffsetCommit, 2, 8),
-    (ApiKey::OffsetFetch, 1, 8),
+    (ApiKey::OffsetCommit, 2, 9),
+    (ApiKey::OffsetFetch, 1, 9),
     (ApiKey::FindCoordinator, 0, 4),
     (ApiKey::JoinGroup, 0, 9),
     (ApiKey::Heartbeat, 0, 4),
@@ -61,6 +65,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ListPartitionReassignments, 0, 0),
     (ApiKey::WriteTxnMarkers, 1, 1),
     (ApiKey::DescribeProducers, 0, 0),
+    (ApiKey::ConsumerGroupHeartbeat, 0, 1),
+    (ApiKey::ConsumerGroupDescribe, 0, 1),
 ];
 
 /// The lowest Produce version that may carry zstd batches: Produce v7 came
@@ -142,7 +148,7 @@ mod tests {
             );
             assert_eq!(supported_range(k as i16), Some((min, max)));
         }
-        assert_eq!(supported_range(ApiKey::ConsumerGroupHeartbeat as i16), None);
+        assert_eq!(supported_range(ApiKey::ShareGroupHeartbeat as i16), None);
         assert_eq!(supported_range(-1), None);
         assert_eq!(supported_range(i16::MAX), None);
     }
@@ -210,6 +216,12 @@ mod tests {
             }
             ApiKey::DescribeProducers => {
                 RequestKind::DescribeProducers(DescribeProducersRequest::default())
+            }
+            ApiKey::ConsumerGroupHeartbeat => {
+                RequestKind::ConsumerGroupHeartbeat(ConsumerGroupHeartbeatRequest::default())
+            }
+            ApiKey::ConsumerGroupDescribe => {
+                RequestKind::ConsumerGroupDescribe(ConsumerGroupDescribeRequest::default())
             }
             other => panic!("no default request for {other:?}"),
         }
@@ -282,6 +294,12 @@ mod tests {
             }
             ApiKey::DescribeProducers => {
                 ResponseKind::DescribeProducers(DescribeProducersResponse::default())
+            }
+            ApiKey::ConsumerGroupHeartbeat => {
+                ResponseKind::ConsumerGroupHeartbeat(ConsumerGroupHeartbeatResponse::default())
+            }
+            ApiKey::ConsumerGroupDescribe => {
+                ResponseKind::ConsumerGroupDescribe(ConsumerGroupDescribeResponse::default())
             }
             other => panic!("no default response for {other:?}"),
         }

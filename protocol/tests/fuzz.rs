@@ -229,6 +229,18 @@ fn request_corpus() -> Vec<Bytes> {
                             .with_partition_indexes(vec![0]),
                     ]),
                 ),
+                ApiKey::ConsumerGroupHeartbeat => RequestKind::ConsumerGroupHeartbeat(
+                    ConsumerGroupHeartbeatRequest::default()
+                        .with_group_id(GroupId(StrBytes::from_static_str("g")))
+                        .with_subscribed_topic_names(Some(vec![TopicName(
+                            StrBytes::from_static_str("t"),
+                        )]))
+                        .with_topic_partitions(Some(Vec::new())),
+                ),
+                ApiKey::ConsumerGroupDescribe => RequestKind::ConsumerGroupDescribe(
+                    ConsumerGroupDescribeRequest::default()
+                        .with_group_ids(vec![GroupId(StrBytes::from_static_str("g"))]),
+                ),
                 other => panic!("corpus lacks {other:?}"),
             };
             let frame = request_frame(key, v, &body);

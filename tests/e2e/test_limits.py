@@ -121,14 +121,14 @@ def test_repeated_bad_requests_are_logged_once_per_interval_and_named(broker):
         with kw.connect(broker.addr) as s:
             s.sendall(struct.pack(">i", -5) + b"\x00" * 8)
             assert kw.wait_closed(s, 10) is not None
-    # ConsumerGroupHeartbeat (key 68, KIP-848) is not served: closed, and
+    # ShareGroupHeartbeat (key 76, KIP-932) is not served: closed, and
     # named in the log.
     for _ in range(5):
         with kw.connect(broker.addr) as s:
-            s.sendall(kw.frame(kw.request_header(68, 0, 1) + kw.string("group")))
+            s.sendall(kw.frame(kw.request_header(76, 1, 1) + kw.string("group")))
             assert kw.wait_closed(s, 10) is not None
     log = broker.log_text()
     assert log.count("bad frame") == 1, broker.log_tail()
     assert log.count("unserviceable request") == 1, broker.log_tail()
-    assert "api=ConsumerGroupHeartbeat" in log, broker.log_tail()
+    assert "api=ShareGroupHeartbeat" in log, broker.log_tail()
     assert_healthy(broker)

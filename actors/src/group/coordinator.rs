@@ -28,6 +28,12 @@
 //!   get `Unavailable`, and the shard is reopened from its files after a
 //!   pause (the re-drive); in-flight rebalances restart from the durable
 //!   membership.
+//! * **KIP-848**: the consumer protocol's state machine
+//!   ([`ConsumerGroups`](super::consumer::ConsumerGroups)) lives beside the
+//!   classic one in the same actor and log; its handlers are in
+//!   `coordinator/consumer.rs`. A group id is one or the other.
+
+pub mod consumer;
 
 use super::classic::{ClassicGroups, GroupConfig, GroupState, Output, ReplyId, Response};
 use super::log::{ShardLog, ShardLogConfig, ShardLogError, Ticket};
@@ -80,6 +86,10 @@ pub struct CoordinatorSpec {
     pub log: ShardLogConfig,
     /// `offsets.retention.minutes`, in ms.
     pub retention_ms: i64,
+    /// KIP-848 consumer-protocol settings.
+    pub consumer: super::consumer::ConsumerConfig,
+    /// The broker's topics, for server-side assignment.
+    pub topics: consumer::Topics,
 }
 
 /// Everything a connection needs to talk to one shard.
@@ -92,6 +102,7 @@ pub struct CoordinatorHandle {
 struct Serving {
     log: ShardLog,
     groups: ClassicGroups,
+    consumer: super::consumer::ConsumerGroups,
     /// Kept for the life of the open: the capability the log writes under.
     _writer: EpochWriter,
 }
@@ -377,12 +388,20 @@ impl GroupCoordinator {
         let Phase::Serving(s) = &self.phase else {
             return;
         };
-        if let Some(at) = s.groups.next_deadline() {
+        let next = [s.groups.next_deadline(), s.consumer.next_deadline()]
+            .into_iter()
+            .flatten()
+            .min();
+        if let Some(at) = next {
             let wait = at.saturating_sub(self.clock.now());
             self.timer = Some(ctx.run_later(wait, |act, ctx| {
                 act.timer = None;
+                let topics = act.spec.topics.clone();
                 if let Phase::Serving(s) = &mut act.phase {
                     let out = s.groups.tick();
+                    let expired = s.consumer.tick(topics.source());
+                    let records: Vec<Record> = expired.into_iter().map(Record::Consumer).collect();
+                    act.append(&records, ctx);
                     act.process(out, ctx);
                 }
             }));
@@ -450,6 +469,8 @@ impl GroupCoordinator {
                 .groups
                 .get(group)
                 .is_none_or(|g| g.state() == GroupState::Empty),
+            // A consumer-protocol group with members keeps its offsets.
+            Record::OffsetTombstone { group, .. } => !s.consumer.keeps_offsets(group),
             _ => true,
         });
         for r in &records {
@@ -457,6 +478,12 @@ impl GroupCoordinator {
                 let _ = s.groups.delete(group);
             }
         }
+        records.extend(consumer::expire_empty(
+            s,
+            &records,
+            now_ms,
+            self.spec.retention_ms,
+        ));
         if !records.is_empty() {
             tracing::info!(
                 shard = self.spec.shard.0,
@@ -494,9 +521,15 @@ impl GroupCoordinator {
                     "group coordinator loaded"
                 );
                 self.last_ticket = log.durable();
+                let consumer = super::consumer::ConsumerGroups::load(
+                    log.state(),
+                    self.spec.consumer.clone(),
+                    self.clock.clone(),
+                );
                 self.phase = Phase::Serving(Box::new(Serving {
                     log,
                     groups,
+                    consumer,
                     _writer: writer,
                 }));
                 self.stats.set_error(None);
@@ -577,9 +610,14 @@ impl Handler<JoinGroupRequest> for GroupCoordinator {
     type Result = ResponseFuture<CoordReply<super::classic::JoinResponse>>;
     fn handle(&mut self, m: JoinGroupRequest, ctx: &mut Context<Self>) -> Self::Result {
         let id = self.next_reply();
-        let s = match self.serving() {
-            Ok(s) => s,
-            Err(e) => return ready(Err(e)),
+        if let Err(e) = self.serving() {
+            return ready(Err(e));
+        }
+        if let Some(refused) = self.join_meets_consumer_group(&m.0, ctx) {
+            return ready(refused);
+        }
+        let Ok(s) = self.serving() else {
+            return ready(Err(CoordinatorError::Unavailable));
         };
         let out = s.groups.join(m.0, id);
         let (tx, rx) = oneshot::channel();
@@ -651,12 +689,19 @@ impl Handler<CommitOffsets> for GroupCoordinator {
             Ok(s) => s,
             Err(e) => return ready(Err(e)),
         };
-        if let Err(e) = s.groups.validate_commit(
-            &m.group_id,
-            &m.member_id,
-            m.instance_id.as_deref(),
-            m.generation_id,
-        ) {
+        let valid = if s.consumer.contains(&m.group_id) {
+            // KIP-848: generation_id carries the member epoch.
+            s.consumer
+                .validate_commit(&m.group_id, &m.member_id, m.generation_id)
+        } else {
+            s.groups.validate_commit(
+                &m.group_id,
+                &m.member_id,
+                m.instance_id.as_deref(),
+                m.generation_id,
+            )
+        };
+        if let Err(e) = valid {
             return ready(Ok(Err(e)));
         }
         let records: Vec<Record> = m
@@ -753,6 +798,9 @@ impl Handler<ListGroupsRequest> for GroupCoordinator {
         // Groups that only store offsets (standalone consumers) are listed
         // too, Empty with no protocol type, as Kafka does.
         for k in s.log.state().offsets.keys() {
+            if s.consumer.contains(&k.group) {
+                continue; // listed by ListConsumerGroups
+            }
             out.entry(k.group.clone()).or_insert_with(|| GroupListing {
                 group_id: k.group.clone(),
                 protocol_type: String::new(),
@@ -824,6 +872,14 @@ impl Handler<DeleteGroupRequest> for GroupCoordinator {
                 partition: k.partition,
             })
             .collect();
+        if s.consumer.contains(&id) {
+            let mut records = match s.consumer.delete(&id) {
+                Ok(r) => r.into_iter().map(Record::Consumer).collect::<Vec<_>>(),
+                Err(e) => return ready(Ok(Err(e))),
+            };
+            records.extend(offsets);
+            return self.answer_when_durable(&records, Ok(()), ctx);
+        }
         // A group is members (the state machine) or offsets (a standalone
         // consumer's): either makes it exist; only an empty one goes.
         match s.groups.delete(&id) {
@@ -865,6 +921,9 @@ impl Handler<DeleteOffsetsRequest> for GroupCoordinator {
                 )
             }
             Some(_) => None,
+            None if s.consumer.has_members(&m.group_id) => {
+                Some(s.consumer.subscribed_topics(&m.group_id))
+            }
             None if has_offsets => None,
             None => return ready(Ok(Err(ResponseError::GroupIdNotFound))),
         };
@@ -1024,6 +1083,8 @@ mod tests {
             },
             log: ShardLogConfig::default(),
             retention_ms: 7 * 24 * 3600 * 1000,
+            consumer: Default::default(),
+            topics: Default::default(),
         }
     }
 

@@ -173,3 +173,44 @@ impl Message for StopCoordinator {
 impl MessageName for StopCoordinator {
     const NAME: &'static str = "stop_coordinator";
 }
+
+// ------------------------------------------------ KIP-848 consumer protocol
+
+/// ConsumerGroupHeartbeat: answered once the records it caused are durable.
+#[derive(Debug)]
+pub struct ConsumerHeartbeatRequest(pub super::consumer::ConsumerHeartbeat);
+message!(ConsumerHeartbeatRequest => Result<super::consumer::HeartbeatAnswer, super::consumer::HeartbeatError>, "consumer_heartbeat");
+
+/// What ConsumerGroupDescribe finds under a group id.
+#[derive(Debug, Clone)]
+pub enum ConsumerDescribed {
+    /// A consumer-protocol group.
+    Consumer(super::consumer::DescribedGroup),
+    /// A classic group (Kafka: GROUP_ID_NOT_FOUND, "not a consumer group").
+    Classic,
+    /// No such group.
+    Unknown,
+}
+
+/// ConsumerGroupDescribe of groups in this shard.
+#[derive(Debug)]
+pub struct DescribeConsumerGroups(pub Vec<String>);
+message!(DescribeConsumerGroups => Vec<(String, ConsumerDescribed)>, "describe_consumer_groups");
+
+/// The consumer-protocol groups of this shard: (group id, Kafka state).
+#[derive(Debug)]
+pub struct ListConsumerGroups;
+message!(ListConsumerGroups => Vec<(String, &'static str)>, "list_consumer_groups");
+
+/// OffsetFetch v9+ member check of a consumer-protocol group
+/// (UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH); classic groups pass.
+#[derive(Debug)]
+pub struct ValidateConsumerFetch {
+    /// The group.
+    pub group_id: String,
+    /// The member (`None`: an admin fetch).
+    pub member_id: Option<String>,
+    /// Its member epoch.
+    pub member_epoch: i32,
+}
+message!(ValidateConsumerFetch => Result<(), ResponseError>, "validate_consumer_fetch");

@@ -19,15 +19,19 @@
 //!   shard's groups as a plain state machine on the `Clock` seam: requests
 //!   in, responses out (deferred joins and syncs come back in an
 //!   [`classic::Output`] with the records to persist before answering).
+//! * [`consumer::ConsumerGroups`] is the KIP-848 consumer protocol
+//!   (`group.protocol=consumer`) of the same shard's groups, with the
+//!   server-side assignors of [`assignor`]; its records travel in the same
+//!   log ([`offsets::Record::Consumer`]).
 //! * [`coordinator::GroupCoordinator`] is the actor per granted shard that
-//!   drives both (see its docs); [`messages`] are what the broker's group
-//!   APIs send it.
+//!   drives them all (see its docs); [`messages`] are what the broker's
+//!   group APIs send it.
 //!
-//! Left: DeleteGroups, OffsetDelete, lag metrics, moving [`names`] into
-//! `kaas_volume::layout`, KIP-848 (ConsumerGroupHeartbeat, server-side
-//! assignors).
+//! Left: lag metrics, moving [`names`] into `kaas_volume::layout`.
 
+pub mod assignor;
 pub mod classic;
+pub mod consumer;
 pub mod coordinator;
 pub mod lag;
 pub mod log;

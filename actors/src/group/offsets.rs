@@ -119,6 +119,8 @@ pub enum Record {
         /// The group.
         group: String,
     },
+    /// A KIP-848 consumer-protocol record ([`super::consumer`]).
+    Consumer(super::consumer::ConsumerRecord),
 }
 
 /// Where an offset is: (group, topic, partition).
@@ -140,6 +142,8 @@ pub struct ShardState {
     pub offsets: BTreeMap<OffsetKey, OffsetValue>,
     /// Latest metadata per live group.
     pub groups: BTreeMap<String, GroupMetadata>,
+    /// KIP-848 consumer groups ([`super::consumer`]).
+    pub consumer: super::consumer::StoredGroups,
 }
 
 impl ShardState {
@@ -168,6 +172,7 @@ impl ShardState {
             Record::GroupTombstone { group } => {
                 self.groups.remove(group);
             }
+            Record::Consumer(c) => super::consumer::apply(&mut self.consumer, c),
         }
     }
 
@@ -181,7 +186,8 @@ impl ShardState {
             partition: k.partition,
             value: v.clone(),
         });
-        groups.chain(offsets)
+        let consumer = super::consumer::records(&self.consumer).map(Record::Consumer);
+        groups.chain(consumer).chain(offsets)
     }
 
     /// The committed offsets of one group.
@@ -284,6 +290,10 @@ const T_OFFSET: u8 = 1;
 const T_OFFSET_TOMBSTONE: u8 = 2;
 const T_GROUP: u8 = 3;
 const T_GROUP_TOMBSTONE: u8 = 4;
+/// A consumer-protocol record: its body is JSON (self-describing, so
+/// fields can be added; written once per membership change, never per
+/// commit, so its size does not matter).
+const T_CONSUMER: u8 = 5;
 
 /// The first frame of every shard file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -405,6 +415,12 @@ pub fn encode(r: &Record, out: &mut Vec<u8>) -> Result<(), EncodeError> {
             w.u8(T_GROUP_TOMBSTONE);
             w.str("group id", group)?;
         }
+        Record::Consumer(c) => {
+            w.u8(T_CONSUMER);
+            let json =
+                serde_json::to_vec(c).map_err(|_| EncodeError::TooLong("consumer record"))?;
+            w.0.extend_from_slice(&json);
+        }
     }
     frame(&w.0, out)
 }
@@ -517,6 +533,11 @@ pub fn decode(buf: &[u8]) -> Option<(Frame, usize)> {
             }))
         }
         T_GROUP_TOMBSTONE => Frame::Record(Record::GroupTombstone { group: r.str()? }),
+        T_CONSUMER => {
+            let c = serde_json::from_slice(r.0).ok()?;
+            r.0 = &[];
+            Frame::Record(Record::Consumer(c))
+        }
         _ => return None,
     };
     // Trailing bytes inside a CRC-valid frame mean a format this reader

@@ -12,7 +12,7 @@
 //! Grouping: topic administration lives in `admin/`; consumer-group APIs
 //! (FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
 //! OffsetCommit, OffsetFetch, OffsetDelete, ListGroups, DescribeGroups,
-//! DeleteGroups) in `group/`;
+//! DeleteGroups, ConsumerGroupHeartbeat, ConsumerGroupDescribe) in `group/`;
 //! transaction APIs (AddPartitionsToTxn, EndTxn, TxnOffsetCommit, ...) go in
 //! `txn/`.
 //!
@@ -134,6 +134,8 @@ routes! {
     ListPartitionReassignments => admin::reassignments::handle_list,
     WriteTxnMarkers => txn::write_txn_markers::handle,
     DescribeProducers => txn::describe_producers::handle,
+    ConsumerGroupHeartbeat => group::consumer_group_heartbeat::handle,
+    ConsumerGroupDescribe => group::consumer_group_describe::handle,
 }
 
 /// Whether `routed` has exactly the api keys of `advertised` (no more, no

@@ -1,12 +1,14 @@
 //! DescribeGroups (key 15): each group's state, protocol and members (with
 //! their subscription and assignment bytes), from its coordinator. An
-//! unknown group is `Dead` with no error, as in Kafka.
+//! unknown group is `Dead` with no error, as in Kafka. A KIP-848 consumer
+//! group is shown with protocol type `consumer`, its state and members.
 
 use super::super::{s, Reply};
 use super::ask;
 use crate::state::Broker;
 use futures::FutureExt;
 use kaas_actors::group::messages::DescribeGroupsRequest as Describe;
+use kaas_actors::group::messages::{ConsumerDescribed, DescribeConsumerGroups as DescribeConsumer};
 use kaas_protocol::kafka_protocol::messages::describe_groups_response::{
     DescribedGroup, DescribedGroupMember,
 };
@@ -28,6 +30,31 @@ pub async fn handle(
                 let mut g = DescribedGroup::default();
                 g.group_id = id.clone();
                 g.authorized_operations = i32::MIN;
+                // A KIP-848 group: its state and members (no protocol bytes:
+                // the assignment is the coordinator's, by topic id).
+                if let Ok(mut found) = ask(&b, &name, DescribeConsumer(vec![name.clone()])).await {
+                    if let Some((_, ConsumerDescribed::Consumer(d))) = found.pop() {
+                        g.group_state = s(d.state);
+                        g.protocol_type = s("consumer");
+                        g.protocol_data = s(&d.assignor);
+                        g.members = d
+                            .members
+                            .iter()
+                            .map(|m| {
+                                let mut x = DescribedGroupMember::default();
+                                x.member_id = s(&m.member_id);
+                                if v >= 4 {
+                                    x.group_instance_id = m.instance_id.as_deref().map(s);
+                                }
+                                x.client_id = s(&m.client_id);
+                                x.client_host = s(&m.client_host);
+                                x
+                            })
+                            .collect();
+                        resp.groups.push(g);
+                        continue;
+                    }
+                }
                 match ask(&b, &name, Describe(vec![name.clone()])).await {
                     Ok(mut found) => {
                         if let Some((_, state, rec)) = found.pop() {

@@ -5,10 +5,12 @@
 //! Answers that wait for a rebalance or an fsync resolve in the second
 //! phase, so a pipelined connection keeps its order.
 //!
-//! The KIP-848 consumer protocol (ConsumerGroupHeartbeat,
-//! ConsumerGroupDescribe) is not served: not advertised, so refused as
-//! Kafka refuses an unknown API.
+//! The KIP-848 consumer protocol: ConsumerGroupHeartbeat and
+//! ConsumerGroupDescribe (`consumer_group_*`), served by the same
+//! coordinator (`kaas_actors::group::consumer`).
 
+pub mod consumer_group_describe;
+pub mod consumer_group_heartbeat;
 pub mod delete_groups;
 pub mod describe_groups;
 pub mod find_coordinator;

@@ -1,13 +1,16 @@
 //! OffsetFetch (key 9): the durable committed offsets of a group (v0-v7),
 //! or of several groups (v8+, KIP-709). A partition with nothing committed
 //! answers offset -1; a null topic list means every committed partition.
+//! v9 carries a KIP-848 member id and epoch: a consumer-protocol group
+//! answers UNKNOWN_MEMBER_ID / STALE_MEMBER_EPOCH for a stale one.
 
+use super::super::error::ApiError;
 use super::super::error::NONE;
 use super::super::{s, Reply};
 use super::ask;
 use crate::state::Broker;
 use futures::FutureExt;
-use kaas_actors::group::messages::{FetchOffsets, FetchedOffset};
+use kaas_actors::group::messages::{FetchOffsets, FetchedOffset, ValidateConsumerFetch};
 use kaas_protocol::kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
     OffsetFetchResponseTopic, OffsetFetchResponseTopics,
@@ -64,6 +67,24 @@ async fn fetch(b: &Broker, v: i16, r: OffsetFetchRequest) -> OffsetFetchResponse
             });
             let mut rg = OffsetFetchResponseGroup::default();
             rg.group_id = g.group_id.clone();
+            // v9 (KIP-848): a consumer-protocol member's epoch is checked.
+            if v >= 9 && g.member_id.is_some() {
+                let check = ValidateConsumerFetch {
+                    group_id: g.group_id.0.to_string(),
+                    member_id: g.member_id.as_ref().map(|m| m.to_string()),
+                    member_epoch: g.member_epoch,
+                };
+                let code = match ask(b, &g.group_id.0.to_string(), check).await {
+                    Ok(Ok(())) => NONE,
+                    Ok(Err(e)) => ApiError::from(e).code(),
+                    Err(e) => e.code(),
+                };
+                if code != NONE {
+                    rg.error_code = code;
+                    resp.groups.push(rg);
+                    continue;
+                }
+            }
             match one(b, g.group_id.0.to_string(), topics).await {
                 Ok(got) => {
                     rg.topics = by_topic(got)
