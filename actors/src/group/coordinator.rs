@@ -664,6 +664,111 @@ impl Handler<CommitOffsets> for GroupCoordinator {
     }
 }
 
+impl Handler<TxnCommitOffsets> for GroupCoordinator {
+    type Result =
+        ResponseFuture<CoordReply<Result<(), kaas_protocol::kafka_protocol::ResponseError>>>;
+    fn handle(&mut self, m: TxnCommitOffsets, ctx: &mut Context<Self>) -> Self::Result {
+        let now_ms = self.clock.now_ms();
+        let s = match self.serving() {
+            Ok(s) => s,
+            Err(e) => return ready(Err(e)),
+        };
+        // A generation or member given (v3+, KIP-447) is checked like an
+        // OffsetCommit's; a producer without one commits standalone.
+        if m.generation_id >= 0 || !m.member_id.is_empty() {
+            if let Err(e) = s.groups.validate_commit(
+                &m.group_id,
+                &m.member_id,
+                m.instance_id.as_deref(),
+                m.generation_id,
+            ) {
+                return ready(Ok(Err(e)));
+            }
+        }
+        // A zombie of an older epoch must not add to a newer epoch's
+        // pending offsets.
+        if s.log
+            .state()
+            .pending
+            .get(&m.producer_id)
+            .is_some_and(|p| p.producer_epoch > m.producer_epoch)
+        {
+            return ready(Ok(Err(ResponseError::InvalidProducerEpoch)));
+        }
+        let records: Vec<Record> = m
+            .offsets
+            .into_iter()
+            .map(|o| Record::TxnOffset {
+                group: m.group_id.clone(),
+                producer_id: m.producer_id,
+                producer_epoch: m.producer_epoch,
+                topic: o.topic,
+                partition: o.partition,
+                value: OffsetValue {
+                    offset: o.offset,
+                    leader_epoch: o.leader_epoch,
+                    metadata: o.metadata,
+                    commit_ms: now_ms,
+                    expire_ms: None,
+                },
+            })
+            .collect();
+        let Some(ticket) = self.append(&records, ctx) else {
+            return ready(Err(CoordinatorError::Unavailable));
+        };
+        let (tx, rx) = oneshot::channel();
+        self.after(
+            ticket,
+            Box::new(move |r| {
+                let _ = tx.send(r.map(|_| Ok(())));
+            }),
+        );
+        Box::pin(async move { rx.await.unwrap_or(Err(CoordinatorError::Unavailable)) })
+    }
+}
+
+impl Handler<CompleteTxnOffsets> for GroupCoordinator {
+    type Result = ResponseFuture<CoordReply<()>>;
+    fn handle(&mut self, m: CompleteTxnOffsets, ctx: &mut Context<Self>) -> Self::Result {
+        let last = self.last_ticket;
+        let s = match self.serving() {
+            Ok(s) => s,
+            Err(e) => return ready(Err(e)),
+        };
+        // Appended even when nothing is durably pending: a TxnOffsetCommit
+        // still in flight (appended, not yet synced) must be resolved by
+        // this marker too, and the end record is idempotent.
+        let pending = s.log.state().pending.contains_key(&m.producer_id);
+        let records = if pending || last > s.log.durable() {
+            vec![Record::TxnEnd {
+                producer_id: m.producer_id,
+                commit: m.commit,
+            }]
+        } else {
+            Vec::new()
+        };
+        tracing::debug!(
+            shard = self.spec.shard.0,
+            producer_id = m.producer_id,
+            producer_epoch = m.producer_epoch,
+            commit = m.commit,
+            pending,
+            "transaction marker for group offsets"
+        );
+        let Some(ticket) = self.append(&records, ctx) else {
+            return ready(Err(CoordinatorError::Unavailable));
+        };
+        let (tx, rx) = oneshot::channel();
+        self.after(
+            ticket,
+            Box::new(move |r| {
+                let _ = tx.send(r);
+            }),
+        );
+        Box::pin(async move { rx.await.unwrap_or(Err(CoordinatorError::Unavailable)) })
+    }
+}
+
 impl Handler<FetchOffsets> for GroupCoordinator {
     type Result = ResponseFuture<CoordReply<Vec<FetchedOffset>>>;
     fn handle(&mut self, m: FetchOffsets, _: &mut Context<Self>) -> Self::Result {
@@ -680,6 +785,7 @@ impl Handler<FetchOffsets> for GroupCoordinator {
                     topic: k.topic.clone(),
                     partition: k.partition,
                     value: Some(v.clone()),
+                    pending: st.has_pending(&k.group, &k.topic, k.partition),
                 })
                 .collect(),
             Some(topics) => topics
@@ -693,6 +799,7 @@ impl Handler<FetchOffsets> for GroupCoordinator {
                     };
                     FetchedOffset {
                         value: st.offsets.get(&k).cloned(),
+                        pending: st.has_pending(&k.group, &k.topic, partition),
                         topic: k.topic,
                         partition,
                     }

@@ -119,6 +119,40 @@ pub enum Record {
         /// The group.
         group: String,
     },
+    /// A transactional offset commit (TxnOffsetCommit, KIP-98/447): held
+    /// pending for the producer, invisible to OffsetFetch, until the
+    /// transaction's marker commits or drops it ([`Record::TxnEnd`]).
+    TxnOffset {
+        /// The group.
+        group: String,
+        /// The transactional producer.
+        producer_id: i64,
+        /// Its epoch at the commit.
+        producer_epoch: i16,
+        /// The topic.
+        topic: String,
+        /// The partition.
+        partition: i32,
+        /// What was committed.
+        value: OffsetValue,
+    },
+    /// The transaction coordinator's marker for this shard: the producer's
+    /// pending offsets become committed offsets (`commit`) or are dropped.
+    TxnEnd {
+        /// The transactional producer.
+        producer_id: i64,
+        /// Commit (true) or abort.
+        commit: bool,
+    },
+}
+
+/// A producer's pending transactional offsets in one shard.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PendingTxn {
+    /// The producer epoch of the latest TxnOffsetCommit.
+    pub producer_epoch: i16,
+    /// The offsets, by (group, topic, partition).
+    pub offsets: BTreeMap<OffsetKey, OffsetValue>,
 }
 
 /// Where an offset is: (group, topic, partition).
@@ -140,6 +174,8 @@ pub struct ShardState {
     pub offsets: BTreeMap<OffsetKey, OffsetValue>,
     /// Latest metadata per live group.
     pub groups: BTreeMap<String, GroupMetadata>,
+    /// Transactional offsets not yet committed, by producer id.
+    pub pending: BTreeMap<i64, PendingTxn>,
 }
 
 impl ShardState {
@@ -168,7 +204,45 @@ impl ShardState {
             Record::GroupTombstone { group } => {
                 self.groups.remove(group);
             }
+            Record::TxnOffset {
+                group,
+                producer_id,
+                producer_epoch,
+                topic,
+                partition,
+                value,
+            } => {
+                let p = self.pending.entry(*producer_id).or_default();
+                p.producer_epoch = *producer_epoch;
+                p.offsets
+                    .insert(key(group, topic, *partition), value.clone());
+            }
+            Record::TxnEnd {
+                producer_id,
+                commit,
+            } => {
+                if let Some(p) = self.pending.remove(producer_id) {
+                    if *commit {
+                        self.offsets.extend(p.offsets);
+                    }
+                }
+            }
         }
+    }
+
+    /// Whether any producer holds a pending offset for (group, topic,
+    /// partition) (OffsetFetch with require_stable answers
+    /// UNSTABLE_OFFSET_COMMIT for it).
+    pub fn has_pending(&self, group: &str, topic: &str, partition: i32) -> bool {
+        let k = key(group, topic, partition);
+        self.pending.values().any(|p| p.offsets.contains_key(&k))
+    }
+
+    /// Whether any producer holds a pending offset of `group`.
+    pub fn group_has_pending(&self, group: &str) -> bool {
+        self.pending
+            .values()
+            .any(|p| p.offsets.keys().any(|k| k.group == group))
     }
 
     /// The live state as records: replaying them into an empty state gives
@@ -181,7 +255,17 @@ impl ShardState {
             partition: k.partition,
             value: v.clone(),
         });
-        groups.chain(offsets)
+        let pending = self.pending.iter().flat_map(|(pid, p)| {
+            p.offsets.iter().map(move |(k, v)| Record::TxnOffset {
+                group: k.group.clone(),
+                producer_id: *pid,
+                producer_epoch: p.producer_epoch,
+                topic: k.topic.clone(),
+                partition: k.partition,
+                value: v.clone(),
+            })
+        });
+        groups.chain(offsets).chain(pending)
     }
 
     /// The committed offsets of one group.
@@ -284,6 +368,8 @@ const T_OFFSET: u8 = 1;
 const T_OFFSET_TOMBSTONE: u8 = 2;
 const T_GROUP: u8 = 3;
 const T_GROUP_TOMBSTONE: u8 = 4;
+const T_TXN_OFFSET: u8 = 5;
+const T_TXN_END: u8 = 6;
 
 /// The first frame of every shard file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -296,31 +382,35 @@ pub struct Header {
     pub base: u64,
 }
 
-struct W(Vec<u8>);
+/// A writer of a frame body (shared by the shard codecs).
+pub(crate) struct W(pub(crate) Vec<u8>);
 
 impl W {
-    fn u8(&mut self, v: u8) {
+    pub(crate) fn i16(&mut self, v: i16) {
+        self.0.extend_from_slice(&v.to_be_bytes());
+    }
+    pub(crate) fn u8(&mut self, v: u8) {
         self.0.push(v);
     }
-    fn i32(&mut self, v: i32) {
+    pub(crate) fn i32(&mut self, v: i32) {
         self.0.extend_from_slice(&v.to_be_bytes());
     }
-    fn u32(&mut self, v: u32) {
+    pub(crate) fn u32(&mut self, v: u32) {
         self.0.extend_from_slice(&v.to_be_bytes());
     }
-    fn i64(&mut self, v: i64) {
+    pub(crate) fn i64(&mut self, v: i64) {
         self.0.extend_from_slice(&v.to_be_bytes());
     }
-    fn u64(&mut self, v: u64) {
+    pub(crate) fn u64(&mut self, v: u64) {
         self.0.extend_from_slice(&v.to_be_bytes());
     }
-    fn str(&mut self, what: &'static str, s: &str) -> Result<(), EncodeError> {
+    pub(crate) fn str(&mut self, what: &'static str, s: &str) -> Result<(), EncodeError> {
         let n = u16::try_from(s.len()).map_err(|_| EncodeError::TooLong(what))?;
         self.0.extend_from_slice(&n.to_be_bytes());
         self.0.extend_from_slice(s.as_bytes());
         Ok(())
     }
-    fn opt_str(&mut self, what: &'static str, s: Option<&str>) -> Result<(), EncodeError> {
+    pub(crate) fn opt_str(&mut self, what: &'static str, s: Option<&str>) -> Result<(), EncodeError> {
         match s {
             None => self.u8(0),
             Some(s) => {
@@ -330,7 +420,7 @@ impl W {
         }
         Ok(())
     }
-    fn bytes(&mut self, b: &[u8]) -> Result<(), EncodeError> {
+    pub(crate) fn bytes(&mut self, b: &[u8]) -> Result<(), EncodeError> {
         if b.len() > MAX_RECORD {
             return Err(EncodeError::TooLarge(b.len()));
         }
@@ -405,6 +495,40 @@ pub fn encode(r: &Record, out: &mut Vec<u8>) -> Result<(), EncodeError> {
             w.u8(T_GROUP_TOMBSTONE);
             w.str("group id", group)?;
         }
+        Record::TxnOffset {
+            group,
+            producer_id,
+            producer_epoch,
+            topic,
+            partition,
+            value,
+        } => {
+            w.u8(T_TXN_OFFSET);
+            w.str("group id", group)?;
+            w.i64(*producer_id);
+            w.i16(*producer_epoch);
+            w.str("topic", topic)?;
+            w.i32(*partition);
+            w.i64(value.offset);
+            w.i32(value.leader_epoch);
+            w.opt_str("offset metadata", value.metadata.as_deref())?;
+            w.i64(value.commit_ms);
+            match value.expire_ms {
+                None => w.u8(0),
+                Some(t) => {
+                    w.u8(1);
+                    w.i64(t);
+                }
+            }
+        }
+        Record::TxnEnd {
+            producer_id,
+            commit,
+        } => {
+            w.u8(T_TXN_END);
+            w.i64(*producer_id);
+            w.u8(u8::from(*commit));
+        }
     }
     frame(&w.0, out)
 }
@@ -420,7 +544,7 @@ pub fn encode_header(h: Header, out: &mut Vec<u8>) {
     let _ = frame(&w.0, out);
 }
 
-fn frame(body: &[u8], out: &mut Vec<u8>) -> Result<(), EncodeError> {
+pub(crate) fn frame(body: &[u8], out: &mut Vec<u8>) -> Result<(), EncodeError> {
     if body.len() > MAX_RECORD {
         return Err(EncodeError::TooLarge(body.len()));
     }
@@ -430,19 +554,30 @@ fn frame(body: &[u8], out: &mut Vec<u8>) -> Result<(), EncodeError> {
     Ok(())
 }
 
-/// A decoded frame.
+/// A decoded frame (of the group records, or of another shard codec's).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Frame {
+pub enum Frame<R = Record> {
     /// The file header.
     Header(Header),
     /// A record.
-    Record(Record),
+    Record(R),
 }
 
 /// Decode the frame at the start of `buf`: the frame and its length, or
 /// `None` if there is no whole, valid frame there (the end of the valid
 /// prefix).
 pub fn decode(buf: &[u8]) -> Option<(Frame, usize)> {
+    decode_with(buf, decode_record)
+}
+
+/// The framing every shard codec shares: length, CRC32C, the header frame
+/// (type 0); any other type is handed to `record` with the body after the
+/// type byte. Trailing bytes inside a CRC-valid frame mean a format this
+/// reader does not know: stop rather than misread.
+pub(crate) fn decode_with<T>(
+    buf: &[u8],
+    record: impl FnOnce(u8, &mut R<'_>) -> Option<T>,
+) -> Option<(Frame<T>, usize)> {
     let len = u32::from_be_bytes(buf.get(0..4)?.try_into().ok()?) as usize;
     if len > MAX_RECORD {
         return None;
@@ -459,7 +594,17 @@ pub fn decode(buf: &[u8]) -> Option<(Frame, usize)> {
             epoch: r.i32()?,
             base: r.u64()?,
         }),
-        T_OFFSET => Frame::Record(Record::Offset {
+        tag => Frame::Record(record(tag, &mut r)?),
+    };
+    if !r.0.is_empty() {
+        return None;
+    }
+    Some((f, FRAME_HEADER + len))
+}
+
+fn decode_record(tag: u8, r: &mut R<'_>) -> Option<Record> {
+    Some(match tag {
+        T_OFFSET => Record::Offset {
             group: r.str()?,
             topic: r.str()?,
             partition: r.i32()?,
@@ -474,12 +619,12 @@ pub fn decode(buf: &[u8]) -> Option<(Frame, usize)> {
                     _ => return None,
                 },
             },
-        }),
-        T_OFFSET_TOMBSTONE => Frame::Record(Record::OffsetTombstone {
+        },
+        T_OFFSET_TOMBSTONE => Record::OffsetTombstone {
             group: r.str()?,
             topic: r.str()?,
             partition: r.i32()?,
-        }),
+        },
         T_GROUP => {
             let group = r.str()?;
             let protocol_type = r.opt_str()?;
@@ -506,7 +651,7 @@ pub fn decode(buf: &[u8]) -> Option<(Frame, usize)> {
                     assignment: r.bytes()?,
                 });
             }
-            Frame::Record(Record::Group(GroupMetadata {
+            Record::Group(GroupMetadata {
                 group,
                 protocol_type,
                 generation,
@@ -514,22 +659,50 @@ pub fn decode(buf: &[u8]) -> Option<(Frame, usize)> {
                 leader,
                 state_ms,
                 members,
-            }))
+            })
         }
-        T_GROUP_TOMBSTONE => Frame::Record(Record::GroupTombstone { group: r.str()? }),
+        T_GROUP_TOMBSTONE => Record::GroupTombstone { group: r.str()? },
+        T_TXN_OFFSET => Record::TxnOffset {
+            group: r.str()?,
+            producer_id: r.i64()?,
+            producer_epoch: r.i16()?,
+            topic: r.str()?,
+            partition: r.i32()?,
+            value: decode_value(r)?,
+        },
+        T_TXN_END => Record::TxnEnd {
+            producer_id: r.i64()?,
+            commit: match r.u8()? {
+                0 => false,
+                1 => true,
+                _ => return None,
+            },
+        },
         _ => return None,
-    };
-    // Trailing bytes inside a CRC-valid frame mean a format this reader
-    // does not know: stop rather than misread.
-    if !r.0.is_empty() {
-        return None;
-    }
-    Some((f, FRAME_HEADER + len))
+    })
 }
 
-struct R<'a>(&'a [u8]);
+fn decode_value(r: &mut R<'_>) -> Option<OffsetValue> {
+    Some(OffsetValue {
+        offset: r.i64()?,
+        leader_epoch: r.i32()?,
+        metadata: r.opt_str()?,
+        commit_ms: r.i64()?,
+        expire_ms: match r.u8()? {
+            0 => None,
+            1 => Some(r.i64()?),
+            _ => return None,
+        },
+    })
+}
+
+/// A reader over a frame body (shared by the shard codecs).
+pub(crate) struct R<'a>(pub(crate) &'a [u8]);
 
 impl R<'_> {
+    pub(crate) fn i16(&mut self) -> Option<i16> {
+        Some(i16::from_be_bytes(self.take(2)?.try_into().ok()?))
+    }
     fn take(&mut self, n: usize) -> Option<&[u8]> {
         if self.0.len() < n {
             return None;
@@ -538,36 +711,36 @@ impl R<'_> {
         self.0 = b;
         Some(a)
     }
-    fn u8(&mut self) -> Option<u8> {
+    pub(crate) fn u8(&mut self) -> Option<u8> {
         Some(self.take(1)?[0])
     }
-    fn u16(&mut self) -> Option<u16> {
+    pub(crate) fn u16(&mut self) -> Option<u16> {
         Some(u16::from_be_bytes(self.take(2)?.try_into().ok()?))
     }
-    fn i32(&mut self) -> Option<i32> {
+    pub(crate) fn i32(&mut self) -> Option<i32> {
         Some(i32::from_be_bytes(self.take(4)?.try_into().ok()?))
     }
-    fn u32(&mut self) -> Option<u32> {
+    pub(crate) fn u32(&mut self) -> Option<u32> {
         Some(u32::from_be_bytes(self.take(4)?.try_into().ok()?))
     }
-    fn i64(&mut self) -> Option<i64> {
+    pub(crate) fn i64(&mut self) -> Option<i64> {
         Some(i64::from_be_bytes(self.take(8)?.try_into().ok()?))
     }
-    fn u64(&mut self) -> Option<u64> {
+    pub(crate) fn u64(&mut self) -> Option<u64> {
         Some(u64::from_be_bytes(self.take(8)?.try_into().ok()?))
     }
-    fn str(&mut self) -> Option<String> {
+    pub(crate) fn str(&mut self) -> Option<String> {
         let n = self.u16()? as usize;
         String::from_utf8(self.take(n)?.to_vec()).ok()
     }
-    fn opt_str(&mut self) -> Option<Option<String>> {
+    pub(crate) fn opt_str(&mut self) -> Option<Option<String>> {
         match self.u8()? {
             0 => Some(None),
             1 => Some(Some(self.str()?)),
             _ => None,
         }
     }
-    fn bytes(&mut self) -> Option<Vec<u8>> {
+    pub(crate) fn bytes(&mut self) -> Option<Vec<u8>> {
         let n = self.u32()? as usize;
         Some(self.take(n)?.to_vec())
     }
