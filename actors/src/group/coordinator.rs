@@ -1060,6 +1060,8 @@ crate::instrumented!(
     HeartbeatRequest,
     LeaveGroupRequest,
     CommitOffsets,
+    TxnCommitOffsets,
+    CompleteTxnOffsets,
     FetchOffsets,
     ListGroupsRequest,
     DescribeGroupsRequest,
