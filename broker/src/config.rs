@@ -45,6 +45,14 @@ pub struct BrokerArgs {
     /// offsets.retention.minutes.
     #[arg(long, env = "KAAS_OFFSETS_RETENTION_MINUTES", default_value_t = 10080)]
     pub offsets_retention_minutes: i64,
+    /// transactional.id.expiration.ms: a transactional id idle this long
+    /// (no open transaction) is forgotten.
+    #[arg(
+        long,
+        env = "KAAS_TRANSACTIONAL_ID_EXPIRATION_MS",
+        default_value_t = 604_800_000
+    )]
+    pub transactional_id_expiration_ms: i64,
     /// Partitions of auto-created topics (num.partitions).
     #[arg(long, env = "KAAS_DEFAULT_PARTITIONS", default_value_t = 1)]
     pub default_partitions: i32,

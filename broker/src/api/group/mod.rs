@@ -20,6 +20,7 @@ pub mod offset_commit;
 pub mod offset_delete;
 pub mod offset_fetch;
 pub mod sync_group;
+pub mod txn_offsets;
 
 use super::error::ApiError;
 use crate::state::Broker;
