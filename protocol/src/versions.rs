@@ -22,6 +22,10 @@ use kafka_protocol::messages::{ApiKey, ApiVersionsResponse};
 /// * ListOffsets v10 only adds a request-level `timeout_ms` (KIP-1075), which
 ///   a broker without tiered storage may ignore.
 /// * Metadata v13 adds a top-level error code (KIP-1102); we stop at 12.
+/// * Transaction APIs (coordinator side) stop below KIP-890 part 2 /
+///   TRANSACTION_ABORTABLE: AddPartitionsToTxn v4+ (broker verification),
+///   AddOffsetsToTxn / EndTxn / TxnOffsetCommit v4+; ListTransactions v2
+///   (id pattern).
 /// * Group APIs are the classic protocol: OffsetCommit v9+ / OffsetFetch
 ///   v9+ carry KIP-848 member epochs, FindCoordinator v5+ a transaction
 ///   error (KIP-890) and v6 share groups, DescribeGroups v6 an error message
@@ -59,6 +63,12 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ElectLeaders, 0, 2),
     (ApiKey::AlterPartitionReassignments, 0, 0),
     (ApiKey::ListPartitionReassignments, 0, 0),
+    (ApiKey::AddPartitionsToTxn, 0, 3),
+    (ApiKey::AddOffsetsToTxn, 0, 3),
+    (ApiKey::EndTxn, 0, 3),
+    (ApiKey::TxnOffsetCommit, 0, 3),
+    (ApiKey::DescribeTransactions, 0, 0),
+    (ApiKey::ListTransactions, 0, 1),
 ];
 
 /// The lowest Produce version that may carry zstd batches: Produce v7 came
@@ -203,6 +213,22 @@ mod tests {
             ApiKey::ListPartitionReassignments => {
                 RequestKind::ListPartitionReassignments(ListPartitionReassignmentsRequest::default())
             }
+            ApiKey::AddPartitionsToTxn => {
+                RequestKind::AddPartitionsToTxn(AddPartitionsToTxnRequest::default())
+            }
+            ApiKey::AddOffsetsToTxn => {
+                RequestKind::AddOffsetsToTxn(AddOffsetsToTxnRequest::default())
+            }
+            ApiKey::EndTxn => RequestKind::EndTxn(EndTxnRequest::default()),
+            ApiKey::TxnOffsetCommit => {
+                RequestKind::TxnOffsetCommit(TxnOffsetCommitRequest::default())
+            }
+            ApiKey::DescribeTransactions => {
+                RequestKind::DescribeTransactions(DescribeTransactionsRequest::default())
+            }
+            ApiKey::ListTransactions => {
+                RequestKind::ListTransactions(ListTransactionsRequest::default())
+            }
             other => panic!("no default request for {other:?}"),
         }
     }
@@ -269,6 +295,22 @@ mod tests {
             ApiKey::ListPartitionReassignments => ResponseKind::ListPartitionReassignments(
                 ListPartitionReassignmentsResponse::default(),
             ),
+            ApiKey::AddPartitionsToTxn => {
+                ResponseKind::AddPartitionsToTxn(AddPartitionsToTxnResponse::default())
+            }
+            ApiKey::AddOffsetsToTxn => {
+                ResponseKind::AddOffsetsToTxn(AddOffsetsToTxnResponse::default())
+            }
+            ApiKey::EndTxn => ResponseKind::EndTxn(EndTxnResponse::default()),
+            ApiKey::TxnOffsetCommit => {
+                ResponseKind::TxnOffsetCommit(TxnOffsetCommitResponse::default())
+            }
+            ApiKey::DescribeTransactions => {
+                ResponseKind::DescribeTransactions(DescribeTransactionsResponse::default())
+            }
+            ApiKey::ListTransactions => {
+                ResponseKind::ListTransactions(ListTransactionsResponse::default())
+            }
             other => panic!("no default response for {other:?}"),
         }
     }

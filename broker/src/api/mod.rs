@@ -35,6 +35,7 @@ pub mod list_offsets;
 pub mod metadata;
 pub mod offset_for_leader_epoch;
 pub mod produce;
+pub mod txn;
 
 use crate::state::Broker;
 use error::ApiError;
@@ -131,6 +132,12 @@ routes! {
     ElectLeaders => admin::elect_leaders::handle,
     AlterPartitionReassignments => admin::reassignments::handle_alter,
     ListPartitionReassignments => admin::reassignments::handle_list,
+    AddPartitionsToTxn => txn::add_partitions_to_txn::handle,
+    AddOffsetsToTxn => txn::add_offsets_to_txn::handle,
+    EndTxn => txn::end_txn::handle,
+    TxnOffsetCommit => txn::txn_offset_commit::handle,
+    DescribeTransactions => txn::describe_transactions::handle,
+    ListTransactions => txn::list_transactions::handle,
 }
 
 /// Whether `routed` has exactly the api keys of `advertised` (no more, no
