@@ -636,7 +636,10 @@ impl Actor for TxnCoordinator {
     fn started(&mut self, ctx: &mut Context<Self>) {
         ctx.set_mailbox_capacity(1024);
         ctx.run_interval(TIMEOUT_EVERY, |act, ctx| act.check_timeouts(ctx));
-        ctx.run_interval(EXPIRY_EVERY, |act, ctx| act.expire(ctx));
+        // A short expiration (tests) is checked often enough to matter.
+        let quarter = u64::try_from(self.spec.expiration_ms / 4).unwrap_or(0);
+        let every = EXPIRY_EVERY.min(Duration::from_millis(quarter.max(100)));
+        ctx.run_interval(every, |act, ctx| act.expire(ctx));
         self.open(ctx);
     }
 

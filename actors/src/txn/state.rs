@@ -781,4 +781,100 @@ mod tests {
             }
         }
     }
+
+    /// The transaction states the crash scenario writes, in order, per id:
+    /// init, add, prepare, complete; a second id interleaved.
+    fn history() -> Vec<TxnMeta> {
+        let mut st = TxnState::default();
+        let mut out = Vec::new();
+        for (id, pid) in [("t", 5), ("u", 6)] {
+            out.push(init(&mut st, id, pid));
+        }
+        for (id, pid, commit) in [("t", 5, true), ("u", 6, false)] {
+            let m = TxnMachine::add_partitions(&st, id, pid, 0, &[tp("a", 0)], 10)
+                .unwrap()
+                .unwrap();
+            apply(&mut st, m.clone());
+            out.push(m);
+            let m = TxnMachine::end(&st, id, pid, 0, commit, 11).unwrap().unwrap();
+            apply(&mut st, m.clone());
+            out.push(m);
+        }
+        for id in ["t", "u"] {
+            let m = TxnMachine::markers_written(&st, id, 0, 12).unwrap();
+            apply(&mut st, m.clone());
+            out.push(m);
+        }
+        out
+    }
+
+    /// Appends the history with group commits and a compaction in the
+    /// middle; records which states were acknowledged (a sync returned).
+    fn scenario(
+        fs: kaas_volume::fs::SharedFs,
+        cluster: &Path,
+        acked: &mut BTreeMap<String, usize>,
+    ) -> Result<(), crate::group::log::ShardLogError> {
+        let mut log = TxnLog::open(fs, cluster, ShardId(1), 1, Default::default())?;
+        let h = history();
+        let mut unacked = Vec::new();
+        for (i, m) in h.iter().enumerate() {
+            log.append(&[TxnRecord::Txn(m.clone())])?;
+            unacked.push((m.transactional_id.clone(), i));
+            if i % 2 == 1 {
+                if i == 3 {
+                    log.compact()?;
+                } else {
+                    log.sync_now()?;
+                }
+                for (id, i) in unacked.drain(..) {
+                    acked.insert(id, i);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn crash_at_every_step_of_the_transaction_state_writes() {
+        use kaas_volume::fs::fault::FaultFs;
+        use std::sync::Arc;
+        let h = history();
+        let clean = FaultFs::new();
+        let dir = tempfile::tempdir().unwrap();
+        scenario(Arc::new(clean.clone()), dir.path(), &mut BTreeMap::new()).unwrap();
+        let steps = clean.ops();
+        assert!(steps > 10, "{:?}", clean.log());
+        for n in 1..=steps + 1 {
+            let dir = tempfile::tempdir().unwrap();
+            let fs = FaultFs::new();
+            fs.crash_at(n);
+            let mut acked = BTreeMap::new();
+            let _ = scenario(Arc::new(fs.clone()), dir.path(), &mut acked);
+            fs.power_loss();
+            let log = TxnLog::open(
+                Arc::new(FaultFs::new()),
+                dir.path(),
+                ShardId(1),
+                2,
+                Default::default(),
+            )
+            .unwrap_or_else(|e| panic!("crash at {n}: reopen failed: {e}"));
+            for (id, m) in &log.state().txns {
+                let at = h
+                    .iter()
+                    .position(|x| x == m)
+                    .unwrap_or_else(|| panic!("crash at {n}: {m:?} never written"));
+                if let Some(&a) = acked.get(id) {
+                    assert!(at >= a, "crash at {n}: {id} went back from #{a} to #{at}");
+                }
+            }
+            for id in acked.keys() {
+                assert!(
+                    log.state().txns.contains_key(id),
+                    "crash at {n}: acknowledged {id} lost"
+                );
+            }
+        }
+    }
 }
