@@ -13,7 +13,9 @@
 
 use bytes::{Buf, BufMut, BytesMut};
 use kaas_protocol::kafka_protocol::messages::{RequestHeader, ResponseHeader};
-use kaas_protocol::kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
+use kaas_protocol::kafka_protocol::protocol::{
+    Decodable, Encodable, HeaderVersion, Request, StrBytes,
+};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Mutex;
@@ -73,8 +75,8 @@ impl PeerClient {
         if let Some(c) = pooled {
             return Ok(c);
         }
-        let port = u16::try_from(port)
-            .map_err(|_| PeerError::Malformed(format!("bad port {port}")))?;
+        let port =
+            u16::try_from(port).map_err(|_| PeerError::Malformed(format!("bad port {port}")))?;
         let c = tokio::time::timeout(self.connect_timeout, TcpStream::connect((host, port)))
             .await
             .map_err(|_| PeerError::Timeout)??;
@@ -163,8 +165,8 @@ pub fn decode_response<R: Request>(
             h.correlation_id
         )));
     }
-    let r = R::Response::decode(&mut b, version)
-        .map_err(|e| PeerError::Malformed(format!("{e:#}")))?;
+    let r =
+        R::Response::decode(&mut b, version).map_err(|e| PeerError::Malformed(format!("{e:#}")))?;
     if b.has_remaining() {
         return Err(PeerError::Malformed("trailing bytes".into()));
     }
@@ -183,10 +185,9 @@ mod tests {
         let req = WriteTxnMarkersRequest::default();
         let frame = encode_request(&req, 1, 7, "kaas-txn").unwrap();
         let mut body = frame.freeze().slice(4..);
-        let h = kaas_protocol::kafka_protocol::protocol::decode_request_header_from_buffer(
-            &mut body,
-        )
-        .unwrap();
+        let h =
+            kaas_protocol::kafka_protocol::protocol::decode_request_header_from_buffer(&mut body)
+                .unwrap();
         assert_eq!(h.request_api_key, ApiKey::WriteTxnMarkers as i16);
         assert_eq!((h.request_api_version, h.correlation_id), (1, 7));
         let back = WriteTxnMarkersRequest::decode(&mut body, 1).unwrap();
@@ -198,11 +199,8 @@ mod tests {
         let mut buf = BytesMut::new();
         let mut h = ResponseHeader::default();
         h.correlation_id = 3;
-        h.encode(
-            &mut buf,
-            WriteTxnMarkersResponse::header_version(1),
-        )
-        .unwrap();
+        h.encode(&mut buf, WriteTxnMarkersResponse::header_version(1))
+            .unwrap();
         WriteTxnMarkersResponse::default()
             .encode(&mut buf, 1)
             .unwrap();

@@ -72,14 +72,8 @@ async fn round(b: &Arc<Broker>, job: MarkerJob) -> Vec<(String, i32)> {
         }
     }
     let groups = futures::future::join_all(local_groups.into_iter().map(|shard| {
-        complete_markers(
-            b,
-            shard,
-            job.producer_id,
-            job.producer_epoch,
-            job.commit,
-        )
-        .map(move |code| (shard, code))
+        complete_markers(b, shard, job.producer_id, job.producer_epoch, job.commit)
+            .map(move |code| (shard, code))
     }));
     let remote = futures::future::join_all(by_broker.into_iter().map(|(broker, parts)| {
         let addr = a
@@ -189,14 +183,16 @@ mod tests {
             coordinator_epoch: 5,
             partitions: vec![],
         };
-        let r = request(
-            &job,
-            &[("a".into(), 1), ("b".into(), 0), ("a".into(), 0)],
-        );
+        let r = request(&job, &[("a".into(), 1), ("b".into(), 0), ("a".into(), 0)]);
         assert_eq!(r.markers.len(), 1);
         let m = &r.markers[0];
         assert_eq!(
-            (m.producer_id.0, m.producer_epoch, m.transaction_result, m.coordinator_epoch),
+            (
+                m.producer_id.0,
+                m.producer_epoch,
+                m.transaction_result,
+                m.coordinator_epoch
+            ),
             (9, 3, true, 5)
         );
         let got: Vec<(String, Vec<i32>)> = m

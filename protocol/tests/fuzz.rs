@@ -209,6 +209,22 @@ fn request_corpus() -> Vec<Bytes> {
                 ApiKey::AlterClientQuotas => {
                     RequestKind::AlterClientQuotas(AlterClientQuotasRequest::default())
                 }
+                ApiKey::AddPartitionsToTxn => {
+                    RequestKind::AddPartitionsToTxn(AddPartitionsToTxnRequest::default())
+                }
+                ApiKey::AddOffsetsToTxn => {
+                    RequestKind::AddOffsetsToTxn(AddOffsetsToTxnRequest::default())
+                }
+                ApiKey::EndTxn => RequestKind::EndTxn(EndTxnRequest::default()),
+                ApiKey::TxnOffsetCommit => {
+                    RequestKind::TxnOffsetCommit(TxnOffsetCommitRequest::default())
+                }
+                ApiKey::DescribeTransactions => {
+                    RequestKind::DescribeTransactions(DescribeTransactionsRequest::default())
+                }
+                ApiKey::ListTransactions => {
+                    RequestKind::ListTransactions(ListTransactionsRequest::default())
+                }
                 other => panic!("corpus lacks {other:?}"),
             };
             let frame = request_frame(key, v, &body);

@@ -557,7 +557,8 @@ mod tests {
     #[test]
     fn commits_round_trip_and_only_synced_ones_are_state() {
         let dir = tempfile::tempdir().unwrap();
-        let mut log: ShardLog = ShardLog::open(real(), dir.path(), SHARD, 1, Default::default()).unwrap();
+        let mut log: ShardLog =
+            ShardLog::open(real(), dir.path(), SHARD, 1, Default::default()).unwrap();
         let t1 = log.append(&[commit("a", 0, 5), commit("a", 1, 7)]).unwrap();
         let t2 = log.append(&[commit("a", 0, 6)]).unwrap();
         assert!(t2 > t1);
@@ -573,7 +574,8 @@ mod tests {
         assert_eq!(offsets(&log).len(), 2);
         assert_eq!(log.sync_now().unwrap(), t3);
         drop(log);
-        let log: ShardLog = ShardLog::open(real(), dir.path(), SHARD, 1, Default::default()).unwrap();
+        let log: ShardLog =
+            ShardLog::open(real(), dir.path(), SHARD, 1, Default::default()).unwrap();
         assert_eq!(
             offsets(&log),
             BTreeMap::from([
@@ -592,7 +594,8 @@ mod tests {
     #[test]
     fn a_torn_tail_is_ignored() {
         let dir = tempfile::tempdir().unwrap();
-        let mut log: ShardLog = ShardLog::open(real(), dir.path(), SHARD, 1, Default::default()).unwrap();
+        let mut log: ShardLog =
+            ShardLog::open(real(), dir.path(), SHARD, 1, Default::default()).unwrap();
         log.append(&[commit("a", 0, 1)]).unwrap();
         log.sync_now().unwrap();
         log.append(&[commit("a", 0, 2)]).unwrap();
@@ -609,7 +612,8 @@ mod tests {
             bytes.truncate(cut as usize);
             bytes.extend_from_slice(tail);
             std::fs::write(p2.join(shard_log(1, 1)), bytes).unwrap();
-            let log: ShardLog = ShardLog::open(real(), d2.path(), SHARD, 2, Default::default()).unwrap();
+            let log: ShardLog =
+                ShardLog::open(real(), d2.path(), SHARD, 2, Default::default()).unwrap();
             let want = if tail.is_empty() { 1 } else { 2 };
             assert_eq!(offsets(&log), BTreeMap::from([(("a".into(), 0), want)]));
         }
@@ -618,10 +622,12 @@ mod tests {
     #[test]
     fn a_newer_epoch_fences_an_older_opener_and_a_zombie_is_never_read() {
         let dir = tempfile::tempdir().unwrap();
-        let mut old: ShardLog = ShardLog::open(real(), dir.path(), SHARD, 1, Default::default()).unwrap();
+        let mut old: ShardLog =
+            ShardLog::open(real(), dir.path(), SHARD, 1, Default::default()).unwrap();
         old.append(&[commit("a", 0, 1)]).unwrap();
         old.sync_now().unwrap();
-        let new: ShardLog = ShardLog::open(real(), dir.path(), SHARD, 2, Default::default()).unwrap();
+        let new: ShardLog =
+            ShardLog::open(real(), dir.path(), SHARD, 2, Default::default()).unwrap();
         assert_eq!(offsets(&new).len(), 1);
         // The zombie's late commit lands in a file the new owner left behind.
         old.append(&[commit("zombie", 0, 9)]).unwrap();
@@ -635,7 +641,8 @@ mod tests {
             Err(ShardLogError::Fenced { epoch: 1, found: 2 })
         ));
         drop(new);
-        let next: ShardLog = ShardLog::open(real(), dir.path(), SHARD, 3, Default::default()).unwrap();
+        let next: ShardLog =
+            ShardLog::open(real(), dir.path(), SHARD, 3, Default::default()).unwrap();
         assert_eq!(offsets(&next), BTreeMap::from([(("a".into(), 0), 1)]));
     }
 
@@ -798,7 +805,8 @@ mod tests {
     #[test]
     fn crash_at_every_step_of_a_compaction_keeps_every_synced_commit() {
         let run = |fs: SharedFs, cluster: &Path, crash: Option<(&FaultFs, u64)>| {
-            let mut log: ShardLog = ShardLog::open(fs, cluster, SHARD, 4, Default::default()).unwrap();
+            let mut log: ShardLog =
+                ShardLog::open(fs, cluster, SHARD, 4, Default::default()).unwrap();
             for i in 0..20 {
                 log.append(&[commit("t", i % 5, i64::from(i))]).unwrap();
             }

@@ -410,7 +410,11 @@ impl W {
         self.0.extend_from_slice(s.as_bytes());
         Ok(())
     }
-    pub(crate) fn opt_str(&mut self, what: &'static str, s: Option<&str>) -> Result<(), EncodeError> {
+    pub(crate) fn opt_str(
+        &mut self,
+        what: &'static str,
+        s: Option<&str>,
+    ) -> Result<(), EncodeError> {
         match s {
             None => self.u8(0),
             Some(s) => {

@@ -33,10 +33,10 @@
 
 use super::messages::*;
 use super::state::{txn_shard_dir, InitOutcome, TxnLog, TxnMachine, TxnMeta, TxnRecord, TxnState};
-use crate::group::log::{ShardLogConfig, ShardLogError, Ticket};
-use crate::group::shard::ShardId;
 use crate::clock::SharedClock;
 use crate::cluster::lease::{Lease, LeaseGuard};
+use crate::group::log::{ShardLogConfig, ShardLogError, Ticket};
+use crate::group::shard::ShardId;
 use crate::partition::claim::{self, ClaimOwner, EpochWriter};
 use crate::partition::leader::OnFenced;
 use crate::telemetry::{self, ActorStats, Mailbox};
@@ -80,10 +80,13 @@ pub struct MarkerJob {
     pub partitions: Vec<(String, i32)>,
 }
 
+/// One round of a job's markers: resolves to the partitions left.
+pub type SendMarkers = dyn Fn(MarkerJob) -> BoxFuture<'static, Vec<(String, i32)>> + Send + Sync;
+
 /// Sends one round of a job's markers; resolves to the partitions that are
 /// not acknowledged yet (empty: done). Must be idempotent.
 #[derive(Clone)]
-pub struct MarkerSink(pub Arc<dyn Fn(MarkerJob) -> BoxFuture<'static, Vec<(String, i32)>> + Send + Sync>);
+pub struct MarkerSink(pub Arc<SendMarkers>);
 
 impl std::fmt::Debug for MarkerSink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -423,7 +426,7 @@ impl TxnCoordinator {
                     break;
                 }
                 rounds += 1;
-                if rounds % 50 == 0 {
+                if rounds.is_multiple_of(50) {
                     tracing::warn!(
                         transactional_id = %job.transactional_id,
                         left = left.len(),
@@ -748,14 +751,13 @@ impl Handler<DescribeTxns> for TxnCoordinator {
             Ok(s) => s,
             Err(e) => return ready(Err(e)),
         };
-        let out = m
-            .0
-            .into_iter()
-            .map(|id| {
-                let v = s.view.txns.get(&id).cloned();
-                (id, v)
-            })
-            .collect();
+        let out =
+            m.0.into_iter()
+                .map(|id| {
+                    let v = s.view.txns.get(&id).cloned();
+                    (id, v)
+                })
+                .collect();
         ready(Ok(out))
     }
 }
@@ -961,7 +963,12 @@ mod tests {
         // Fencing: a second init bumps the epoch; the first is fenced.
         let (pid2, epoch2) = init(&h, "t").await;
         assert_eq!((pid2, epoch2), (pid, 1));
-        let r = h.addr.send(add(vec![("b".into(), 0)])).await.unwrap().unwrap();
+        let r = h
+            .addr
+            .send(add(vec![("b".into(), 0)]))
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(r, Err(ResponseError::ProducerFenced));
     }
 

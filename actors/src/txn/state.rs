@@ -420,8 +420,7 @@ impl TxnMachine {
         if cur.status.preparing() {
             return Err(ResponseError::ConcurrentTransactions);
         }
-        if cur.status == TxnStatus::Ongoing
-            && partitions.iter().all(|p| cur.partitions.contains(p))
+        if cur.status == TxnStatus::Ongoing && partitions.iter().all(|p| cur.partitions.contains(p))
         {
             return Ok(None);
         }
@@ -577,9 +576,16 @@ mod tests {
     fn first_init_takes_a_producer_id_and_reinit_bumps_the_epoch_and_fences() {
         let mut st = TxnState::default();
         let m = init(&mut st, "t", 7);
-        assert_eq!((m.producer_id, m.producer_epoch, m.status), (7, 0, TxnStatus::Empty));
+        assert_eq!(
+            (m.producer_id, m.producer_epoch, m.status),
+            (7, 0, TxnStatus::Empty)
+        );
         let m = init(&mut st, "t", 99);
-        assert_eq!((m.producer_id, m.producer_epoch), (7, 1), "same id, epoch bumped");
+        assert_eq!(
+            (m.producer_id, m.producer_epoch),
+            (7, 1),
+            "same id, epoch bumped"
+        );
         // The old epoch is fenced.
         assert_eq!(
             TxnMachine::add_partitions(&st, "t", 7, 0, &[tp("a", 0)], 2),
@@ -645,7 +651,11 @@ mod tests {
             TxnMachine::init(&st, "t", 1000, (-1, -1), None, 21),
             Err(ResponseError::ConcurrentTransactions)
         );
-        assert_eq!(TxnMachine::markers_written(&st, "t", 4, 22), None, "stale epoch");
+        assert_eq!(
+            TxnMachine::markers_written(&st, "t", 4, 22),
+            None,
+            "stale epoch"
+        );
         let m = TxnMachine::markers_written(&st, "t", 0, 22).unwrap();
         assert_eq!(m.status, TxnStatus::CompleteCommit);
         assert!(m.partitions.is_empty());
@@ -680,7 +690,11 @@ mod tests {
             (record.status, record.producer_epoch, record.last_epoch),
             (TxnStatus::PrepareAbort, 1, 0)
         );
-        assert_eq!(record.partitions.len(), 1, "markers go to the open partitions");
+        assert_eq!(
+            record.partitions.len(),
+            1,
+            "markers go to the open partitions"
+        );
         apply(&mut st, record);
         assert_eq!(
             TxnMachine::end(&st, "t", 5, 0, true, 12),
@@ -796,7 +810,9 @@ mod tests {
                 .unwrap();
             apply(&mut st, m.clone());
             out.push(m);
-            let m = TxnMachine::end(&st, id, pid, 0, commit, 11).unwrap().unwrap();
+            let m = TxnMachine::end(&st, id, pid, 0, commit, 11)
+                .unwrap()
+                .unwrap();
             apply(&mut st, m.clone());
             out.push(m);
         }

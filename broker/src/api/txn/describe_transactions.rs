@@ -35,8 +35,7 @@ pub async fn handle(
                 st.transaction_timeout_ms = 0;
                 st.transaction_start_time_ms = -1;
                 st.transaction_state = s("");
-                let got =
-                    super::ask(&b, &id.0, DescribeTxns(vec![id.0.to_string()])).await;
+                let got = super::ask(&b, &id.0, DescribeTxns(vec![id.0.to_string()])).await;
                 match got.map(|mut v| v.pop().and_then(|x| x.1)) {
                     Ok(Some(m)) => {
                         st.transaction_state = s(m.status.name());

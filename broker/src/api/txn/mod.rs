@@ -32,7 +32,9 @@ where
     TxnCoordinator: actix::Handler<Traced<M>>,
     <TxnCoordinator as actix::Actor>::Context: actix::dev::ToEnvelope<TxnCoordinator, Traced<M>>,
 {
-    let h = b.txn_coordinator(transactional_id).map_err(ApiError::from)?;
+    let h = b
+        .txn_coordinator(transactional_id)
+        .map_err(ApiError::from)?;
     match h.addr.send(msg).await {
         Ok(r) => r.map_err(ApiError::from),
         Err(_) => Err(ApiError::coordinator_gone()),
