@@ -13,7 +13,9 @@
 //! fields carry a `u8` presence flag; opaque bytes (subscriptions,
 //! assignments) a `u32` length. The record types are Kafka's
 //! `__consumer_offsets` keys and values in spirit (offset commit, offset
-//! tombstone, group metadata, group tombstone) plus a header that opens
+//! tombstone, group metadata, group tombstone, a transactional offset
+//! pending for its producer, and the transaction marker that commits or
+//! drops a producer's pending offsets) plus a header that opens
 //! every file and names the shard, epoch and file number it was written as,
 //! so a file can never be mistaken for another's.
 //!
@@ -821,6 +823,15 @@ mod tests {
             Record::Group(group("g", 3, Some("consumer"), 7)),
             Record::Group(group("h", 0, None, 7)),
             Record::GroupTombstone { group: "g".into() },
+            txn_offset("g", 7, 2, "t", 3, 11),
+            Record::TxnEnd {
+                producer_id: 7,
+                commit: true,
+            },
+            Record::TxnEnd {
+                producer_id: -1,
+                commit: false,
+            },
         ];
         let mut buf = Vec::new();
         encode_header(
@@ -899,6 +910,64 @@ mod tests {
         let r = offset(&"g".repeat(70_000), "t", 0, 1, 1);
         assert_eq!(encode(&r, &mut buf), Err(EncodeError::TooLong("group id")));
         assert_eq!(buf, vec![7]);
+    }
+
+    fn txn_offset(group: &str, pid: i64, epoch: i16, topic: &str, p: i32, off: i64) -> Record {
+        Record::TxnOffset {
+            group: group.into(),
+            producer_id: pid,
+            producer_epoch: epoch,
+            topic: topic.into(),
+            partition: p,
+            value: OffsetValue {
+                offset: off,
+                leader_epoch: -1,
+                metadata: Some("m".into()),
+                commit_ms: 4,
+                expire_ms: None,
+            },
+        }
+    }
+
+    #[test]
+    fn transactional_offsets_stay_pending_until_their_marker() {
+        let mut s = ShardState::default();
+        s.apply(&offset("g", "t", 0, 1, 1));
+        s.apply(&txn_offset("g", 7, 0, "t", 0, 5));
+        s.apply(&txn_offset("g", 7, 0, "t", 1, 6));
+        s.apply(&txn_offset("g", 8, 3, "t", 2, 9));
+        assert_eq!(s.offsets.len(), 1, "pending offsets are not committed");
+        assert!(s.has_pending("g", "t", 0) && s.has_pending("g", "t", 2));
+        assert!(!s.has_pending("g", "t", 3) && !s.has_pending("h", "t", 0));
+        assert!(s.group_has_pending("g"));
+        // Compaction writes the pending offsets back.
+        let mut again = ShardState::default();
+        for r in s.records() {
+            again.apply(&r);
+        }
+        assert_eq!(again, s);
+        s.apply(&Record::TxnEnd {
+            producer_id: 7,
+            commit: true,
+        });
+        s.apply(&Record::TxnEnd {
+            producer_id: 8,
+            commit: false,
+        });
+        s.apply(&Record::TxnEnd {
+            producer_id: 8,
+            commit: true,
+        });
+        assert!(s.pending.is_empty());
+        let got: Vec<(i32, i64)> = s
+            .group_offsets("g")
+            .map(|(k, v)| (k.partition, v.offset))
+            .collect();
+        assert_eq!(
+            got,
+            vec![(0, 5), (1, 6)],
+            "8 aborted; a repeated marker is a no-op"
+        );
     }
 
     #[test]
