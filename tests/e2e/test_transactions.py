@@ -502,8 +502,12 @@ def test_consume_transform_produce_exactly_once_through_coordinator_kill9(broker
                 p.begin_transaction()
                 for m in batch:
                     p.produce(dst, value=m.value(), partition=m.partition())
-                p.send_offsets_to_transaction(c.position(c.assignment()),
-                                              c.consumer_group_metadata(), 60)
+                nxt: dict[int, int] = {}
+                for m in batch:
+                    nxt[m.partition()] = max(nxt.get(m.partition(), 0), m.offset() + 1)
+                p.send_offsets_to_transaction(
+                    [TopicPartition(src, part, off) for part, off in nxt.items()],
+                    c.consumer_group_metadata(), 60)
                 p.commit_transaction(60)
                 copied += len(batch)
                 if not killed and copied >= n // 3:

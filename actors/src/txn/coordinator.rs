@@ -6,6 +6,14 @@
 //! `txns/<shard>/` files, a `ShardLog` with the transaction codec) and
 //! [`TxnMachine`] (the transitions):
 //!
+//! * **Lazy open**: most shards never see a transaction, and an open shard
+//!   holds a descriptor (its log) for as long as it is granted. So the
+//!   start only lists the shard directory: a shard with no state file stays
+//!   *idle* — no claim, no file — and answers DescribeTransactions /
+//!   ListTransactions from the empty state it provably has (only the
+//!   grant's owner writes there); the first request that changes state
+//!   opens it (COORDINATOR_LOAD_IN_PROGRESS meanwhile; clients retry). A
+//!   shard with files is opened at once, so its decisions are re-driven.
 //! * **Open** on the blocking pool: win the epoch claim
 //!   (`txns/<shard>/leader-e<E>.claim`, O_EXCL) through the lease-guarded
 //!   seam, then open the log under that writer (fenced by the epoch in the
@@ -133,6 +141,10 @@ struct Serving {
 }
 
 enum Phase {
+    /// Listing the shard directory to decide whether to open now.
+    Probing,
+    /// No state on disk and nothing asked to change it: nothing open.
+    Idle,
     Opening,
     Serving(Box<Serving>),
     Fenced,
@@ -161,6 +173,12 @@ impl From<std::io::Error> for OpenError {
 }
 
 struct Opened(Result<(EpochWriter, TxnLog), OpenError>);
+
+/// Whether the shard directory holds a state file.
+struct Probed(std::io::Result<bool>);
+impl Message for Probed {
+    type Result = ();
+}
 impl Message for Opened {
     type Result = ();
 }
@@ -190,6 +208,8 @@ pub struct TxnCoordinator {
     driving: HashSet<(String, i16)>,
     stop_waiters: Vec<oneshot::Sender<()>>,
     stopping: bool,
+    /// A state-changing request came while probing: open when done.
+    open_wanted: bool,
 }
 
 fn open_shard(
@@ -239,7 +259,7 @@ impl TxnCoordinator {
             fs,
             clock,
             stats: mine,
-            phase: Phase::Opening,
+            phase: Phase::Probing,
             syncing: false,
             last_ticket: Ticket(0),
             waiting: VecDeque::new(),
@@ -247,6 +267,7 @@ impl TxnCoordinator {
             driving: HashSet::new(),
             stop_waiters: Vec::new(),
             stopping: false,
+            open_wanted: false,
         });
         TxnCoordinatorHandle {
             addr: Mailbox::new(addr, stats),
@@ -258,6 +279,38 @@ impl TxnCoordinator {
             .lease
             .as_ref()
             .is_none_or(|(l, inc)| l.valid_for(*inc))
+    }
+
+    /// List the shard directory (read only) to decide whether to open.
+    fn probe(&mut self, ctx: &mut Context<Self>) {
+        let dir = txn_shard_dir(&self.spec.cluster_dir, self.spec.shard);
+        let (fs, addr) = (self.fs.clone(), ctx.address());
+        actix_rt::task::spawn_blocking(move || {
+            let r = match fs.list(&dir) {
+                Ok(names) => Ok(names
+                    .iter()
+                    .any(|n| kaas_volume::layout::parse_shard_log(n).is_some())),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+                Err(e) => Err(e),
+            };
+            addr.do_send(Probed(r));
+        });
+    }
+
+    /// A state-changing request: open an idle shard. `Some(error)` when
+    /// the request cannot be served now.
+    fn wake(&mut self, ctx: &mut Context<Self>) -> Option<CoordinatorError> {
+        match self.phase {
+            Phase::Idle if !self.stopping => {
+                self.open(ctx);
+                Some(CoordinatorError::Loading)
+            }
+            Phase::Probing => {
+                self.open_wanted = true;
+                Some(CoordinatorError::Loading)
+            }
+            _ => None,
+        }
     }
 
     fn open(&mut self, ctx: &mut Context<Self>) {
@@ -318,7 +371,7 @@ impl TxnCoordinator {
         }
         match &mut self.phase {
             Phase::Serving(s) => Ok(s),
-            Phase::Opening => Err(CoordinatorError::Loading),
+            Phase::Opening | Phase::Probing | Phase::Idle => Err(CoordinatorError::Loading),
             Phase::Failed => Err(CoordinatorError::Unavailable),
             Phase::Fenced | Phase::Stopped => Err(CoordinatorError::NotCoordinator),
         }
@@ -643,7 +696,7 @@ impl Actor for TxnCoordinator {
         let quarter = u64::try_from(self.spec.expiration_ms / 4).unwrap_or(0);
         let every = EXPIRY_EVERY.min(Duration::from_millis(quarter.max(100)));
         ctx.run_interval(every, |act, ctx| act.expire(ctx));
-        self.open(ctx);
+        self.probe(ctx);
     }
 
     fn stopped(&mut self, _: &mut Context<Self>) {
@@ -658,10 +711,40 @@ impl Handler<Opened> for TxnCoordinator {
     }
 }
 
+impl Handler<Probed> for TxnCoordinator {
+    type Result = ();
+    fn handle(&mut self, m: Probed, ctx: &mut Context<Self>) {
+        if self.stopping {
+            self.phase = Phase::Stopped;
+            for tx in self.stop_waiters.drain(..) {
+                let _ = tx.send(());
+            }
+            self.stats.deregister();
+            ctx.stop();
+            return;
+        }
+        match m.0 {
+            Ok(false) if !self.open_wanted => {
+                tracing::debug!(shard = self.spec.shard.0, "transaction shard idle");
+                self.phase = Phase::Idle;
+            }
+            Ok(_) => self.open(ctx),
+            Err(e) => self.failed(&e, ctx),
+        }
+    }
+}
+
 impl Handler<InitTxnProducer> for TxnCoordinator {
     type Result = ResponseFuture<CoordReply<Result<InitAnswer, ResponseError>>>;
     fn handle(&mut self, m: InitTxnProducer, ctx: &mut Context<Self>) -> Self::Result {
         let now = self.clock.now_ms();
+        // A refusal that needs no state is answered without opening.
+        if let Err(e) = TxnMachine::check_timeout(m.timeout_ms) {
+            return ready(Ok(Err(e)));
+        }
+        if let Some(e) = self.wake(ctx) {
+            return ready(Err(e));
+        }
         let s = match self.serving() {
             Ok(s) => s,
             Err(e) => return ready(Err(e)),
@@ -704,6 +787,10 @@ impl Handler<AddTxnPartitions> for TxnCoordinator {
     type Result = ResponseFuture<CoordReply<Result<(), ResponseError>>>;
     fn handle(&mut self, m: AddTxnPartitions, ctx: &mut Context<Self>) -> Self::Result {
         let now = self.clock.now_ms();
+        if matches!(self.phase, Phase::Idle) {
+            // Nothing on disk: no producer id is mapped here.
+            return ready(Ok(Err(ResponseError::InvalidProducerIdMapping)));
+        }
         let s = match self.serving() {
             Ok(s) => s,
             Err(e) => return ready(Err(e)),
@@ -726,6 +813,9 @@ impl Handler<EndTxn> for TxnCoordinator {
     type Result = ResponseFuture<CoordReply<Result<(), ResponseError>>>;
     fn handle(&mut self, m: EndTxn, ctx: &mut Context<Self>) -> Self::Result {
         let now = self.clock.now_ms();
+        if matches!(self.phase, Phase::Idle) {
+            return ready(Ok(Err(ResponseError::InvalidProducerIdMapping)));
+        }
         let s = match self.serving() {
             Ok(s) => s,
             Err(e) => return ready(Err(e)),
@@ -747,6 +837,9 @@ impl Handler<EndTxn> for TxnCoordinator {
 impl Handler<DescribeTxns> for TxnCoordinator {
     type Result = ResponseFuture<CoordReply<Vec<(String, Option<TxnMeta>)>>>;
     fn handle(&mut self, m: DescribeTxns, _: &mut Context<Self>) -> Self::Result {
+        if matches!(self.phase, Phase::Idle) {
+            return ready(Ok(m.0.into_iter().map(|id| (id, None)).collect()));
+        }
         let s = match self.serving() {
             Ok(s) => s,
             Err(e) => return ready(Err(e)),
@@ -765,6 +858,9 @@ impl Handler<DescribeTxns> for TxnCoordinator {
 impl Handler<ListTxns> for TxnCoordinator {
     type Result = ResponseFuture<CoordReply<Vec<TxnMeta>>>;
     fn handle(&mut self, _: ListTxns, _: &mut Context<Self>) -> Self::Result {
+        if matches!(self.phase, Phase::Idle) {
+            return ready(Ok(Vec::new()));
+        }
         let s = match self.serving() {
             Ok(s) => s,
             Err(e) => return ready(Err(e)),
@@ -777,7 +873,7 @@ impl Handler<StopTxnCoordinator> for TxnCoordinator {
     type Result = ResponseFuture<()>;
     fn handle(&mut self, _: StopTxnCoordinator, ctx: &mut Context<Self>) -> Self::Result {
         self.stopping = true;
-        if matches!(self.phase, Phase::Opening) {
+        if matches!(self.phase, Phase::Opening | Phase::Probing) {
             let (tx, rx) = oneshot::channel();
             self.stop_waiters.push(tx);
             return Box::pin(async move {
@@ -896,8 +992,12 @@ mod tests {
                     fresh,
                 })
                 .await
-                .unwrap()
                 .unwrap();
+            let Ok(r) = r else {
+                // An idle shard opens on its first init.
+                actix_rt::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            };
             match r {
                 Ok(InitAnswer::Ready(p, e)) => return (p, e),
                 Ok(InitAnswer::NeedProducerId) => fresh = Some(1000),
@@ -970,6 +1070,29 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(r, Err(ResponseError::ProducerFenced));
+    }
+
+    #[actix_rt::test]
+    async fn an_unused_shard_stays_idle_until_a_transaction_needs_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let h = start(dir.path(), 1, sink(Arc::default(), 0));
+        loaded(&h).await;
+        let txn_dir = txn_shard_dir(dir.path(), ShardId(2));
+        assert!(!txn_dir.exists(), "no claim, no file for an idle shard");
+        assert_eq!(status(&h, "t").await, None);
+        let r = h
+            .addr
+            .send(InitTxnProducer {
+                transactional_id: "t".into(),
+                timeout_ms: 0,
+                given: (-1, -1),
+                fresh: None,
+            })
+            .await
+            .unwrap();
+        assert_eq!(r, Ok(Err(ResponseError::InvalidTransactionTimeout)));
+        assert_eq!(init(&h, "t").await, (1000, 0));
+        assert!(txn_dir.join("leader-e1.claim").exists());
     }
 
     #[actix_rt::test]

@@ -298,6 +298,14 @@ fn bumped(m: &TxnMeta) -> Option<i16> {
 }
 
 impl TxnMachine {
+    /// `transaction.timeout.ms` must be in 1..=[`MAX_TIMEOUT_MS`].
+    pub fn check_timeout(timeout_ms: i32) -> Result<(), TxnError> {
+        if timeout_ms <= 0 || timeout_ms > MAX_TIMEOUT_MS {
+            return Err(ResponseError::InvalidTransactionTimeout);
+        }
+        Ok(())
+    }
+
     /// InitProducerId (KIP-98, KIP-360): `given` is the (producer id,
     /// epoch) a client re-initialising after an error names (-1, -1: none);
     /// `fresh` a newly allocated producer id when one was asked for.
@@ -309,9 +317,7 @@ impl TxnMachine {
         fresh: Option<i64>,
         now_ms: i64,
     ) -> Result<InitOutcome, TxnError> {
-        if timeout_ms <= 0 || timeout_ms > MAX_TIMEOUT_MS {
-            return Err(ResponseError::InvalidTransactionTimeout);
-        }
+        Self::check_timeout(timeout_ms)?;
         let Some(cur) = state.txns.get(txn_id) else {
             if given.0 >= 0 {
                 // The client names an id this coordinator has never seen
