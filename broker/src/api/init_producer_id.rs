@@ -54,9 +54,14 @@ async fn init_transactional(
         (-1, -1)
     };
     let mut fresh = None;
+    // An idle shard opens on its first init (lazy open): wait for it here,
+    // bounded, rather than send the client COORDINATOR_LOAD_IN_PROGRESS.
+    let loading_until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let mut asks = 0;
     // At most: ask, allocate, ask again (and once more if a racing init
     // changed the state meanwhile).
-    for _ in 0..3 {
+    while asks < 3 {
+        asks += 1;
         let msg = InitTxnProducer {
             transactional_id: id.clone(),
             timeout_ms: r.transaction_timeout_ms,
@@ -79,6 +84,13 @@ async fn init_transactional(
                 Err(_) => return refused(ApiError::blocking_task_failed()),
             },
             Ok(Err(e)) => return refused(super::txn::fenced_for(e, v, 4).into()),
+            Err(e)
+                if e.code() == ResponseError::CoordinatorLoadInProgress.code()
+                    && std::time::Instant::now() < loading_until =>
+            {
+                asks -= 1;
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
             Err(e) => return refused(e),
         }
     }
