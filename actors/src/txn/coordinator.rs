@@ -882,11 +882,11 @@ impl Handler<StopTxnCoordinator> for TxnCoordinator {
         }
         if let Phase::Serving(s) = &mut self.phase {
             if s.log.sync_now().is_ok() {
-                // Answer what became durable; markers are the successor's
-                // to send (it re-drives every Prepare* it reads).
-                while let Some((_, d)) = self.waiting.pop_front() {
-                    d(Ok(()));
-                }
+                // Answer what became durable (under the lease check);
+                // markers are the successor's to send (it re-drives every
+                // Prepare* it reads), so nothing new is driven here.
+                self.to_drive.clear();
+                self.deliver(ctx);
             }
         }
         self.fail_waiting(CoordinatorError::NotCoordinator);
