@@ -1160,6 +1160,79 @@ mod tests {
     /// next epoch reads the commit and the membership from the files; the
     /// old epoch's claim fences a second opener of the same epoch.
     #[actix_rt::test]
+    async fn transactional_offsets_wait_for_their_marker_across_a_takeover() {
+        let d = tempfile::tempdir().unwrap();
+        let fs: SharedFs = Arc::new(RealFs);
+        let arbiter = actix::Arbiter::new();
+        let h = GroupCoordinator::start(
+            spec(d.path(), 1),
+            fs.clone(),
+            crate::clock::real(),
+            &arbiter.handle(),
+        );
+        until_loaded(&h).await;
+        let txn = |epoch: i16, offset: i64| TxnCommitOffsets {
+            group_id: "g".into(),
+            producer_id: 7,
+            producer_epoch: epoch,
+            member_id: String::new(),
+            instance_id: None,
+            generation_id: -1,
+            offsets: vec![CommitOffset {
+                topic: "t".into(),
+                partition: 0,
+                offset,
+                leader_epoch: -1,
+                metadata: None,
+            }],
+        };
+        let fetch = || FetchOffsets {
+            group_id: "g".into(),
+            topics: Some(vec![("t".into(), vec![0])]),
+        };
+        assert_eq!(h.addr.send(txn(3, 10)).await.unwrap(), Ok(Ok(())));
+        assert_eq!(
+            h.addr.send(txn(2, 11)).await.unwrap(),
+            Ok(Err(ResponseError::InvalidProducerEpoch)),
+            "an older epoch of the producer is refused"
+        );
+        let got = h.addr.send(fetch()).await.unwrap().unwrap();
+        assert!(got[0].value.is_none() && got[0].pending, "{got:?}");
+        h.addr.send(StopCoordinator).await.unwrap();
+        // The pending offset survives a takeover, and the marker commits it.
+        let next = GroupCoordinator::start(
+            spec(d.path(), 2),
+            fs.clone(),
+            crate::clock::real(),
+            &arbiter.handle(),
+        );
+        until_loaded(&next).await;
+        let got = next.addr.send(fetch()).await.unwrap().unwrap();
+        assert!(got[0].value.is_none() && got[0].pending, "{got:?}");
+        let end = |commit| CompleteTxnOffsets {
+            producer_id: 7,
+            producer_epoch: 3,
+            commit,
+        };
+        assert_eq!(next.addr.send(end(true)).await.unwrap(), Ok(()));
+        assert_eq!(
+            next.addr.send(end(true)).await.unwrap(),
+            Ok(()),
+            "idempotent"
+        );
+        let got = next.addr.send(fetch()).await.unwrap().unwrap();
+        assert_eq!(got[0].value.as_ref().map(|v| v.offset), Some(10));
+        assert!(!got[0].pending);
+        // An aborted one is dropped.
+        assert_eq!(next.addr.send(txn(4, 20)).await.unwrap(), Ok(Ok(())));
+        assert_eq!(next.addr.send(end(false)).await.unwrap(), Ok(()));
+        let got = next.addr.send(fetch()).await.unwrap().unwrap();
+        assert_eq!(got[0].value.as_ref().map(|v| v.offset), Some(10));
+        assert!(!got[0].pending);
+        next.addr.send(StopCoordinator).await.unwrap();
+    }
+
+    #[actix_rt::test]
     async fn commits_survive_a_takeover_and_stale_generations_are_refused() {
         let d = tempfile::tempdir().unwrap();
         let fs: SharedFs = Arc::new(RealFs);
