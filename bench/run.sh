@@ -22,6 +22,8 @@
 #          trips, not the broker's sequence checks: see BENCHMARKS.md
 #        consume throughput (from the beginning of the 1 KiB / 6-partition topic)
 #        produce->consume latency p50/p99 at a fixed rate (bench/latency.py)
+#        transactions/s of 100 records of 100 B and p99 commit latency
+#          (bench/transactions.py; only when WriteTxnMarkers is advertised)
 #        broker peak RSS (VmHWM), broker CPU seconds per 100 MB produced
 #          (utime+stime from /proc/<pid>/stat), fsyncs/s (kaas_fsyncs_total)
 #        the disk under $BENCH_DIR: sequential write bandwidth (dd
@@ -260,6 +262,27 @@ latline="$(timeout "$RUN_TIMEOUT" python3 "$ROOT/bench/latency.py" --bootstrap "
     --rate "$LAT_RATE" --seconds "$LAT_SECONDS" --size 100 2>"$BENCH_DIR/latency.err" | grep '^LATENCY' || true)"
 kv() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<" $latline"; }
 row "produce->consume latency @${LAT_RATE}/s" "p50 $(kv e2e_p50_ms) ms" "p99 $(kv e2e_p99_ms) ms, max $(kv e2e_max_ms) ms; ack p50 $(kv ack_p50_ms) / p99 $(kv ack_p99_ms) ms; lost $(kv lost)"
+
+# ---------------------------------------------------------------- transactions
+TXNS="${TXNS:-2000}"; [ "$QUICK" = 1 ] && TXNS=$((TXNS / 10))
+if python3 -c "
+import socket, struct, sys
+s = socket.create_connection(('127.0.0.1', $PORT), 2)
+s.sendall(struct.pack('>ihhih', 10, 18, 0, 1, -1))
+n = struct.unpack('>i', s.recv(4))[0]; b = b''
+while len(b) < n: b += s.recv(n - len(b))
+k = struct.unpack('>i', b[6:10])[0]
+sys.exit(0 if any(struct.unpack('>h', b[10 + 6 * i:12 + 6 * i])[0] == 27 for i in range(k)) else 1)
+" 2>/dev/null; then
+    log "transactions run ($TXNS x 100 records)"
+    create_topic bench-txn 1
+    txline="$(timeout "$RUN_TIMEOUT" python3 "$ROOT/bench/transactions.py" --bootstrap "$BOOT" --topic bench-txn \
+        --txns "$TXNS" --records 100 --size 100 2>"$BENCH_DIR/transactions.err" | grep '^TXNS' || true)"
+    tkv() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<" $txline"; }
+    row "transactions, 100 x 100 B each, 1p" "$(tkv txn_per_s) txn/s" "commit p50 $(tkv commit_p50_ms) ms / p99 $(tkv commit_p99_ms) ms; $(tkv records_per_s) rec/s; read_committed saw $(tkv seen) of $((TXNS * 100))"
+else
+    row "transactions" "-" "skipped: WriteTxnMarkers not advertised (partition side of transactions missing)"
+fi
 
 # ---------------------------------------------------------------- broker resources
 HWM="$(awk '/VmHWM/ {print $2 " " $3}' "/proc/$BROKER_PID/status")"

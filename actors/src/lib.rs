@@ -12,3 +12,4 @@ pub mod producer_ids;
 pub mod registry;
 pub mod telemetry;
 pub mod topic;
+pub mod txn;

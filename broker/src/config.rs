@@ -63,6 +63,14 @@ pub struct BrokerArgs {
     /// (GROUP_MAX_SIZE_REACHED beyond).
     #[arg(long, env = "KAAS_GROUP_CONSUMER_MAX_SIZE", default_value_t = 1000)]
     pub group_consumer_max_size: usize,
+    /// transactional.id.expiration.ms: a transactional id idle this long
+    /// (no open transaction) is forgotten.
+    #[arg(
+        long,
+        env = "KAAS_TRANSACTIONAL_ID_EXPIRATION_MS",
+        default_value_t = 604_800_000
+    )]
+    pub transactional_id_expiration_ms: i64,
     /// Partitions of auto-created topics (num.partitions).
     #[arg(long, env = "KAAS_DEFAULT_PARTITIONS", default_value_t = 1)]
     pub default_partitions: i32,

@@ -29,6 +29,9 @@ use kaas_actors::producer_id_blocks::ProducerIdBlocks;
 use kaas_actors::registry::OwnerRegistry;
 use kaas_actors::telemetry::Mailbox;
 use kaas_actors::topic::{TopicCatalog, TopicStamp, TopicsView};
+use kaas_actors::txn::coordinator::{
+    MarkerSink, TxnCoordinator, TxnCoordinatorHandle, TxnCoordinatorSpec,
+};
 use kaas_volume::fs::{ReadFs, ReadOnly, SharedFs};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -73,6 +76,10 @@ pub struct Broker {
     leaders: OwnerRegistry<(String, i32), Grant, PartitionHandle>,
     /// Group coordinators by shard, with the epoch of their grant.
     coordinators: OwnerRegistry<ShardId, i32, CoordinatorHandle>,
+    /// Transaction coordinators by shard (same grants as the groups').
+    txn_coordinators: OwnerRegistry<ShardId, i32, TxnCoordinatorHandle>,
+    /// Broker-to-broker requests (transaction markers).
+    pub peers: Arc<crate::peer::PeerClient>,
     arbiters: Vec<actix::ArbiterHandle>,
     next_arbiter: AtomicUsize,
     /// This broker's controller actor (elected or not).
@@ -140,6 +147,11 @@ impl Broker {
             meta: RwLock::new(Arc::default()),
             leaders: OwnerRegistry::new(),
             coordinators: OwnerRegistry::new(),
+            txn_coordinators: OwnerRegistry::new(),
+            peers: Arc::new(crate::peer::PeerClient::new(format!(
+                "kaas-broker-{}",
+                args.broker_id
+            ))),
             arbiters,
             next_arbiter: AtomicUsize::new(0),
             controller: std::sync::OnceLock::new(),
@@ -303,6 +315,107 @@ impl Broker {
             Some((epoch, handle)) if epoch == e.epoch => Ok(handle),
             _ => Err(CoordinatorLookupError::NotCoordinator),
         }
+    }
+
+    /// Whether this broker owns shard `shard` now (granted to this
+    /// incarnation, lease valid).
+    fn owns_shard(&self, shard: ShardId) -> Result<i32, CoordinatorLookupError> {
+        let a = self.meta.read().unwrap();
+        if a.coordinators.is_empty() {
+            return Err(CoordinatorLookupError::NoShards);
+        }
+        let e = a
+            .coordinator(shard.0)
+            .ok_or(CoordinatorLookupError::NotCoordinator)?;
+        let lease = &self.shared.lease;
+        if e.leader != self.args.broker_id
+            || e.incarnation != lease.incarnation()
+            || !lease.valid_for(e.incarnation)
+        {
+            return Err(CoordinatorLookupError::NotCoordinator);
+        }
+        Ok(e.epoch)
+    }
+
+    /// The group coordinator of shard `shard`, if this broker owns it now
+    /// (transaction markers for `__consumer_offsets`/shard).
+    pub fn group_shard(&self, shard: ShardId) -> Result<CoordinatorHandle, CoordinatorLookupError> {
+        let epoch = self.owns_shard(shard)?;
+        match self.coordinators.get(&shard) {
+            Some((e, handle)) if e == epoch => Ok(handle),
+            _ => Err(CoordinatorLookupError::NotCoordinator),
+        }
+    }
+
+    /// The transaction coordinator of `transactional_id`'s shard (the same
+    /// hash and shards as groups), if this broker owns it now.
+    pub fn txn_coordinator(
+        &self,
+        transactional_id: &str,
+    ) -> Result<TxnCoordinatorHandle, CoordinatorLookupError> {
+        let shard = self
+            .shard_count()
+            .ok_or(CoordinatorLookupError::NoShards)?
+            .shard_of(transactional_id);
+        let epoch = self.owns_shard(shard)?;
+        match self.txn_coordinators.get(&shard) {
+            Some((e, handle)) if e == epoch => Ok(handle),
+            _ => Err(CoordinatorLookupError::NotCoordinator),
+        }
+    }
+
+    /// Every transaction coordinator this broker runs (ListTransactions).
+    pub fn txn_coordinators(&self) -> Vec<TxnCoordinatorHandle> {
+        let a = self.assignment();
+        (0..a.coordinators.len() as u32)
+            .filter_map(|s| self.txn_coordinators.get(&ShardId(s)).map(|(_, h)| h))
+            .collect()
+    }
+
+    fn start_txn_coordinator(
+        self: &Arc<Self>,
+        shard: ShardId,
+        epoch: i32,
+        inc: u64,
+    ) -> TxnCoordinatorHandle {
+        let i = self.next_arbiter.fetch_add(1, Ordering::Relaxed) % self.arbiters.len();
+        let me = Arc::downgrade(self);
+        let spec = TxnCoordinatorSpec {
+            shard,
+            cluster_dir: self.args.cluster_dir(),
+            epoch,
+            lease: Some((self.shared.lease.clone(), inc)),
+            owner: Some(ClaimOwner {
+                broker_id: self.shared.broker_id,
+                incarnation: inc,
+            }),
+            on_fenced: Some({
+                let shared = self.shared.clone();
+                OnFenced(Arc::new(move |found, owner| {
+                    let mut st = shared.state.lock().unwrap();
+                    let e = FencedAt {
+                        topic: COORDINATOR_SHARDS.to_owned(),
+                        partition: shard.0 as i32,
+                        found,
+                        owner,
+                    };
+                    if !st.fenced.contains(&e) {
+                        st.fenced.push(e);
+                    }
+                }))
+            }),
+            log: ShardLogConfig::default(),
+            expiration_ms: self.args.transactional_id_expiration_ms,
+            markers: MarkerSink(Arc::new(move |job| {
+                crate::txn_markers::send(me.clone(), job)
+            })),
+        };
+        TxnCoordinator::start(
+            spec,
+            self.leader_fs.clone(),
+            self.shared.lease.clock().clone(),
+            &self.arbiters[i],
+        )
     }
 
     /// Every coordinator this broker runs (ListGroups).
@@ -478,6 +591,7 @@ impl Broker {
         self.leaders.stop_group(topic).await;
         if topic.is_none() {
             self.coordinators.stop_group(None).await;
+            self.txn_coordinators.stop_group(None).await;
         }
     }
 }
@@ -515,8 +629,9 @@ impl LeaderSink for BrokerSink {
             // Stop what we lost first, awaiting the final fsync and close: a
             // partition (or shard) whose epoch changed is stopped before the
             // owner of the new epoch opens its files.
-            let stopped =
-                b.leaders.stop_lost(&wanted).await + b.coordinators.stop_lost(&shards).await;
+            let stopped = b.leaders.stop_lost(&wanted).await
+                + b.coordinators.stop_lost(&shards).await
+                + b.txn_coordinators.stop_lost(&shards).await;
             // Fenced-at-open reports are answered once the grant is above
             // the epoch found (or gone).
             if lead {
@@ -533,8 +648,10 @@ impl LeaderSink for BrokerSink {
             }
             let started = b.leaders.start_granted(wanted, |(t, p), (_, epoch)| {
                 b.start_leader(t, *p, *epoch, inc)
-            }) + b.coordinators.start_granted(shards, |s, epoch| {
+            }) + b.coordinators.start_granted(shards.clone(), |s, epoch| {
                 Some(b.start_coordinator(*s, *epoch, inc))
+            }) + b.txn_coordinators.start_granted(shards, |s, epoch| {
+                Some(b.start_txn_coordinator(*s, *epoch, inc))
             });
             if lead {
                 b.apply_config_changes(&before, &a);

@@ -22,6 +22,10 @@ use kafka_protocol::messages::{ApiKey, ApiVersionsResponse};
 /// * ListOffsets v10 only adds a request-level `timeout_ms` (KIP-1075), which
 ///   a broker without tiered storage may ignore.
 /// * Metadata v13 adds a top-level error code (KIP-1102); we stop at 12.
+/// * Transaction APIs (coordinator side) stop below KIP-890 part 2 /
+///   TRANSACTION_ABORTABLE: AddPartitionsToTxn v4+ (broker verification),
+///   AddOffsetsToTxn / EndTxn / TxnOffsetCommit v4+; ListTransactions v2
+///   (id pattern).
 /// * Group APIs: OffsetCommit v9 / OffsetFetch v9 carry KIP-848 member
 ///   epochs (checked for consumer-protocol groups; librdkafka 2.16 sends v9
 ///   with `group.protocol=consumer`), FindCoordinator v5+ a transaction
@@ -67,6 +71,12 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeProducers, 0, 0),
     (ApiKey::ConsumerGroupHeartbeat, 0, 1),
     (ApiKey::ConsumerGroupDescribe, 0, 1),
+    (ApiKey::AddPartitionsToTxn, 0, 3),
+    (ApiKey::AddOffsetsToTxn, 0, 3),
+    (ApiKey::EndTxn, 0, 3),
+    (ApiKey::TxnOffsetCommit, 0, 3),
+    (ApiKey::DescribeTransactions, 0, 0),
+    (ApiKey::ListTransactions, 0, 1),
 ];
 
 /// The lowest Produce version that may carry zstd batches: Produce v7 came
@@ -223,6 +233,22 @@ mod tests {
             ApiKey::ConsumerGroupDescribe => {
                 RequestKind::ConsumerGroupDescribe(ConsumerGroupDescribeRequest::default())
             }
+            ApiKey::AddPartitionsToTxn => {
+                RequestKind::AddPartitionsToTxn(AddPartitionsToTxnRequest::default())
+            }
+            ApiKey::AddOffsetsToTxn => {
+                RequestKind::AddOffsetsToTxn(AddOffsetsToTxnRequest::default())
+            }
+            ApiKey::EndTxn => RequestKind::EndTxn(EndTxnRequest::default()),
+            ApiKey::TxnOffsetCommit => {
+                RequestKind::TxnOffsetCommit(TxnOffsetCommitRequest::default())
+            }
+            ApiKey::DescribeTransactions => {
+                RequestKind::DescribeTransactions(DescribeTransactionsRequest::default())
+            }
+            ApiKey::ListTransactions => {
+                RequestKind::ListTransactions(ListTransactionsRequest::default())
+            }
             other => panic!("no default request for {other:?}"),
         }
     }
@@ -300,6 +326,22 @@ mod tests {
             }
             ApiKey::ConsumerGroupDescribe => {
                 ResponseKind::ConsumerGroupDescribe(ConsumerGroupDescribeResponse::default())
+            }
+            ApiKey::AddPartitionsToTxn => {
+                ResponseKind::AddPartitionsToTxn(AddPartitionsToTxnResponse::default())
+            }
+            ApiKey::AddOffsetsToTxn => {
+                ResponseKind::AddOffsetsToTxn(AddOffsetsToTxnResponse::default())
+            }
+            ApiKey::EndTxn => ResponseKind::EndTxn(EndTxnResponse::default()),
+            ApiKey::TxnOffsetCommit => {
+                ResponseKind::TxnOffsetCommit(TxnOffsetCommitResponse::default())
+            }
+            ApiKey::DescribeTransactions => {
+                ResponseKind::DescribeTransactions(DescribeTransactionsResponse::default())
+            }
+            ApiKey::ListTransactions => {
+                ResponseKind::ListTransactions(ListTransactionsResponse::default())
             }
             other => panic!("no default response for {other:?}"),
         }

@@ -241,6 +241,22 @@ fn request_corpus() -> Vec<Bytes> {
                     ConsumerGroupDescribeRequest::default()
                         .with_group_ids(vec![GroupId(StrBytes::from_static_str("g"))]),
                 ),
+                ApiKey::AddPartitionsToTxn => {
+                    RequestKind::AddPartitionsToTxn(AddPartitionsToTxnRequest::default())
+                }
+                ApiKey::AddOffsetsToTxn => {
+                    RequestKind::AddOffsetsToTxn(AddOffsetsToTxnRequest::default())
+                }
+                ApiKey::EndTxn => RequestKind::EndTxn(EndTxnRequest::default()),
+                ApiKey::TxnOffsetCommit => {
+                    RequestKind::TxnOffsetCommit(TxnOffsetCommitRequest::default())
+                }
+                ApiKey::DescribeTransactions => {
+                    RequestKind::DescribeTransactions(DescribeTransactionsRequest::default())
+                }
+                ApiKey::ListTransactions => {
+                    RequestKind::ListTransactions(ListTransactionsRequest::default())
+                }
                 other => panic!("corpus lacks {other:?}"),
             };
             let frame = request_frame(key, v, &body);

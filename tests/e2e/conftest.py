@@ -403,6 +403,32 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "substrates(*names): run the test once per substrate "
                             "(local, weakfs); ids [local]/[weakfs]")
     config.addinivalue_line("markers", "slow: takes more than ~20 s")
+    config.addinivalue_line("markers", "needs_txn_partition: needs the partition side of "
+                            "transactions; skipped unless WriteTxnMarkers is advertised")
+
+
+_WRITE_TXN_MARKERS = 27
+_txn_partition_served: list[bool] = []
+
+
+@pytest.fixture(autouse=True)
+def _needs_txn_partition(request, tmp_path_factory):
+    """Skip a `needs_txn_partition` test unless the broker binary
+    advertises WriteTxnMarkers (asked once per session, of a throwaway
+    broker)."""
+    if request.node.get_closest_marker("needs_txn_partition") is None:
+        return
+    if not _txn_partition_served:
+        import kafka_wire
+        b = Broker(tmp_path_factory.mktemp("txn-probe"))
+        try:
+            b.start()
+            keys = kafka_wire.api_versions(b.addr).api_keys
+            _txn_partition_served.append(_WRITE_TXN_MARKERS in keys)
+        finally:
+            b.stop()
+    if not _txn_partition_served[0]:
+        pytest.skip("the partition side of transactions (WriteTxnMarkers) is not served")
 
 
 def pytest_generate_tests(metafunc):

@@ -62,10 +62,11 @@ def test_raw_duplicate_gap_and_stale_epoch(broker, topic_name):
     r = kw.produce_raw(broker.addr, topic_name, 0, idem_batch([b"e"], pid + 10_000, 0, 42))
     assert (r.error_code, r.base_offset) == (0, 5), r
     assert values_in(broker.bootstrap, topic_name) == [b"a", b"b", b"plain", b"c", b"d", b"e"]
-    # Transactional ids are still refused by InitProducerId (no coordinator
-    # here); transactional batches are served: see test_txn_partition.py.
-    err, _, _ = kw.init_producer_id(broker.addr, transactional_id="tx")
-    assert err == kw.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    # A transactional id gets its own producer id from its coordinator
+    # (test_transactions.py); transactional batches are served
+    # (test_txn_partition.py).
+    err, tpid, tepoch = kw.init_producer_id(broker.addr, transactional_id="tx")
+    assert (err, tepoch) == (0, 0) and tpid >= 0 and tpid != pid, (err, tpid, tepoch)
 
 
 def test_a_retry_after_a_lost_ack_is_answered_as_a_duplicate(broker, topic_name):

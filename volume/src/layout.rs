@@ -378,6 +378,11 @@ impl Layout {
 /// directory: `<cluster>/groups/<shard:04>/`.
 pub const GROUPS_DIR: &str = "groups";
 
+/// Directory of every transaction coordinator shard, inside the cluster
+/// directory: `<cluster>/txns/<shard:04>/` (same shards and file names as
+/// `groups/`).
+pub const TXNS_DIR: &str = "txns";
+
 /// The cluster's coordinator-shard count, created once by exclusive create.
 pub const GROUP_SHARDS_FILE: &str = "group-shards.json";
 

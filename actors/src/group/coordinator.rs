@@ -734,6 +734,111 @@ impl Handler<CommitOffsets> for GroupCoordinator {
     }
 }
 
+impl Handler<TxnCommitOffsets> for GroupCoordinator {
+    type Result =
+        ResponseFuture<CoordReply<Result<(), kaas_protocol::kafka_protocol::ResponseError>>>;
+    fn handle(&mut self, m: TxnCommitOffsets, ctx: &mut Context<Self>) -> Self::Result {
+        let now_ms = self.clock.now_ms();
+        let s = match self.serving() {
+            Ok(s) => s,
+            Err(e) => return ready(Err(e)),
+        };
+        // A generation or member given (v3+, KIP-447) is checked like an
+        // OffsetCommit's; a producer without one commits standalone.
+        if m.generation_id >= 0 || !m.member_id.is_empty() {
+            if let Err(e) = s.groups.validate_commit(
+                &m.group_id,
+                &m.member_id,
+                m.instance_id.as_deref(),
+                m.generation_id,
+            ) {
+                return ready(Ok(Err(e)));
+            }
+        }
+        // A zombie of an older epoch must not add to a newer epoch's
+        // pending offsets.
+        if s.log
+            .state()
+            .pending
+            .get(&m.producer_id)
+            .is_some_and(|p| p.producer_epoch > m.producer_epoch)
+        {
+            return ready(Ok(Err(ResponseError::InvalidProducerEpoch)));
+        }
+        let records: Vec<Record> = m
+            .offsets
+            .into_iter()
+            .map(|o| Record::TxnOffset {
+                group: m.group_id.clone(),
+                producer_id: m.producer_id,
+                producer_epoch: m.producer_epoch,
+                topic: o.topic,
+                partition: o.partition,
+                value: OffsetValue {
+                    offset: o.offset,
+                    leader_epoch: o.leader_epoch,
+                    metadata: o.metadata,
+                    commit_ms: now_ms,
+                    expire_ms: None,
+                },
+            })
+            .collect();
+        let Some(ticket) = self.append(&records, ctx) else {
+            return ready(Err(CoordinatorError::Unavailable));
+        };
+        let (tx, rx) = oneshot::channel();
+        self.after(
+            ticket,
+            Box::new(move |r| {
+                let _ = tx.send(r.map(|_| Ok(())));
+            }),
+        );
+        Box::pin(async move { rx.await.unwrap_or(Err(CoordinatorError::Unavailable)) })
+    }
+}
+
+impl Handler<CompleteTxnOffsets> for GroupCoordinator {
+    type Result = ResponseFuture<CoordReply<()>>;
+    fn handle(&mut self, m: CompleteTxnOffsets, ctx: &mut Context<Self>) -> Self::Result {
+        let last = self.last_ticket;
+        let s = match self.serving() {
+            Ok(s) => s,
+            Err(e) => return ready(Err(e)),
+        };
+        // Appended even when nothing is durably pending: a TxnOffsetCommit
+        // still in flight (appended, not yet synced) must be resolved by
+        // this marker too, and the end record is idempotent.
+        let pending = s.log.state().pending.contains_key(&m.producer_id);
+        let records = if pending || last > s.log.durable() {
+            vec![Record::TxnEnd {
+                producer_id: m.producer_id,
+                commit: m.commit,
+            }]
+        } else {
+            Vec::new()
+        };
+        tracing::debug!(
+            shard = self.spec.shard.0,
+            producer_id = m.producer_id,
+            producer_epoch = m.producer_epoch,
+            commit = m.commit,
+            pending,
+            "transaction marker for group offsets"
+        );
+        let Some(ticket) = self.append(&records, ctx) else {
+            return ready(Err(CoordinatorError::Unavailable));
+        };
+        let (tx, rx) = oneshot::channel();
+        self.after(
+            ticket,
+            Box::new(move |r| {
+                let _ = tx.send(r);
+            }),
+        );
+        Box::pin(async move { rx.await.unwrap_or(Err(CoordinatorError::Unavailable)) })
+    }
+}
+
 impl Handler<FetchOffsets> for GroupCoordinator {
     type Result = ResponseFuture<CoordReply<Vec<FetchedOffset>>>;
     fn handle(&mut self, m: FetchOffsets, _: &mut Context<Self>) -> Self::Result {
@@ -750,6 +855,7 @@ impl Handler<FetchOffsets> for GroupCoordinator {
                     topic: k.topic.clone(),
                     partition: k.partition,
                     value: Some(v.clone()),
+                    pending: st.has_pending(&k.group, &k.topic, k.partition),
                 })
                 .collect(),
             Some(topics) => topics
@@ -763,6 +869,7 @@ impl Handler<FetchOffsets> for GroupCoordinator {
                     };
                     FetchedOffset {
                         value: st.offsets.get(&k).cloned(),
+                        pending: st.has_pending(&k.group, &k.topic, partition),
                         topic: k.topic,
                         partition,
                     }
@@ -1037,6 +1144,8 @@ crate::instrumented!(
     HeartbeatRequest,
     LeaveGroupRequest,
     CommitOffsets,
+    TxnCommitOffsets,
+    CompleteTxnOffsets,
     FetchOffsets,
     ListGroupsRequest,
     DescribeGroupsRequest,
@@ -1136,6 +1245,79 @@ mod tests {
     /// a stale generation's commit is ILLEGAL_GENERATION. A successor of the
     /// next epoch reads the commit and the membership from the files; the
     /// old epoch's claim fences a second opener of the same epoch.
+    #[actix_rt::test]
+    async fn transactional_offsets_wait_for_their_marker_across_a_takeover() {
+        let d = tempfile::tempdir().unwrap();
+        let fs: SharedFs = Arc::new(RealFs);
+        let arbiter = actix::Arbiter::new();
+        let h = GroupCoordinator::start(
+            spec(d.path(), 1),
+            fs.clone(),
+            crate::clock::real(),
+            &arbiter.handle(),
+        );
+        until_loaded(&h).await;
+        let txn = |epoch: i16, offset: i64| TxnCommitOffsets {
+            group_id: "g".into(),
+            producer_id: 7,
+            producer_epoch: epoch,
+            member_id: String::new(),
+            instance_id: None,
+            generation_id: -1,
+            offsets: vec![CommitOffset {
+                topic: "t".into(),
+                partition: 0,
+                offset,
+                leader_epoch: -1,
+                metadata: None,
+            }],
+        };
+        let fetch = || FetchOffsets {
+            group_id: "g".into(),
+            topics: Some(vec![("t".into(), vec![0])]),
+        };
+        assert_eq!(h.addr.send(txn(3, 10)).await.unwrap(), Ok(Ok(())));
+        assert_eq!(
+            h.addr.send(txn(2, 11)).await.unwrap(),
+            Ok(Err(ResponseError::InvalidProducerEpoch)),
+            "an older epoch of the producer is refused"
+        );
+        let got = h.addr.send(fetch()).await.unwrap().unwrap();
+        assert!(got[0].value.is_none() && got[0].pending, "{got:?}");
+        h.addr.send(StopCoordinator).await.unwrap();
+        // The pending offset survives a takeover, and the marker commits it.
+        let next = GroupCoordinator::start(
+            spec(d.path(), 2),
+            fs.clone(),
+            crate::clock::real(),
+            &arbiter.handle(),
+        );
+        until_loaded(&next).await;
+        let got = next.addr.send(fetch()).await.unwrap().unwrap();
+        assert!(got[0].value.is_none() && got[0].pending, "{got:?}");
+        let end = |commit| CompleteTxnOffsets {
+            producer_id: 7,
+            producer_epoch: 3,
+            commit,
+        };
+        assert_eq!(next.addr.send(end(true)).await.unwrap(), Ok(()));
+        assert_eq!(
+            next.addr.send(end(true)).await.unwrap(),
+            Ok(()),
+            "idempotent"
+        );
+        let got = next.addr.send(fetch()).await.unwrap().unwrap();
+        assert_eq!(got[0].value.as_ref().map(|v| v.offset), Some(10));
+        assert!(!got[0].pending);
+        // An aborted one is dropped.
+        assert_eq!(next.addr.send(txn(4, 20)).await.unwrap(), Ok(Ok(())));
+        assert_eq!(next.addr.send(end(false)).await.unwrap(), Ok(()));
+        let got = next.addr.send(fetch()).await.unwrap().unwrap();
+        assert_eq!(got[0].value.as_ref().map(|v| v.offset), Some(10));
+        assert!(!got[0].pending);
+        next.addr.send(StopCoordinator).await.unwrap();
+    }
+
     #[actix_rt::test]
     async fn commits_survive_a_takeover_and_stale_generations_are_refused() {
         let d = tempfile::tempdir().unwrap();

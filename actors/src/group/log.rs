@@ -3,6 +3,12 @@
 //! commit, recovered to its last valid record, and compacted to its live
 //! state.
 //!
+//! The log is generic over a [`ShardCodec`] (the record type, the live state
+//! it folds into, and the shard directory): [`GroupCodec`] is the consumer
+//! groups' (the default type parameter, so `ShardLog` alone is the group
+//! log), `crate::txn::state::TxnCodec` the transaction coordinator's. The
+//! framing (length, CRC32C, header frame) is shared.
+//!
 //! Files: `<cluster>/groups/<shard>/<base>-e<E>.log` ([`super::names`]). A
 //! file always begins with a complete snapshot of the live state (a header,
 //! then one record per live group and offset) and continues with appended
@@ -36,6 +42,49 @@ use super::names::{parse_shard_log, shard_dir, shard_log};
 use super::offsets::{
     decode, encode, encode_header, EncodeError, Frame, Header, Record, ShardState,
 };
+
+/// What a [`ShardLog`] stores: its records, the live state they fold into
+/// (what a compaction writes back), and where the shard's files live.
+pub trait ShardCodec: 'static {
+    /// One record.
+    type Record: Clone;
+    /// The live state.
+    type State: Default;
+    /// The shard's directory in the cluster directory.
+    fn dir(cluster: &Path, shard: ShardId) -> PathBuf;
+    /// Append one framed record to `out` (unchanged on error).
+    fn encode(r: &Self::Record, out: &mut Vec<u8>) -> Result<(), EncodeError>;
+    /// Decode the frame at the start of `buf` (`None`: end of the valid
+    /// prefix).
+    fn decode(buf: &[u8]) -> Option<(Frame<Self::Record>, usize)>;
+    /// Fold one record into the state.
+    fn apply(state: &mut Self::State, r: &Self::Record);
+    /// The live state as records.
+    fn records(state: &Self::State) -> Vec<Self::Record>;
+}
+
+/// The consumer groups' shard log: offsets and group metadata.
+pub struct GroupCodec;
+
+impl ShardCodec for GroupCodec {
+    type Record = Record;
+    type State = ShardState;
+    fn dir(cluster: &Path, shard: ShardId) -> PathBuf {
+        shard_dir(cluster, shard)
+    }
+    fn encode(r: &Record, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+        encode(r, out)
+    }
+    fn decode(buf: &[u8]) -> Option<(Frame, usize)> {
+        decode(buf)
+    }
+    fn apply(state: &mut ShardState, r: &Record) {
+        state.apply(r)
+    }
+    fn records(state: &ShardState) -> Vec<Record> {
+        state.records().collect()
+    }
+}
 use super::shard::ShardId;
 use kaas_volume::fs::{remove_if_exists, remove_stale_temps, write_atomic, SharedFs, WriteFile};
 use std::collections::VecDeque;
@@ -113,14 +162,14 @@ impl SyncTarget {
     }
 }
 
-struct Pending {
+struct Pending<R> {
     ticket: u64,
     end: u64,
-    records: Vec<Record>,
+    records: Vec<R>,
 }
 
 /// See module docs.
-pub struct ShardLog {
+pub struct ShardLog<C: ShardCodec = GroupCodec> {
     fs: SharedFs,
     dir: PathBuf,
     shard: ShardId,
@@ -130,8 +179,8 @@ pub struct ShardLog {
     write_pos: u64,
     /// Length of the snapshot the current file started with.
     snapshot_len: u64,
-    state: ShardState,
-    pending: VecDeque<Pending>,
+    state: C::State,
+    pending: VecDeque<Pending<C::Record>>,
     last_ticket: u64,
     durable: u64,
     poisoned: bool,
@@ -146,7 +195,7 @@ fn shard_files(names: &[String]) -> Vec<(u64, i32, &str)> {
         .collect()
 }
 
-impl ShardLog {
+impl<C: ShardCodec> ShardLog<C> {
     /// Open shard `shard` of the cluster directory `cluster` as its owner
     /// of epoch `epoch` (see module docs).
     pub fn open(
@@ -156,7 +205,7 @@ impl ShardLog {
         epoch: i32,
         cfg: ShardLogConfig,
     ) -> Result<Self, ShardLogError> {
-        let dir = shard_dir(cluster, shard);
+        let dir = C::dir(cluster, shard);
         fs.create_dir_all(&dir)?;
         let names = fs.list(&dir)?;
         let files = shard_files(&names);
@@ -164,13 +213,13 @@ impl ShardLog {
             return Err(ShardLogError::Fenced { epoch, found });
         }
         let state = match files.iter().max_by_key(|f| (f.1, f.0)) {
-            Some(&(base, e, name)) => read_file(fs.as_ref(), &dir, shard, base, e, name)?,
-            None => ShardState::default(),
+            Some(&(base, e, name)) => read_file::<C>(fs.as_ref(), &dir, shard, base, e, name)?,
+            None => C::State::default(),
         };
         let max_base = files.iter().map(|f| f.0).max().unwrap_or(0);
         remove_stale_temps(fs.as_ref(), &dir)?;
         let base = max_base.checked_add(1).ok_or(ShardLogError::Overflow)?;
-        let (file, len) = write_snapshot(fs.as_ref(), &dir, shard, epoch, base, &state)?;
+        let (file, len) = write_snapshot::<C>(fs.as_ref(), &dir, shard, epoch, base, &state)?;
         let log = Self {
             fs,
             dir,
@@ -192,15 +241,14 @@ impl ShardLog {
             shard = shard.0,
             epoch,
             base,
-            groups = log.state.groups.len(),
-            offsets = log.state.offsets.len(),
+            dir = %log.dir.display(),
             "coordinator shard opened"
         );
         Ok(log)
     }
 
     /// The durable state: every record whose sync completed, nothing else.
-    pub fn state(&self) -> &ShardState {
+    pub fn state(&self) -> &C::State {
         &self.state
     }
 
@@ -232,13 +280,13 @@ impl ShardLog {
     /// Write `records` at the end of the file (one write). Nothing is
     /// durable until a sync covering the returned ticket completes. A record
     /// that cannot be encoded refuses the whole call and writes nothing.
-    pub fn append(&mut self, records: &[Record]) -> Result<Ticket, ShardLogError> {
+    pub fn append(&mut self, records: &[C::Record]) -> Result<Ticket, ShardLogError> {
         if self.poisoned {
             return Err(ShardLogError::Poisoned);
         }
         let mut buf = Vec::new();
         for r in records {
-            encode(r, &mut buf)?;
+            C::encode(r, &mut buf)?;
         }
         let end = self
             .write_pos
@@ -283,7 +331,7 @@ impl ShardLog {
         while self.pending.front().is_some_and(|p| p.end <= t.pos) {
             if let Some(p) = self.pending.pop_front() {
                 for r in &p.records {
-                    self.state.apply(r);
+                    C::apply(&mut self.state, r);
                 }
                 self.durable = p.ticket;
             }
@@ -346,7 +394,7 @@ impl ShardLog {
         }
         let max_base = files.iter().map(|f| f.0).max().unwrap_or(0).max(self.base);
         let base = max_base.checked_add(1).ok_or(ShardLogError::Overflow)?;
-        let (file, len) = write_snapshot(
+        let (file, len) = write_snapshot::<C>(
             self.fs.as_ref(),
             &self.dir,
             self.shard,
@@ -385,14 +433,14 @@ impl ShardLog {
 }
 
 /// Read one shard file up to its first torn or corrupt frame.
-fn read_file(
+fn read_file<C: ShardCodec>(
     fs: &dyn kaas_volume::fs::Fs,
     dir: &Path,
     shard: ShardId,
     base: u64,
     epoch: i32,
     name: &str,
-) -> Result<ShardState, ShardLogError> {
+) -> Result<C::State, ShardLogError> {
     let bytes = fs.read(&dir.join(name))?;
     let corrupt = |reason| ShardLogError::Corrupt {
         file: name.to_string(),
@@ -401,7 +449,7 @@ fn read_file(
     // The file was renamed into place whole and fsynced, so its header is
     // always there; without it we cannot know whose file this is, and
     // guessing could drop a group's offsets.
-    let Some((Frame::Header(h), mut pos)) = decode(&bytes) else {
+    let Some((Frame::Header(h), mut pos)) = C::decode(&bytes) else {
         return Err(corrupt("no header"));
     };
     if h != (Header {
@@ -411,10 +459,10 @@ fn read_file(
     }) {
         return Err(corrupt("header does not match the file name"));
     }
-    let mut state = ShardState::default();
-    while let Some((f, n)) = bytes.get(pos..).and_then(decode) {
+    let mut state = C::State::default();
+    while let Some((f, n)) = bytes.get(pos..).and_then(C::decode) {
         match f {
-            Frame::Record(r) => state.apply(&r),
+            Frame::Record(r) => C::apply(&mut state, &r),
             Frame::Header(_) => break,
         }
         pos += n;
@@ -433,13 +481,13 @@ fn read_file(
 
 /// Write `state` as file `base` of `epoch` (temp → fsync → rename → dir
 /// fsync) and open it for appending.
-fn write_snapshot(
+fn write_snapshot<C: ShardCodec>(
     fs: &dyn kaas_volume::fs::Fs,
     dir: &Path,
     shard: ShardId,
     epoch: i32,
     base: u64,
-    state: &ShardState,
+    state: &C::State,
 ) -> Result<(Arc<dyn WriteFile>, u64), ShardLogError> {
     let mut buf = Vec::new();
     encode_header(
@@ -450,8 +498,8 @@ fn write_snapshot(
         },
         &mut buf,
     );
-    for r in state.records() {
-        encode(&r, &mut buf)?;
+    for r in C::records(state) {
+        C::encode(&r, &mut buf)?;
     }
     let path = dir.join(shard_log(base, epoch));
     write_atomic(fs, &path, &buf)?;
@@ -509,7 +557,8 @@ mod tests {
     #[test]
     fn commits_round_trip_and_only_synced_ones_are_state() {
         let dir = tempfile::tempdir().unwrap();
-        let mut log = ShardLog::open(real(), dir.path(), SHARD, 1, Default::default()).unwrap();
+        let mut log: ShardLog =
+            ShardLog::open(real(), dir.path(), SHARD, 1, Default::default()).unwrap();
         let t1 = log.append(&[commit("a", 0, 5), commit("a", 1, 7)]).unwrap();
         let t2 = log.append(&[commit("a", 0, 6)]).unwrap();
         assert!(t2 > t1);
@@ -525,7 +574,8 @@ mod tests {
         assert_eq!(offsets(&log).len(), 2);
         assert_eq!(log.sync_now().unwrap(), t3);
         drop(log);
-        let log = ShardLog::open(real(), dir.path(), SHARD, 1, Default::default()).unwrap();
+        let log: ShardLog =
+            ShardLog::open(real(), dir.path(), SHARD, 1, Default::default()).unwrap();
         assert_eq!(
             offsets(&log),
             BTreeMap::from([
@@ -544,7 +594,8 @@ mod tests {
     #[test]
     fn a_torn_tail_is_ignored() {
         let dir = tempfile::tempdir().unwrap();
-        let mut log = ShardLog::open(real(), dir.path(), SHARD, 1, Default::default()).unwrap();
+        let mut log: ShardLog =
+            ShardLog::open(real(), dir.path(), SHARD, 1, Default::default()).unwrap();
         log.append(&[commit("a", 0, 1)]).unwrap();
         log.sync_now().unwrap();
         log.append(&[commit("a", 0, 2)]).unwrap();
@@ -561,7 +612,8 @@ mod tests {
             bytes.truncate(cut as usize);
             bytes.extend_from_slice(tail);
             std::fs::write(p2.join(shard_log(1, 1)), bytes).unwrap();
-            let log = ShardLog::open(real(), d2.path(), SHARD, 2, Default::default()).unwrap();
+            let log: ShardLog =
+                ShardLog::open(real(), d2.path(), SHARD, 2, Default::default()).unwrap();
             let want = if tail.is_empty() { 1 } else { 2 };
             assert_eq!(offsets(&log), BTreeMap::from([(("a".into(), 0), want)]));
         }
@@ -570,10 +622,12 @@ mod tests {
     #[test]
     fn a_newer_epoch_fences_an_older_opener_and_a_zombie_is_never_read() {
         let dir = tempfile::tempdir().unwrap();
-        let mut old = ShardLog::open(real(), dir.path(), SHARD, 1, Default::default()).unwrap();
+        let mut old: ShardLog =
+            ShardLog::open(real(), dir.path(), SHARD, 1, Default::default()).unwrap();
         old.append(&[commit("a", 0, 1)]).unwrap();
         old.sync_now().unwrap();
-        let new = ShardLog::open(real(), dir.path(), SHARD, 2, Default::default()).unwrap();
+        let new: ShardLog =
+            ShardLog::open(real(), dir.path(), SHARD, 2, Default::default()).unwrap();
         assert_eq!(offsets(&new).len(), 1);
         // The zombie's late commit lands in a file the new owner left behind.
         old.append(&[commit("zombie", 0, 9)]).unwrap();
@@ -583,11 +637,12 @@ mod tests {
             Err(ShardLogError::Fenced { epoch: 1, found: 2 })
         ));
         assert!(matches!(
-            ShardLog::open(real(), dir.path(), SHARD, 1, Default::default()),
+            ShardLog::<GroupCodec>::open(real(), dir.path(), SHARD, 1, Default::default()),
             Err(ShardLogError::Fenced { epoch: 1, found: 2 })
         ));
         drop(new);
-        let next = ShardLog::open(real(), dir.path(), SHARD, 3, Default::default()).unwrap();
+        let next: ShardLog =
+            ShardLog::open(real(), dir.path(), SHARD, 3, Default::default()).unwrap();
         assert_eq!(offsets(&next), BTreeMap::from([(("a".into(), 0), 1)]));
     }
 
@@ -595,7 +650,7 @@ mod tests {
     fn a_failed_fsync_poisons_and_a_bad_record_writes_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let fs = FaultFs::new();
-        let mut log = ShardLog::open(
+        let mut log: ShardLog = ShardLog::open(
             Arc::new(fs.clone()),
             dir.path(),
             SHARD,
@@ -630,7 +685,7 @@ mod tests {
             compact_min_bytes: 4096,
             compact_ratio: 2,
         };
-        let mut log = ShardLog::open(real(), dir.path(), SHARD, 1, cfg).unwrap();
+        let mut log: ShardLog = ShardLog::open(real(), dir.path(), SHARD, 1, cfg).unwrap();
         let mut i = 0;
         while !log.compaction_due() {
             log.append(&[commit("a", i % 4, i as i64)]).unwrap();
@@ -658,7 +713,7 @@ mod tests {
         acked: &mut BTreeMap<Key, i64>,
     ) -> Result<(), ShardLogError> {
         let cfg = ShardLogConfig::default();
-        let mut log = ShardLog::open(fs, cluster, SHARD, 1, cfg)?;
+        let mut log: ShardLog = ShardLog::open(fs, cluster, SHARD, 1, cfg)?;
         let mut unacked: Vec<(Key, i64)> = Vec::new();
         let mut append =
             |log: &mut ShardLog, rs: &[(&str, i32, i64)], unacked: &mut Vec<(Key, i64)>| {
@@ -719,7 +774,7 @@ mod tests {
             fs.power_loss();
             // A fresh seam: the takeover (or restart) of a new owner.
             let epoch = if n % 2 == 0 { 2 } else { 1 };
-            let log = ShardLog::open(
+            let log: ShardLog = ShardLog::open(
                 Arc::new(FaultFs::new()),
                 dir.path(),
                 SHARD,
@@ -750,7 +805,8 @@ mod tests {
     #[test]
     fn crash_at_every_step_of_a_compaction_keeps_every_synced_commit() {
         let run = |fs: SharedFs, cluster: &Path, crash: Option<(&FaultFs, u64)>| {
-            let mut log = ShardLog::open(fs, cluster, SHARD, 4, Default::default()).unwrap();
+            let mut log: ShardLog =
+                ShardLog::open(fs, cluster, SHARD, 4, Default::default()).unwrap();
             for i in 0..20 {
                 log.append(&[commit("t", i % 5, i64::from(i))]).unwrap();
             }
@@ -770,7 +826,7 @@ mod tests {
             let fs = FaultFs::new();
             let done = run(Arc::new(fs.clone()), dir.path(), Some((&fs, n))).is_ok();
             fs.power_loss();
-            let log = ShardLog::open(
+            let log: ShardLog = ShardLog::open(
                 Arc::new(FaultFs::new()),
                 dir.path(),
                 SHARD,

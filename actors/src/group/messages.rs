@@ -111,6 +111,9 @@ pub struct FetchedOffset {
     pub partition: i32,
     /// What is committed, if anything.
     pub value: Option<OffsetValue>,
+    /// Whether a transaction holds a pending offset for it (OffsetFetch
+    /// with `require_stable` answers UNSTABLE_OFFSET_COMMIT).
+    pub pending: bool,
 }
 
 /// OffsetFetch of one group: the durable committed offsets of the named
@@ -123,6 +126,42 @@ pub struct FetchOffsets {
     pub topics: Option<Vec<(String, Vec<i32>)>>,
 }
 message!(FetchOffsets => Vec<FetchedOffset>, "fetch_offsets");
+
+/// TxnOffsetCommit: the producer's offsets, pending until its
+/// transaction's marker ([`CompleteTxnOffsets`]); answered once durable.
+/// The inner result is the request-level validation.
+#[derive(Debug)]
+pub struct TxnCommitOffsets {
+    /// The group.
+    pub group_id: String,
+    /// The transactional producer.
+    pub producer_id: i64,
+    /// Its epoch.
+    pub producer_epoch: i16,
+    /// Committing member ("" before v3 or for a standalone consumer).
+    pub member_id: String,
+    /// Static member id.
+    pub instance_id: Option<String>,
+    /// Generation (-1 when not given).
+    pub generation_id: i32,
+    /// What to commit.
+    pub offsets: Vec<CommitOffset>,
+}
+message!(TxnCommitOffsets => Result<(), ResponseError>, "txn_commit_offsets");
+
+/// A transaction marker for this shard's `__consumer_offsets` entry:
+/// commit or drop the producer's pending offsets; answered once durable.
+/// Idempotent: a producer with nothing pending is answered at once.
+#[derive(Debug)]
+pub struct CompleteTxnOffsets {
+    /// The transactional producer.
+    pub producer_id: i64,
+    /// The marker's producer epoch.
+    pub producer_epoch: i16,
+    /// Commit (true) or abort.
+    pub commit: bool,
+}
+message!(CompleteTxnOffsets => (), "complete_txn_offsets");
 
 /// One group in a ListGroups answer.
 #[derive(Debug, Clone)]

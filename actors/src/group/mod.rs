@@ -14,7 +14,10 @@
 //!   commit (`append` → ticket, `sync_target` / `complete_sync`), recovery
 //!   to the last valid frame, compaction (temp → fsync → rename → dir
 //!   fsync), and fencing by the epoch in the name. [`offsets::expire`] is
-//!   offset retention as a pure function.
+//!   offset retention as a pure function. The log is generic over a
+//!   [`log::ShardCodec`]; the transaction coordinator (`crate::txn`) uses
+//!   it for its own shard files. Transactional offsets (TxnOffsetCommit)
+//!   wait in [`offsets::ShardState::pending`] for their marker.
 //! * [`classic::ClassicGroups`] is the classic membership protocol of one
 //!   shard's groups as a plain state machine on the `Clock` seam: requests
 //!   in, responses out (deferred joins and syncs come back in an

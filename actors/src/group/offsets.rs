@@ -13,7 +13,9 @@
 //! fields carry a `u8` presence flag; opaque bytes (subscriptions,
 //! assignments) a `u32` length. The record types are Kafka's
 //! `__consumer_offsets` keys and values in spirit (offset commit, offset
-//! tombstone, group metadata, group tombstone) plus a header that opens
+//! tombstone, group metadata, group tombstone, a transactional offset
+//! pending for its producer, and the transaction marker that commits or
+//! drops a producer's pending offsets) plus a header that opens
 //! every file and names the shard, epoch and file number it was written as,
 //! so a file can never be mistaken for another's.
 //!
@@ -121,6 +123,40 @@ pub enum Record {
     },
     /// A KIP-848 consumer-protocol record ([`super::consumer`]).
     Consumer(super::consumer::ConsumerRecord),
+    /// A transactional offset commit (TxnOffsetCommit, KIP-98/447): held
+    /// pending for the producer, invisible to OffsetFetch, until the
+    /// transaction's marker commits or drops it ([`Record::TxnEnd`]).
+    TxnOffset {
+        /// The group.
+        group: String,
+        /// The transactional producer.
+        producer_id: i64,
+        /// Its epoch at the commit.
+        producer_epoch: i16,
+        /// The topic.
+        topic: String,
+        /// The partition.
+        partition: i32,
+        /// What was committed.
+        value: OffsetValue,
+    },
+    /// The transaction coordinator's marker for this shard: the producer's
+    /// pending offsets become committed offsets (`commit`) or are dropped.
+    TxnEnd {
+        /// The transactional producer.
+        producer_id: i64,
+        /// Commit (true) or abort.
+        commit: bool,
+    },
+}
+
+/// A producer's pending transactional offsets in one shard.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PendingTxn {
+    /// The producer epoch of the latest TxnOffsetCommit.
+    pub producer_epoch: i16,
+    /// The offsets, by (group, topic, partition).
+    pub offsets: BTreeMap<OffsetKey, OffsetValue>,
 }
 
 /// Where an offset is: (group, topic, partition).
@@ -144,6 +180,8 @@ pub struct ShardState {
     pub groups: BTreeMap<String, GroupMetadata>,
     /// KIP-848 consumer groups ([`super::consumer`]).
     pub consumer: super::consumer::StoredGroups,
+    /// Transactional offsets not yet committed, by producer id.
+    pub pending: BTreeMap<i64, PendingTxn>,
 }
 
 impl ShardState {
@@ -173,7 +211,45 @@ impl ShardState {
                 self.groups.remove(group);
             }
             Record::Consumer(c) => super::consumer::apply(&mut self.consumer, c),
+            Record::TxnOffset {
+                group,
+                producer_id,
+                producer_epoch,
+                topic,
+                partition,
+                value,
+            } => {
+                let p = self.pending.entry(*producer_id).or_default();
+                p.producer_epoch = *producer_epoch;
+                p.offsets
+                    .insert(key(group, topic, *partition), value.clone());
+            }
+            Record::TxnEnd {
+                producer_id,
+                commit,
+            } => {
+                if let Some(p) = self.pending.remove(producer_id) {
+                    if *commit {
+                        self.offsets.extend(p.offsets);
+                    }
+                }
+            }
         }
+    }
+
+    /// Whether any producer holds a pending offset for (group, topic,
+    /// partition) (OffsetFetch with require_stable answers
+    /// UNSTABLE_OFFSET_COMMIT for it).
+    pub fn has_pending(&self, group: &str, topic: &str, partition: i32) -> bool {
+        let k = key(group, topic, partition);
+        self.pending.values().any(|p| p.offsets.contains_key(&k))
+    }
+
+    /// Whether any producer holds a pending offset of `group`.
+    pub fn group_has_pending(&self, group: &str) -> bool {
+        self.pending
+            .values()
+            .any(|p| p.offsets.keys().any(|k| k.group == group))
     }
 
     /// The live state as records: replaying them into an empty state gives
@@ -187,7 +263,17 @@ impl ShardState {
             value: v.clone(),
         });
         let consumer = super::consumer::records(&self.consumer).map(Record::Consumer);
-        groups.chain(consumer).chain(offsets)
+        let pending = self.pending.iter().flat_map(|(pid, p)| {
+            p.offsets.iter().map(move |(k, v)| Record::TxnOffset {
+                group: k.group.clone(),
+                producer_id: *pid,
+                producer_epoch: p.producer_epoch,
+                topic: k.topic.clone(),
+                partition: k.partition,
+                value: v.clone(),
+            })
+        });
+        groups.chain(consumer).chain(offsets).chain(pending)
     }
 
     /// The committed offsets of one group.
@@ -294,6 +380,8 @@ const T_GROUP_TOMBSTONE: u8 = 4;
 /// fields can be added; written once per membership change, never per
 /// commit, so its size does not matter).
 const T_CONSUMER: u8 = 5;
+const T_TXN_OFFSET: u8 = 6;
+const T_TXN_END: u8 = 7;
 
 /// The first frame of every shard file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -306,31 +394,39 @@ pub struct Header {
     pub base: u64,
 }
 
-struct W(Vec<u8>);
+/// A writer of a frame body (shared by the shard codecs).
+pub(crate) struct W(pub(crate) Vec<u8>);
 
 impl W {
-    fn u8(&mut self, v: u8) {
+    pub(crate) fn i16(&mut self, v: i16) {
+        self.0.extend_from_slice(&v.to_be_bytes());
+    }
+    pub(crate) fn u8(&mut self, v: u8) {
         self.0.push(v);
     }
-    fn i32(&mut self, v: i32) {
+    pub(crate) fn i32(&mut self, v: i32) {
         self.0.extend_from_slice(&v.to_be_bytes());
     }
-    fn u32(&mut self, v: u32) {
+    pub(crate) fn u32(&mut self, v: u32) {
         self.0.extend_from_slice(&v.to_be_bytes());
     }
-    fn i64(&mut self, v: i64) {
+    pub(crate) fn i64(&mut self, v: i64) {
         self.0.extend_from_slice(&v.to_be_bytes());
     }
-    fn u64(&mut self, v: u64) {
+    pub(crate) fn u64(&mut self, v: u64) {
         self.0.extend_from_slice(&v.to_be_bytes());
     }
-    fn str(&mut self, what: &'static str, s: &str) -> Result<(), EncodeError> {
+    pub(crate) fn str(&mut self, what: &'static str, s: &str) -> Result<(), EncodeError> {
         let n = u16::try_from(s.len()).map_err(|_| EncodeError::TooLong(what))?;
         self.0.extend_from_slice(&n.to_be_bytes());
         self.0.extend_from_slice(s.as_bytes());
         Ok(())
     }
-    fn opt_str(&mut self, what: &'static str, s: Option<&str>) -> Result<(), EncodeError> {
+    pub(crate) fn opt_str(
+        &mut self,
+        what: &'static str,
+        s: Option<&str>,
+    ) -> Result<(), EncodeError> {
         match s {
             None => self.u8(0),
             Some(s) => {
@@ -340,7 +436,7 @@ impl W {
         }
         Ok(())
     }
-    fn bytes(&mut self, b: &[u8]) -> Result<(), EncodeError> {
+    pub(crate) fn bytes(&mut self, b: &[u8]) -> Result<(), EncodeError> {
         if b.len() > MAX_RECORD {
             return Err(EncodeError::TooLarge(b.len()));
         }
@@ -421,6 +517,40 @@ pub fn encode(r: &Record, out: &mut Vec<u8>) -> Result<(), EncodeError> {
                 serde_json::to_vec(c).map_err(|_| EncodeError::TooLong("consumer record"))?;
             w.0.extend_from_slice(&json);
         }
+        Record::TxnOffset {
+            group,
+            producer_id,
+            producer_epoch,
+            topic,
+            partition,
+            value,
+        } => {
+            w.u8(T_TXN_OFFSET);
+            w.str("group id", group)?;
+            w.i64(*producer_id);
+            w.i16(*producer_epoch);
+            w.str("topic", topic)?;
+            w.i32(*partition);
+            w.i64(value.offset);
+            w.i32(value.leader_epoch);
+            w.opt_str("offset metadata", value.metadata.as_deref())?;
+            w.i64(value.commit_ms);
+            match value.expire_ms {
+                None => w.u8(0),
+                Some(t) => {
+                    w.u8(1);
+                    w.i64(t);
+                }
+            }
+        }
+        Record::TxnEnd {
+            producer_id,
+            commit,
+        } => {
+            w.u8(T_TXN_END);
+            w.i64(*producer_id);
+            w.u8(u8::from(*commit));
+        }
     }
     frame(&w.0, out)
 }
@@ -436,7 +566,7 @@ pub fn encode_header(h: Header, out: &mut Vec<u8>) {
     let _ = frame(&w.0, out);
 }
 
-fn frame(body: &[u8], out: &mut Vec<u8>) -> Result<(), EncodeError> {
+pub(crate) fn frame(body: &[u8], out: &mut Vec<u8>) -> Result<(), EncodeError> {
     if body.len() > MAX_RECORD {
         return Err(EncodeError::TooLarge(body.len()));
     }
@@ -446,19 +576,30 @@ fn frame(body: &[u8], out: &mut Vec<u8>) -> Result<(), EncodeError> {
     Ok(())
 }
 
-/// A decoded frame.
+/// A decoded frame (of the group records, or of another shard codec's).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Frame {
+pub enum Frame<R = Record> {
     /// The file header.
     Header(Header),
     /// A record.
-    Record(Record),
+    Record(R),
 }
 
 /// Decode the frame at the start of `buf`: the frame and its length, or
 /// `None` if there is no whole, valid frame there (the end of the valid
 /// prefix).
 pub fn decode(buf: &[u8]) -> Option<(Frame, usize)> {
+    decode_with(buf, decode_record)
+}
+
+/// The framing every shard codec shares: length, CRC32C, the header frame
+/// (type 0); any other type is handed to `record` with the body after the
+/// type byte. Trailing bytes inside a CRC-valid frame mean a format this
+/// reader does not know: stop rather than misread.
+pub(crate) fn decode_with<T>(
+    buf: &[u8],
+    record: impl FnOnce(u8, &mut R<'_>) -> Option<T>,
+) -> Option<(Frame<T>, usize)> {
     let len = u32::from_be_bytes(buf.get(0..4)?.try_into().ok()?) as usize;
     if len > MAX_RECORD {
         return None;
@@ -475,7 +616,17 @@ pub fn decode(buf: &[u8]) -> Option<(Frame, usize)> {
             epoch: r.i32()?,
             base: r.u64()?,
         }),
-        T_OFFSET => Frame::Record(Record::Offset {
+        tag => Frame::Record(record(tag, &mut r)?),
+    };
+    if !r.0.is_empty() {
+        return None;
+    }
+    Some((f, FRAME_HEADER + len))
+}
+
+fn decode_record(tag: u8, r: &mut R<'_>) -> Option<Record> {
+    Some(match tag {
+        T_OFFSET => Record::Offset {
             group: r.str()?,
             topic: r.str()?,
             partition: r.i32()?,
@@ -490,12 +641,12 @@ pub fn decode(buf: &[u8]) -> Option<(Frame, usize)> {
                     _ => return None,
                 },
             },
-        }),
-        T_OFFSET_TOMBSTONE => Frame::Record(Record::OffsetTombstone {
+        },
+        T_OFFSET_TOMBSTONE => Record::OffsetTombstone {
             group: r.str()?,
             topic: r.str()?,
             partition: r.i32()?,
-        }),
+        },
         T_GROUP => {
             let group = r.str()?;
             let protocol_type = r.opt_str()?;
@@ -522,7 +673,7 @@ pub fn decode(buf: &[u8]) -> Option<(Frame, usize)> {
                     assignment: r.bytes()?,
                 });
             }
-            Frame::Record(Record::Group(GroupMetadata {
+            Record::Group(GroupMetadata {
                 group,
                 protocol_type,
                 generation,
@@ -530,27 +681,55 @@ pub fn decode(buf: &[u8]) -> Option<(Frame, usize)> {
                 leader,
                 state_ms,
                 members,
-            }))
+            })
         }
-        T_GROUP_TOMBSTONE => Frame::Record(Record::GroupTombstone { group: r.str()? }),
+        T_GROUP_TOMBSTONE => Record::GroupTombstone { group: r.str()? },
         T_CONSUMER => {
             let c = serde_json::from_slice(r.0).ok()?;
             r.0 = &[];
-            Frame::Record(Record::Consumer(c))
+            Record::Consumer(c)
         }
+        T_TXN_OFFSET => Record::TxnOffset {
+            group: r.str()?,
+            producer_id: r.i64()?,
+            producer_epoch: r.i16()?,
+            topic: r.str()?,
+            partition: r.i32()?,
+            value: decode_value(r)?,
+        },
+        T_TXN_END => Record::TxnEnd {
+            producer_id: r.i64()?,
+            commit: match r.u8()? {
+                0 => false,
+                1 => true,
+                _ => return None,
+            },
+        },
         _ => return None,
-    };
-    // Trailing bytes inside a CRC-valid frame mean a format this reader
-    // does not know: stop rather than misread.
-    if !r.0.is_empty() {
-        return None;
-    }
-    Some((f, FRAME_HEADER + len))
+    })
 }
 
-struct R<'a>(&'a [u8]);
+fn decode_value(r: &mut R<'_>) -> Option<OffsetValue> {
+    Some(OffsetValue {
+        offset: r.i64()?,
+        leader_epoch: r.i32()?,
+        metadata: r.opt_str()?,
+        commit_ms: r.i64()?,
+        expire_ms: match r.u8()? {
+            0 => None,
+            1 => Some(r.i64()?),
+            _ => return None,
+        },
+    })
+}
+
+/// A reader over a frame body (shared by the shard codecs).
+pub(crate) struct R<'a>(pub(crate) &'a [u8]);
 
 impl R<'_> {
+    pub(crate) fn i16(&mut self) -> Option<i16> {
+        Some(i16::from_be_bytes(self.take(2)?.try_into().ok()?))
+    }
     fn take(&mut self, n: usize) -> Option<&[u8]> {
         if self.0.len() < n {
             return None;
@@ -559,36 +738,36 @@ impl R<'_> {
         self.0 = b;
         Some(a)
     }
-    fn u8(&mut self) -> Option<u8> {
+    pub(crate) fn u8(&mut self) -> Option<u8> {
         Some(self.take(1)?[0])
     }
-    fn u16(&mut self) -> Option<u16> {
+    pub(crate) fn u16(&mut self) -> Option<u16> {
         Some(u16::from_be_bytes(self.take(2)?.try_into().ok()?))
     }
-    fn i32(&mut self) -> Option<i32> {
+    pub(crate) fn i32(&mut self) -> Option<i32> {
         Some(i32::from_be_bytes(self.take(4)?.try_into().ok()?))
     }
-    fn u32(&mut self) -> Option<u32> {
+    pub(crate) fn u32(&mut self) -> Option<u32> {
         Some(u32::from_be_bytes(self.take(4)?.try_into().ok()?))
     }
-    fn i64(&mut self) -> Option<i64> {
+    pub(crate) fn i64(&mut self) -> Option<i64> {
         Some(i64::from_be_bytes(self.take(8)?.try_into().ok()?))
     }
-    fn u64(&mut self) -> Option<u64> {
+    pub(crate) fn u64(&mut self) -> Option<u64> {
         Some(u64::from_be_bytes(self.take(8)?.try_into().ok()?))
     }
-    fn str(&mut self) -> Option<String> {
+    pub(crate) fn str(&mut self) -> Option<String> {
         let n = self.u16()? as usize;
         String::from_utf8(self.take(n)?.to_vec()).ok()
     }
-    fn opt_str(&mut self) -> Option<Option<String>> {
+    pub(crate) fn opt_str(&mut self) -> Option<Option<String>> {
         match self.u8()? {
             0 => Some(None),
             1 => Some(Some(self.str()?)),
             _ => None,
         }
     }
-    fn bytes(&mut self) -> Option<Vec<u8>> {
+    pub(crate) fn bytes(&mut self) -> Option<Vec<u8>> {
         let n = self.u32()? as usize;
         Some(self.take(n)?.to_vec())
     }
@@ -665,6 +844,15 @@ mod tests {
             Record::Group(group("g", 3, Some("consumer"), 7)),
             Record::Group(group("h", 0, None, 7)),
             Record::GroupTombstone { group: "g".into() },
+            txn_offset("g", 7, 2, "t", 3, 11),
+            Record::TxnEnd {
+                producer_id: 7,
+                commit: true,
+            },
+            Record::TxnEnd {
+                producer_id: -1,
+                commit: false,
+            },
         ];
         let mut buf = Vec::new();
         encode_header(
@@ -743,6 +931,64 @@ mod tests {
         let r = offset(&"g".repeat(70_000), "t", 0, 1, 1);
         assert_eq!(encode(&r, &mut buf), Err(EncodeError::TooLong("group id")));
         assert_eq!(buf, vec![7]);
+    }
+
+    fn txn_offset(group: &str, pid: i64, epoch: i16, topic: &str, p: i32, off: i64) -> Record {
+        Record::TxnOffset {
+            group: group.into(),
+            producer_id: pid,
+            producer_epoch: epoch,
+            topic: topic.into(),
+            partition: p,
+            value: OffsetValue {
+                offset: off,
+                leader_epoch: -1,
+                metadata: Some("m".into()),
+                commit_ms: 4,
+                expire_ms: None,
+            },
+        }
+    }
+
+    #[test]
+    fn transactional_offsets_stay_pending_until_their_marker() {
+        let mut s = ShardState::default();
+        s.apply(&offset("g", "t", 0, 1, 1));
+        s.apply(&txn_offset("g", 7, 0, "t", 0, 5));
+        s.apply(&txn_offset("g", 7, 0, "t", 1, 6));
+        s.apply(&txn_offset("g", 8, 3, "t", 2, 9));
+        assert_eq!(s.offsets.len(), 1, "pending offsets are not committed");
+        assert!(s.has_pending("g", "t", 0) && s.has_pending("g", "t", 2));
+        assert!(!s.has_pending("g", "t", 3) && !s.has_pending("h", "t", 0));
+        assert!(s.group_has_pending("g"));
+        // Compaction writes the pending offsets back.
+        let mut again = ShardState::default();
+        for r in s.records() {
+            again.apply(&r);
+        }
+        assert_eq!(again, s);
+        s.apply(&Record::TxnEnd {
+            producer_id: 7,
+            commit: true,
+        });
+        s.apply(&Record::TxnEnd {
+            producer_id: 8,
+            commit: false,
+        });
+        s.apply(&Record::TxnEnd {
+            producer_id: 8,
+            commit: true,
+        });
+        assert!(s.pending.is_empty());
+        let got: Vec<(i32, i64)> = s
+            .group_offsets("g")
+            .map(|(k, v)| (k.partition, v.offset))
+            .collect();
+        assert_eq!(
+            got,
+            vec![(0, 5), (1, 6)],
+            "8 aborted; a repeated marker is a no-op"
+        );
     }
 
     #[test]

@@ -136,6 +136,12 @@ routes! {
     DescribeProducers => txn::describe_producers::handle,
     ConsumerGroupHeartbeat => group::consumer_group_heartbeat::handle,
     ConsumerGroupDescribe => group::consumer_group_describe::handle,
+    AddPartitionsToTxn => txn::add_partitions_to_txn::handle,
+    AddOffsetsToTxn => txn::add_offsets_to_txn::handle,
+    EndTxn => txn::end_txn::handle,
+    TxnOffsetCommit => txn::txn_offset_commit::handle,
+    DescribeTransactions => txn::describe_transactions::handle,
+    ListTransactions => txn::list_transactions::handle,
 }
 
 /// Whether `routed` has exactly the api keys of `advertised` (no more, no

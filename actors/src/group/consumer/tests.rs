@@ -689,7 +689,8 @@ fn crash_at_every_step_keeps_acknowledged_consumer_records() {
     // Appends every batch; syncs after some, compacts in the middle.
     // Returns how many batches were acknowledged before the crash.
     let run = |fs: SharedFs, dir: &std::path::Path, acked: &mut usize| -> Result<(), ()> {
-        let mut log = ShardLog::open(fs, dir, shard, 1, Default::default()).map_err(|_| ())?;
+        let mut log: ShardLog =
+            ShardLog::open(fs, dir, shard, 1, Default::default()).map_err(|_| ())?;
         for (i, b) in batches.iter().enumerate() {
             let recs: Vec<Record> = b.iter().cloned().map(Record::Consumer).collect();
             log.append(&recs).map_err(|_| ())?;
@@ -716,7 +717,7 @@ fn crash_at_every_step_keeps_acknowledged_consumer_records() {
         let mut acked = 0;
         let _ = run(Arc::new(fs.clone()), d.path(), &mut acked);
         fs.power_loss();
-        let log = ShardLog::open(
+        let log: ShardLog = ShardLog::open(
             Arc::new(FaultFs::new()),
             d.path(),
             shard,

@@ -1,8 +1,8 @@
 //! FindCoordinator (key 10): the broker that owns the key's coordinator
 //! shard. Key type 0 (group) and 1 (transaction) both map to the shard of
-//! the key's hash — transactions have no coordinator yet, but answering
-//! with the shard owner lets clients that look one up first (kafka-go's
-//! idempotent producer) carry on. v0-v3 carry one key; v4+ a batch.
+//! the key's hash: the same broker runs a shard's group coordinator and
+//! its transaction coordinator (one grant). v0-v3 carry one key; v4+ a
+//! batch.
 
 use super::super::error::{ApiError, NONE};
 use super::super::{s, Reply};

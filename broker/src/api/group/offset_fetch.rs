@@ -3,6 +3,9 @@
 //! answers offset -1; a null topic list means every committed partition.
 //! v9 carries a KIP-848 member id and epoch: a consumer-protocol group
 //! answers UNKNOWN_MEMBER_ID / STALE_MEMBER_EPOCH for a stale one.
+//! With `require_stable` (v7+, KIP-447) a partition a transaction holds a
+//! pending offset for answers UNSTABLE_OFFSET_COMMIT (the consumer retries
+//! until the transaction completes); without it, the committed offset.
 
 use super::super::error::ApiError;
 use super::super::error::NONE;
@@ -49,7 +52,19 @@ fn by_topic(got: Vec<FetchedOffset>) -> BTreeMap<String, Vec<FetchedOffset>> {
     m
 }
 
-fn parts(v: &FetchedOffset) -> (i64, i32, Option<String>) {
+/// UNSTABLE_OFFSET_COMMIT for a pending partition under `require_stable`.
+fn stable_code(f: &FetchedOffset, require_stable: bool) -> i16 {
+    if require_stable && f.pending {
+        kaas_protocol::kafka_protocol::ResponseError::UnstableOffsetCommit.code()
+    } else {
+        NONE
+    }
+}
+
+fn parts(v: &FetchedOffset, require_stable: bool) -> (i64, i32, Option<String>) {
+    if require_stable && v.pending {
+        return (-1, -1, Some(String::new()));
+    }
     match &v.value {
         Some(o) => (o.offset, o.leader_epoch, o.metadata.clone()),
         None => (-1, -1, Some(String::new())),
@@ -95,13 +110,13 @@ async fn fetch(b: &Broker, v: i16, r: OffsetFetchRequest) -> OffsetFetchResponse
                             t.partitions = ps
                                 .iter()
                                 .map(|f| {
-                                    let (o, e, m) = parts(f);
+                                    let (o, e, m) = parts(f, r.require_stable);
                                     let mut p = OffsetFetchResponsePartitions::default();
                                     p.partition_index = f.partition;
                                     p.committed_offset = o;
                                     p.committed_leader_epoch = e;
                                     p.metadata = m.as_deref().map(s);
-                                    p.error_code = NONE;
+                                    p.error_code = stable_code(f, r.require_stable);
                                     p
                                 })
                                 .collect();
@@ -130,13 +145,14 @@ async fn fetch(b: &Broker, v: i16, r: OffsetFetchRequest) -> OffsetFetchResponse
                     t.partitions = ps
                         .iter()
                         .map(|f| {
-                            let (o, e, m) = parts(f);
+                            let stable = v >= 7 && r.require_stable;
+                            let (o, e, m) = parts(f, stable);
                             let mut p = OffsetFetchResponsePartition::default();
                             p.partition_index = f.partition;
                             p.committed_offset = o;
                             p.committed_leader_epoch = if v >= 5 { e } else { -1 };
                             p.metadata = m.as_deref().map(s);
-                            p.error_code = NONE;
+                            p.error_code = stable_code(f, stable);
                             p
                         })
                         .collect();

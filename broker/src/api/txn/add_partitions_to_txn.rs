@@ -1,0 +1,80 @@
+//! AddPartitionsToTxn (key 24), v0-v3: the client adds partitions to its
+//! open transaction before producing to them. Every partition must exist;
+//! if one does not, it gets UNKNOWN_TOPIC_OR_PARTITION and the others
+//! OPERATION_NOT_ATTEMPTED (nothing is added), as Kafka answers. The answer
+//! waits until the new transaction state is durable. PRODUCER_FENCED from
+//! v2 on (INVALID_PRODUCER_EPOCH before). v4+ (the broker-to-broker
+//! batched verification of KIP-890) is not advertised.
+
+use super::super::Reply;
+use super::{ask, code_of};
+use crate::state::Broker;
+use futures::FutureExt;
+use kaas_actors::txn::messages::AddTxnPartitions;
+use kaas_protocol::kafka_protocol::messages::add_partitions_to_txn_response::{
+    AddPartitionsToTxnPartitionResult, AddPartitionsToTxnTopicResult,
+};
+use kaas_protocol::kafka_protocol::messages::{
+    AddPartitionsToTxnRequest, AddPartitionsToTxnResponse,
+};
+use kaas_protocol::kafka_protocol::ResponseError;
+use std::sync::Arc;
+
+/// Forward to the coordinator; the answer waits for the fsync.
+pub async fn handle(
+    b: &Arc<Broker>,
+    v: i16,
+    r: AddPartitionsToTxnRequest,
+) -> Reply<AddPartitionsToTxnResponse> {
+    let b = b.clone();
+    Reply::Later(async move { add(&b, v, r).await }.boxed())
+}
+
+async fn add(b: &Broker, v: i16, r: AddPartitionsToTxnRequest) -> AddPartitionsToTxnResponse {
+    let parts: Vec<(String, i32)> = r
+        .v3_and_below_topics
+        .iter()
+        .flat_map(|t| t.partitions.iter().map(|p| (t.name.0.to_string(), *p)))
+        .collect();
+    let unknown = |t: &str, p: i32| b.topic(t).is_none() || b.entry(t, p).is_none();
+    let any_unknown = parts.iter().any(|(t, p)| unknown(t, *p));
+    let code = if any_unknown {
+        None
+    } else {
+        let id = r.v3_and_below_transactional_id.0.to_string();
+        let msg = AddTxnPartitions {
+            transactional_id: id.clone(),
+            producer_id: r.v3_and_below_producer_id.0,
+            producer_epoch: r.v3_and_below_producer_epoch,
+            partitions: parts,
+        };
+        Some(code_of(ask(b, &id, msg).await, v, 2))
+    };
+    let mut resp = AddPartitionsToTxnResponse::default();
+    resp.results_by_topic_v3_and_below = r
+        .v3_and_below_topics
+        .iter()
+        .map(|t| {
+            let mut rt = AddPartitionsToTxnTopicResult::default();
+            rt.name = t.name.clone();
+            rt.results_by_partition = t
+                .partitions
+                .iter()
+                .map(|p| {
+                    let mut rp = AddPartitionsToTxnPartitionResult::default();
+                    rp.partition_index = *p;
+                    rp.partition_error_code = match code {
+                        Some(c) => c,
+                        None if unknown(&t.name.0, *p) => {
+                            ResponseError::UnknownTopicOrPartition.code()
+                        }
+                        None => ResponseError::OperationNotAttempted.code(),
+                    };
+                    rp
+                })
+                .collect();
+            rt
+        })
+        .collect();
+    resp
+}
