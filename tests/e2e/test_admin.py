@@ -18,6 +18,9 @@ field under test.
 * CreatePartitions while producing, on a 3-broker cluster (both
   substrates): the new partitions are led and receive records; shrinking is
   INVALID_PARTITIONS.
+* Alters and grows of one topic through two brokers at the same instant
+  are ordered (versioned state): both alters stay in force, one of two
+  equal grows is INVALID_PARTITIONS.
 * DescribeLogDirs, ElectLeaders, partition reassignments.
 """
 
@@ -416,6 +419,74 @@ def test_create_partitions_while_producing_on_a_cluster(broker_factory, topic_na
             next(b for b in bs if b.broker_id == leaders(bs, topic_name)[p]).addr,
             topic_name, p, kw.LATEST_TIMESTAMP)
         assert hw.error_code == 0 and hw.offset > 0, (p, hw)
+
+
+def _raw_alter(addr, topic: str, key: str, value: str) -> int:
+    """IncrementalAlterConfigs v0 (SET) to exactly this broker: the error code."""
+    body = (kw.i32(1) + kw.i8(TOPIC) + kw.string(topic)
+            + kw.i32(1) + kw.string(key) + kw.i8(0) + kw.string(value)
+            + kw.i8(0))  # validate_only
+    with kw.connect(addr, timeout=30) as sock:
+        r = kw.Reader(kw.roundtrip(sock, kw.request_header(44, 0, 1) + body))
+    r.i32(), r.i32()  # correlation id, throttle
+    assert r.i32() == 1
+    return r.i16()
+
+
+def _raw_grow(addr, topic: str, count: int) -> int:
+    """CreatePartitions v0 to exactly this broker: the error code."""
+    body = (kw.i32(1) + kw.string(topic) + kw.i32(count) + kw.i32(-1)  # assignments: null
+            + kw.i32(30000) + kw.i8(0))
+    with kw.connect(addr, timeout=40) as sock:
+        r = kw.Reader(kw.roundtrip(sock, kw.request_header(37, 0, 1) + body))
+    r.i32(), r.i32()
+    assert r.i32() == 1
+    assert r.string() == topic
+    return r.i16()
+
+
+def _at_once(*calls):
+    """Run the calls on threads released together; their results in order."""
+    go = threading.Barrier(len(calls))
+    out = [None] * len(calls)
+
+    def run(i, f):
+        go.wait()
+        out[i] = f()
+    ts = [threading.Thread(target=run, args=(i, f)) for i, f in enumerate(calls)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(90)
+    return out
+
+
+@pytest_cluster
+@pytest.mark.timeout(240)
+def test_concurrent_alters_and_grows_through_two_brokers(broker_factory, topic_name):
+    """Two admin requests for one topic through two brokers at the same
+    instant are ordered, never last-writer-wins: alters of different keys
+    both stay in force, and of two grows to the same count one succeeds and
+    the other is INVALID_PARTITIONS (as from Kafka's controller) — the
+    count is never lost."""
+    bs = broker_factory.cluster(2, FAST)
+    create_everywhere(bs, topic_name, 1)
+    a, b = bs
+    count = 1
+    for i in range(5):
+        codes = _at_once(lambda: _raw_alter(a.addr, topic_name, "retention.ms", str(100000 + i)),
+                         lambda: _raw_alter(b.addr, topic_name, "segment.ms", str(200000 + i)))
+        assert codes == [0, 0], (i, codes)
+        for x in bs:
+            got = topic_configs(x.bootstrap, topic_name)
+            assert got["retention.ms"].value == str(100000 + i), (i, x.broker_id)
+            assert got["segment.ms"].value == str(200000 + i), (i, x.broker_id)
+        count += 1
+        codes = _at_once(lambda: _raw_grow(a.addr, topic_name, count),
+                         lambda: _raw_grow(b.addr, topic_name, count))
+        assert sorted(codes) == [0, INVALID_PARTITIONS], (i, codes)
+        for x in bs:
+            wait_leaders([x], topic_name, count, {y.broker_id for y in bs})
 
 
 @pytest_cluster

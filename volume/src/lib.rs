@@ -12,6 +12,8 @@
 //!   delete, re-driven removal);
 //! * [`topic_config`] — the topic configs kaas implements (validation,
 //!   types, documentation) and the per-topic config file;
+//! * [`versioned`] — a document any broker may change, as a chain of
+//!   exclusively created versions (a compare-and-set on the version);
 //! * [`substrate`] — the checker that refuses a mount breaking the contract.
 
 pub mod cluster_id;
@@ -22,3 +24,4 @@ pub mod quotas;
 pub mod substrate;
 pub mod topic_config;
 pub mod topic_dir;
+pub mod versioned;
