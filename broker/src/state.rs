@@ -367,6 +367,7 @@ impl Broker {
                     name: name.clone(),
                     partitions: t.partitions.len() as i32,
                     configs: t.configs.clone(),
+                    adopted: false,
                 };
                 (name.clone(), stamp)
             })

@@ -38,6 +38,10 @@ pub struct TopicStamp {
     pub partitions: i32,
     /// Topic-level configs as given at creation (Kafka names).
     pub configs: BTreeMap<String, String>,
+    /// Stamped by adoption of a directory nobody had stamped (its history
+    /// is unknown): such a directory is never reclaimed, only reported.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub adopted: bool,
 }
 
 /// Errors of topic operations, each mapping to one Kafka code.
@@ -151,6 +155,7 @@ pub fn adopt(fs: &dyn Fs, data: &Path, name: &str) -> io::Result<TopicStamp> {
         name: name.to_owned(),
         partitions,
         configs: BTreeMap::new(),
+        adopted: true,
     };
     tracing::warn!(topic = %name, partitions, "adopting unstamped topic directory");
     write_stamp(fs, &dir, &stamp)?;
@@ -247,6 +252,7 @@ pub fn plan_create(
         name: name.to_owned(),
         partitions,
         configs,
+        adopted: false,
     })
 }
 

@@ -310,6 +310,7 @@ fn stamp_topic(data: &Path, n: i32) {
         name: "t".into(),
         partitions: n,
         configs: Default::default(),
+        adopted: false,
     };
     std::fs::create_dir_all(data.join("t")).unwrap();
     write_json(
