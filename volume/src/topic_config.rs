@@ -121,7 +121,7 @@ pub const TOPIC_KEYS: &[TopicKey] = &[
         name: "message.timestamp.type",
         kind: ConfigType::String,
         broker_key: "log.message.timestamp.type",
-        doc: "Whether record timestamps are the producer's (CreateTime). LogAppendTime is not implemented and refused.",
+        doc: "Whether record timestamps are the producer's (CreateTime) or the leader's clock when it appends the batch (LogAppendTime: the batch's max timestamp and timestamp type are set, every record reads that time).",
     },
     TopicKey {
         name: "min.insync.replicas",
@@ -177,7 +177,10 @@ pub fn validate(k: &str, v: &str) -> Result<(), TopicError> {
     match key.kind {
         ConfigType::Int => match v.trim().parse::<i32>() {
             Ok(n) if i64::from(n) >= min => Ok(()),
-            _ => bad(format!("expected an integer between {min} and {}", i32::MAX)),
+            _ => bad(format!(
+                "expected an integer between {min} and {}",
+                i32::MAX
+            )),
         },
         ConfigType::Long => match v.trim().parse::<i64>() {
             Ok(n) if n >= min => Ok(()),
@@ -195,11 +198,7 @@ pub fn validate(k: &str, v: &str) -> Result<(), TopicError> {
                 }
             }
             "message.timestamp.type" => match v {
-                "CreateTime" => Ok(()),
-                "LogAppendTime" => bad(
-                    "LogAppendTime is not implemented (the leader does not rewrite batch timestamps); use CreateTime"
-                        .into(),
-                ),
+                "CreateTime" | "LogAppendTime" => Ok(()),
                 _ => bad("expected CreateTime or LogAppendTime".into()),
             },
             "compression.type" if v == "producer" => Ok(()),
@@ -515,6 +514,7 @@ mod tests {
             ("segment.ms", "1"),
             ("max.message.bytes", "2000000"),
             ("message.timestamp.type", "CreateTime"),
+            ("message.timestamp.type", "LogAppendTime"),
             ("message.timestamp.before.max.ms", "0"),
             ("message.timestamp.after.max.ms", "3600000"),
             ("cleanup.policy", "delete"),
@@ -530,7 +530,6 @@ mod tests {
             // INT configs must fit 32 bits (Kafka's type).
             ("segment.bytes", "4294967296"),
             ("max.message.bytes", "-1"),
-            ("message.timestamp.type", "LogAppendTime"),
             ("message.timestamp.type", "Whenever"),
             ("message.timestamp.before.max.ms", "-5"),
             ("cleanup.policy", "compact"),

@@ -138,7 +138,7 @@ pub(crate) fn broker_entries(b: &Broker) -> Vec<Entry> {
         ("log.roll.ms", a.segment_ms.to_string(), "604800000", Long, "Default segment.ms (--segment-ms)."),
         ("log.retention.check.interval.ms", a.retention_check_interval_ms.to_string(), "300000", Long, "How often each leader checks retention (--retention-check-interval-ms)."),
         ("log.cleanup.policy", "delete".into(), "delete", List, "Only delete is implemented."),
-        ("log.message.timestamp.type", "CreateTime".into(), "CreateTime", ConfigType::String, "Only CreateTime is implemented."),
+        ("log.message.timestamp.type", "CreateTime".into(), "CreateTime", ConfigType::String, "CreateTime (the default of every topic; a topic may set LogAppendTime)."),
         ("message.max.bytes", a.message_max_bytes.to_string(), "1048588", Int, "Default max.message.bytes (--message-max-bytes)."),
         ("socket.request.max.bytes", a.max_request_bytes.to_string(), "104857600", Int, "Largest request frame accepted (--max-request-bytes)."),
         ("max.connections", a.max_connections.to_string(), "2147483647", Int, "Connections beyond this are refused (--max-connections)."),
