@@ -123,13 +123,17 @@ fn log_append_time(
 /// Dispatch phase: validate and enqueue every partition, in request order.
 pub async fn handle(b: &Arc<Broker>, v: i16, r: ProduceRequest) -> Reply<ProduceResponse> {
     let acks = r.acks;
+    // Counted only when a quota is configured (`client` is then set).
     let client = super::client_id();
-    let bytes: usize = r
-        .topic_data
-        .iter()
-        .flat_map(|t| t.partition_data.iter())
-        .map(|p| p.records.as_ref().map_or(0, |x| x.len()))
-        .sum();
+    let bytes: usize = if client.is_some() {
+        r.topic_data
+            .iter()
+            .flat_map(|t| t.partition_data.iter())
+            .map(|p| p.records.as_ref().map_or(0, |x| x.len()))
+            .sum()
+    } else {
+        0
+    };
     let refuse_all = refuse_all(&r);
     let mut topics: Vec<(TopicProduceResponse, Vec<Slot>)> = Vec::new();
     for td in r.topic_data {
@@ -212,12 +216,14 @@ pub async fn handle(b: &Arc<Broker>, v: i16, r: ProduceRequest) -> Reply<Produce
     }
     // Over its quota, the connection is held here, before its next request
     // is read (Kafka mutes the channel), and the answer says for how long.
-    let throttle = b.quotas.record(
-        crate::quota::Kind::Produce,
-        &client,
-        bytes as u64,
-        Instant::now(),
-    );
+    let throttle = client.map_or(Duration::ZERO, |client| {
+        b.quotas.record(
+            crate::quota::Kind::Produce,
+            &client,
+            bytes as u64,
+            Instant::now(),
+        )
+    });
     if !throttle.is_zero() {
         tokio::time::sleep(throttle).await;
     }
