@@ -242,7 +242,14 @@ pub fn update<T, E>(
 where
     T: Serialize + DeserializeOwned,
 {
-    fs.create_dir_all(dir)?;
+    // Only the chain's own directory: its parent (a topic directory) may
+    // have been renamed aside meanwhile, and must not come back empty.
+    if !fs.is_dir(dir) {
+        fs.create_dir(dir)?;
+        if let Some(parent) = dir.parent() {
+            fs.sync_dir(parent)?;
+        }
+    }
     // The torn newest version we are waiting out, and since when.
     let mut torn: Option<(u64, Instant)> = None;
     let mut collisions = 0;
@@ -491,6 +498,21 @@ mod tests {
                 "step {n}"
             );
         }
+    }
+
+    /// Catches: a change racing a topic delete recreating the topic's
+    /// directory (renamed aside meanwhile), which would then be adopted as
+    /// a new, empty topic.
+    #[test]
+    fn a_chain_whose_parent_is_gone_is_not_recreated() {
+        let d = tempfile::tempdir().unwrap();
+        let parent = d.path().join("topic");
+        let r = update(&RealFs, &parent.join("state"), FAST, plain, add(1));
+        assert!(
+            matches!(&r, Err(UpdateError::Io(e)) if e.kind() == io::ErrorKind::NotFound),
+            "{r:?}"
+        );
+        assert!(!parent.exists());
     }
 
     /// Catches: a writer that stalled past its deadline acknowledging a
