@@ -1,7 +1,8 @@
 //! `TopicCatalog`: the actor that owns every topic's identity stamp,
 //! `<data>/<topic>/.topic-id.json` (KIP-516 topic id, partition count,
-//! topic configs at creation) and altered-config file
-//! `<data>/<topic>/.topic-config.json`, and the create / grow / delete
+//! topic configs at creation) and versioned state
+//! `<data>/<topic>/.topic-state/` (altered configs, partition count), and
+//! the create / grow / delete
 //! lifecycle of topic directories.
 //!
 //! The directory operations themselves (create via `.creating-` + rename,
@@ -137,8 +138,10 @@ impl TopicCatalog {
     /// applied to the set in force, or `replace` becomes the whole set
     /// (AlterConfigs). Returns the stamp with the new set.
     pub fn alter_configs(&self, m: AlterTopicConfigs) -> Result<TopicStamp, TopicError> {
-        let change = |cur: &BTreeMap<String, String>| match m.change {
-            ConfigChange::Incremental(ops) => topic_config::apply_ops(cur, &ops),
+        // Applied again to a newer set if another broker's change lands
+        // first (see `kaas_volume::versioned`).
+        let change = |cur: &BTreeMap<String, String>| match &m.change {
+            ConfigChange::Incremental(ops) => topic_config::apply_ops(cur, ops),
             ConfigChange::Replace(all) => {
                 for k in all.keys() {
                     if topic_config::key(k).is_none() {
@@ -147,7 +150,7 @@ impl TopicCatalog {
                         )));
                     }
                 }
-                Ok(all)
+                Ok(all.clone())
             }
         };
         let stamp = topic_config::alter(

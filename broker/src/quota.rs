@@ -18,7 +18,7 @@
 //! before its next request is read, a fetch before its answer is sent), so
 //! a client that ignores the field slows down too.
 
-use kaas_volume::fs::SharedFs;
+use kaas_volume::fs::ReadFs;
 use kaas_volume::quotas::{Entity, Quotas};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -101,6 +101,9 @@ impl Window {
 /// See module docs.
 pub struct QuotaManager {
     quotas: RwLock<Arc<Quotas>>,
+    /// Whether any quota is configured: requests skip all quota work
+    /// (client id, byte counts) otherwise.
+    active: std::sync::atomic::AtomicBool,
     windows: Mutex<HashMap<(Kind, Entity), Window>>,
 }
 
@@ -108,6 +111,7 @@ impl Default for QuotaManager {
     fn default() -> Self {
         Self {
             quotas: RwLock::new(Arc::new(Quotas::default())),
+            active: Default::default(),
             windows: Mutex::default(),
         }
     }
@@ -171,7 +175,14 @@ impl QuotaManager {
 
     /// Replace the quotas in force (a reload, or this broker's own change).
     pub fn install(&self, q: Quotas) {
+        self.active
+            .store(!q.entries.is_empty(), std::sync::atomic::Ordering::Relaxed);
         *self.quotas.write().unwrap() = Arc::new(q);
+    }
+
+    /// Whether any quota is configured (cheap; checked per request).
+    pub fn active(&self) -> bool {
+        self.active.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Count `bytes` of `kind` for `client` at `now`; how long to throttle.
@@ -197,13 +208,13 @@ impl QuotaManager {
     /// Re-read the quotas every [`RELOAD`] on a thread of its own (a read
     /// that blocks on a hard mount blocks nobody else; the last quotas
     /// stay in force).
-    pub fn start_reload(self: &Arc<Self>, fs: SharedFs, dir: PathBuf) -> std::io::Result<()> {
+    pub fn start_reload(self: &Arc<Self>, fs: ReadFs, dir: PathBuf) -> std::io::Result<()> {
         let me = self.clone();
         let mut seen = 0u64;
         std::thread::Builder::new()
             .name("kaas-quotas".into())
             .spawn(move || loop {
-                match kaas_volume::quotas::read_latest(fs.as_ref(), &dir) {
+                match kaas_volume::quotas::read_latest(&fs, &dir) {
                     Ok((v, q)) if v != seen => {
                         seen = v;
                         tracing::info!(version = v, entities = q.entries.len(), "client quotas loaded");
@@ -232,6 +243,18 @@ mod tests {
 
     fn client(n: Option<&str>) -> Entity {
         vec![("client-id".into(), n.map(str::to_owned))]
+    }
+
+    /// Catches: quota work (client id, byte counts) done per request with
+    /// no quota configured, or skipped with one.
+    #[test]
+    fn active_follows_the_installed_quotas() {
+        let m = QuotaManager::default();
+        assert!(!m.active());
+        m.install(q(&[(client(Some("a")), 10.0)]));
+        assert!(m.active());
+        m.install(Quotas::default());
+        assert!(!m.active());
     }
 
     #[test]

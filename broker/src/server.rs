@@ -13,7 +13,7 @@ use kaas_actors::cluster::watcher::AssignmentWatcher;
 use kaas_actors::producer_id_blocks::ProducerIdBlocks;
 use kaas_actors::telemetry::Mailbox;
 use kaas_actors::topic::TopicCatalog;
-use kaas_volume::fs::{GuardedFs, RealFs, SharedFs};
+use kaas_volume::fs::{GuardedFs, ReadOnly, RealFs, SharedFs};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -106,7 +106,7 @@ pub fn run(args: BrokerArgs) -> anyhow::Result<()> {
         ));
         broker.reserve.start()?;
         broker.quotas.start_reload(
-            fs.clone(),
+            fs.read_only(),
             cluster_dir.join(kaas_volume::layout::QUOTAS_DIR),
         )?;
         if broker.reserve.applies() {

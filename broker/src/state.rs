@@ -105,6 +105,9 @@ pub struct ProduceLimits {
     pub before_max_ms: i64,
     /// message.timestamp.after.max.ms
     pub after_max_ms: i64,
+    /// message.timestamp.type=LogAppendTime: batches are stamped with the
+    /// leader's clock at append (and the bounds above do not apply).
+    pub log_append_time: bool,
 }
 
 /// Why a coordinator shard cannot be served here.
@@ -253,6 +256,9 @@ impl Broker {
             max_message_bytes: get("max.message.bytes").unwrap_or(self.args.message_max_bytes),
             before_max_ms: get("message.timestamp.before.max.ms").unwrap_or(i64::MAX),
             after_max_ms: get("message.timestamp.after.max.ms").unwrap_or(i64::MAX),
+            log_append_time: c
+                .and_then(|c| c.get("message.timestamp.type"))
+                .is_some_and(|t| t == "LogAppendTime"),
         }
     }
 
@@ -493,6 +499,7 @@ impl Broker {
                     name: name.clone(),
                     partitions: t.partitions.len() as i32,
                     configs: t.configs.clone(),
+                    adopted: false,
                 };
                 (name.clone(), stamp)
             })
@@ -729,6 +736,7 @@ mod broker_topics_tests {
                 name: name.to_owned(),
                 partitions: n,
                 configs: Default::default(),
+                adopted: false,
             },
         )
     }

@@ -32,6 +32,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 pub mod code {
     /// UNKNOWN_TOPIC_OR_PARTITION
     pub const UNKNOWN_TOPIC: i16 = 3;
+    /// UNKNOWN_TOPIC_ID
+    pub const UNKNOWN_TOPIC_ID: i16 = 100;
     /// TOPIC_ALREADY_EXISTS
     pub const TOPIC_ALREADY_EXISTS: i16 = 36;
     /// INVALID_PARTITIONS
@@ -83,6 +85,14 @@ pub trait Admin: Send + Sync {
     ) -> BoxFuture<'_, Result<(), AdminError>>;
     /// Delete `name`; UNKNOWN_TOPIC_OR_PARTITION is `Ok` (idempotent).
     fn delete_topic(&self, name: &str) -> BoxFuture<'_, Result<(), AdminError>>;
+    /// Delete incarnation `id` of `name` only (DeleteTopics v6 by id, so a
+    /// newer incarnation created meanwhile is never touched);
+    /// UNKNOWN_TOPIC_ID / UNKNOWN_TOPIC_OR_PARTITION are `Ok`.
+    fn delete_incarnation(
+        &self,
+        name: &str,
+        id: uuid::Uuid,
+    ) -> BoxFuture<'_, Result<(), AdminError>>;
     /// Set `configs` on `name` and delete the keys in `removed`.
     fn alter_configs(
         &self,
@@ -298,6 +308,31 @@ impl Admin for KafkaAdmin {
                 res.error_code,
                 res.error_message.as_ref(),
                 &[code::UNKNOWN_TOPIC],
+            )
+        })
+    }
+
+    fn delete_incarnation(
+        &self,
+        name: &str,
+        id: uuid::Uuid,
+    ) -> BoxFuture<'_, Result<(), AdminError>> {
+        let name = name.to_owned();
+        Box::pin(async move {
+            let (mut c, v) = self.open(ApiKey::DeleteTopics, (6, 6)).await?;
+            let req = DeleteTopicsRequest::default()
+                .with_timeout_ms(self.timeout.as_millis() as i32)
+                .with_topics(vec![DeleteTopicState::default().with_topic_id(id)]);
+            let r: DeleteTopicsResponse = self.call(&mut c, &req, v, 2).await?;
+            let res = r
+                .responses
+                .first()
+                .ok_or_else(|| AdminError::Transport("empty DeleteTopics response".into()))?;
+            tracing::debug!(topic = %name, %id, code = res.error_code, "DeleteTopics by id");
+            check(
+                res.error_code,
+                res.error_message.as_ref(),
+                &[code::UNKNOWN_TOPIC, code::UNKNOWN_TOPIC_ID],
             )
         })
     }

@@ -91,6 +91,16 @@ pub enum Step {
     RemoveFinalizer,
     /// DeleteTopics, then look again.
     Delete(String),
+    /// Reclaim the directory of a previous incarnation: DeleteTopics by
+    /// its id (the controller vacates, renames aside and removes it,
+    /// re-driven), forget the id this resource recorded, then look again
+    /// (the next reconcile creates a new incarnation).
+    Reclaim {
+        /// topic
+        name: String,
+        /// the incarnation on the volume
+        id: uuid::Uuid,
+    },
     /// CreateTopics, then look again.
     Create {
         /// topic
@@ -248,19 +258,31 @@ pub fn decide(kt: &KafkaTopic, all: &[Arc<KafkaTopic>], vol: &Volume) -> Step {
         Volume::Stamped(s) => {
             let id = s.topic_id.to_string();
             match &prev.topic_id {
-                Some(mine) if *mine != id => {
+                // An adopted directory (nobody had stamped it) has an
+                // unknown history: never reclaimed, only reported.
+                Some(mine) if *mine != id && s.adopted => {
                     return status(
                         ready(
                             "False",
                             "IncarnationMismatch",
                             format!(
-                                "topic {name} was deleted and re-created outside this resource \
-                                 (directory stamped {id}, this resource owned {mine}); \
-                                 delete and re-apply the KafkaTopic to adopt the new topic"
+                                "directory {name} was adopted by the brokers (stamped {id}) \
+                                 while this resource owned {mine}; an adopted directory is \
+                                 never reclaimed: delete and re-apply the KafkaTopic to adopt it"
                             ),
                         ),
                         base,
                     )
+                }
+                // The resource is the source of truth: the incarnation it
+                // owned is gone, and the one in the directory was made
+                // outside it (a delete and re-create by a client): the
+                // directory of a previous incarnation, reclaimed.
+                Some(mine) if *mine != id => {
+                    return Step::Reclaim {
+                        name,
+                        id: s.topic_id,
+                    }
                 }
                 _ => {}
             }
@@ -443,6 +465,17 @@ async fn reconcile_inner(kt: &KafkaTopic, ctx: &Context) -> Result<Action, Error
         Step::Delete(topic) => {
             ctx.admin.delete_topic(&topic).await?;
             tracing::info!(topic = %topic, "deleted through DeleteTopics");
+            Ok(again)
+        }
+        Step::Reclaim { name, id } => {
+            // Answered once the directory no longer holds `id` (or an
+            // error, and the reconcile is retried with back-off).
+            ctx.admin.delete_incarnation(&name, id).await?;
+            tracing::warn!(topic = %name, %id, "reclaimed a previous incarnation's directory through DeleteTopics");
+            let patch = serde_json::json!({ "status": { "topicId": null, "partitions": null } });
+            api.patch_status(&kt.name_any(), &patch_params(), &Patch::Merge(&patch))
+                .await?;
+            ctx.metrics.status_write();
             Ok(again)
         }
         Step::Create {

@@ -225,16 +225,55 @@ fn deletion_deletes_only_the_incarnation_it_owns() {
     );
 }
 
+/// Catches: a reclaim that does not converge (re-reclaiming the new
+/// incarnation it created, or adopting the old one).
 #[test]
-fn a_stamp_of_another_incarnation_is_reported_not_destroyed() {
+fn a_reclaimed_topic_converges_to_a_new_incarnation() {
     let (_d, b) = brokers();
-    b.client_creates("orders", 3);
+    let outside = b.client_creates("orders", 3);
+    let mut world = Some(owning(
+        finalized(kt("orders", 0, 3)),
+        "00000000-0000-0000-0000-000000000001",
+    ));
+    let steps = run_until_stable(&mut world, &b, 10);
+    assert!(matches!(steps[0], Step::Reclaim { .. }), "{steps:?}");
+    let s = world.unwrap().status.unwrap();
+    let now = match read_volume(&b.data, "orders").unwrap() {
+        Volume::Stamped(st) => st.topic_id.to_string(),
+        v => panic!("{v:?}"),
+    };
+    assert_ne!(now, outside);
+    assert_eq!(s.topic_id.as_deref(), Some(now.as_str()));
+    assert_eq!(s.conditions[0].reason, "Ready");
+}
+
+/// Catches: a directory of an incarnation this resource does not own
+/// (deleted and re-created outside it) served as the resource's topic;
+/// and an adopted directory (unknown history) being destroyed.
+#[test]
+fn a_stamp_of_a_previous_incarnation_is_reclaimed_an_adopted_one_reported() {
+    let (_d, b) = brokers();
+    let id = b.client_creates("orders", 3);
     let k = owning(
         finalized(kt("orders", 0, 3)),
         "00000000-0000-0000-0000-000000000001",
     );
     assert_eq!(
-        reason(&decide(&k, &[Arc::new(k.clone())], &vol(&b, "orders"))),
+        decide(&k, &[Arc::new(k.clone())], &vol(&b, "orders")),
+        Step::Reclaim {
+            name: "orders".into(),
+            id: id.parse().unwrap(),
+        }
+    );
+    // Unstamped, then adopted by the brokers: never reclaimed.
+    std::fs::create_dir_all(b.data.join("legacy/0")).unwrap();
+    kaas_volume::topic_dir::scan(&kaas_volume::fs::RealFs, &b.data).unwrap();
+    let k = owning(
+        finalized(kt("legacy", 0, 1)),
+        "00000000-0000-0000-0000-000000000001",
+    );
+    assert_eq!(
+        reason(&decide(&k, &[Arc::new(k.clone())], &vol(&b, "legacy"))),
         "IncarnationMismatch"
     );
 }
@@ -296,6 +335,12 @@ fn apply(world: &mut Option<KafkaTopic>, b: &FakeBrokers, step: &Step) {
             }
         }
         Step::Delete(n) => rt.block_on(b.delete_topic(n)).unwrap(),
+        Step::Reclaim { name, id } => {
+            rt.block_on(b.delete_incarnation(name, *id)).unwrap();
+            let s = k.status.get_or_insert_with(Default::default);
+            s.topic_id = None;
+            s.partitions = None;
+        }
         Step::Create {
             name,
             partitions,

@@ -44,6 +44,8 @@ pub const MAX_DECOMPRESSED_BATCH: usize = 256 * 1024 * 1024;
 const MAGIC_OFFSET: usize = 16;
 const CRC_OFFSET: usize = 17;
 const ATTRIBUTES_OFFSET: usize = 21;
+/// maxTimestamp: after attributes (2), lastOffsetDelta (4), baseTimestamp (8).
+const MAX_TIMESTAMP_OFFSET: usize = 35;
 /// The smallest legal batchLength: a header with no records.
 const MIN_BATCH_LENGTH: i32 = (BATCH_HEADER_LEN - LOG_OVERHEAD) as i32;
 
@@ -422,6 +424,27 @@ pub fn patch_batch(buf: &mut [u8], base_offset: i64, leader_epoch: i32) {
         head[0..8].copy_from_slice(&base_offset.to_be_bytes());
         head[12..16].copy_from_slice(&leader_epoch.to_be_bytes());
     }
+}
+
+/// Makes the validated batch at the start of `buf` a LogAppendTime batch
+/// stamped `now_ms`, as Kafka's leader does at append: the timestamp-type
+/// attribute is set and maxTimestamp becomes `now_ms` (every record then
+/// reads as `now_ms`; the records themselves are not touched, compressed
+/// or not), and the batch CRC, which covers both, is recomputed. A buffer
+/// shorter than its header or its declared length is left untouched
+/// (callers pass validated batches).
+pub fn set_log_append_time(buf: &mut [u8], now_ms: i64) {
+    let Some(h) = read_batch_header(buf) else {
+        return;
+    };
+    if h.magic != 2 || buf.len() < h.batch_len {
+        return;
+    }
+    let attrs = (h.attributes | TIMESTAMP_TYPE_BIT).to_be_bytes();
+    buf[ATTRIBUTES_OFFSET..ATTRIBUTES_OFFSET + 2].copy_from_slice(&attrs);
+    buf[MAX_TIMESTAMP_OFFSET..MAX_TIMESTAMP_OFFSET + 8].copy_from_slice(&now_ms.to_be_bytes());
+    let crc = crc32c::crc32c(&buf[ATTRIBUTES_OFFSET..h.batch_len]);
+    buf[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
 }
 
 /// The absolute offset and timestamp of every record of one stored batch,

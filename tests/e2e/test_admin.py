@@ -18,6 +18,9 @@ field under test.
 * CreatePartitions while producing, on a 3-broker cluster (both
   substrates): the new partitions are led and receive records; shrinking is
   INVALID_PARTITIONS.
+* Alters and grows of one topic through two brokers at the same instant
+  are ordered (versioned state): both alters stay in force, one of two
+  equal grows is INVALID_PARTITIONS.
 * DescribeLogDirs, ElectLeaders, partition reassignments.
 """
 
@@ -191,6 +194,70 @@ def test_timestamp_bounds_give_invalid_timestamp(broker, topic_name):
     assert produce_one(broker.addr, topic_name, b"a", timestamp=now - 3_600_000) == 0
 
 
+def _produce_lat(addr, topic: str, value: bytes, timestamp: int) -> tuple[int, int, int]:
+    """Produce v7 of one record: (error_code, base_offset, log_append_time_ms)."""
+    batch = kw.record_batch_v2([kw.Rec(value=value, timestamp=timestamp)])
+    with kw.connect(addr) as s:
+        r = kw.Reader(kw.roundtrip(s, kw.produce_request_v3(1, topic, 0, batch, version=7)))
+    r.i32()
+    assert r.i32() == 1 and r.string() == topic and r.i32() == 1
+    r.i32()
+    return r.i16(), r.i64(), r.i64()
+
+
+@pytest.mark.timeout(120)
+def test_log_append_time_stamps_batches_at_the_leader(broker, topic_name):
+    """message.timestamp.type=LogAppendTime, set live: the leader stamps
+    each batch with its clock (attribute + max timestamp), the Produce
+    answer carries log_append_time_ms, real clients read the timestamp type,
+    ListOffsets by timestamp uses the stamped time; producer timestamps
+    outside the bounds are not judged."""
+    from kafka import KafkaConsumer
+    from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, Consumer
+    create_topic(broker.bootstrap, topic_name, 1,
+                 config={"message.timestamp.before.max.ms": "3600000"})
+    assert _produce_lat(broker.addr, topic_name, b"old", 1000)[0] == INVALID_TIMESTAMP
+    assert alter(broker.bootstrap, topic_name,
+                 {"message.timestamp.before.max.ms": None}) == 0
+    assert _produce_lat(broker.addr, topic_name, b"create", 1000) == (0, 0, -1)
+    assert alter(broker.bootstrap, topic_name,
+                 {"message.timestamp.type": "LogAppendTime",
+                  "message.timestamp.before.max.ms": "3600000"}) == 0
+    t0 = int(time.time() * 1000)
+    err, base, lat = _produce_lat(broker.addr, topic_name, b"append", 1000)
+    t1 = int(time.time() * 1000)
+    assert (err, base) == (0, 1)
+    assert t0 - 1000 <= lat <= t1 + 1000, (t0, lat, t1)
+    assert topic_configs(broker.bootstrap, topic_name)["message.timestamp.type"].value == \
+        "LogAppendTime"
+    # kafka-python: ConsumerRecord.timestamp_type 0 = CreateTime, 1 = LogAppendTime.
+    kc = KafkaConsumer(topic_name, bootstrap_servers=broker.bootstrap,
+                       auto_offset_reset="earliest", enable_auto_commit=False,
+                       consumer_timeout_ms=15000)
+    got = []
+    for m in kc:
+        got.append((m.value, m.timestamp_type, m.timestamp))
+        if len(got) == 2:
+            break
+    kc.close()
+    assert got == [(b"create", 0, 1000), (b"append", 1, lat)], got
+    # confluent-kafka (librdkafka) reads the same.
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": topic_name,
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    c.subscribe([topic_name])
+    seen = []
+    deadline = time.monotonic() + 20
+    while len(seen) < 2 and time.monotonic() < deadline:
+        m = c.poll(1.0)
+        if m is not None and m.error() is None:
+            seen.append(m.timestamp())
+    c.close()
+    assert seen == [(TIMESTAMP_CREATE_TIME, 1000), (TIMESTAMP_LOG_APPEND_TIME, lat)], seen
+    # ListOffsets by timestamp: the first offset stamped at or after t0.
+    r = kw.list_offsets_v7(broker.addr, topic_name, 0, t0 - 1000)
+    assert (r.error_code, r.offset) == (0, 1), r
+
+
 def test_invalid_configs_validate_only_and_broker_resource(broker, topic_name):
     create_topic(broker.bootstrap, topic_name, 1)
     bs = broker.bootstrap
@@ -198,7 +265,7 @@ def test_invalid_configs_validate_only_and_broker_resource(broker, topic_name):
     assert alter(bs, topic_name, {"no.such.config": "1"}) == INVALID_CONFIG
     assert alter(bs, topic_name, {"retention.ms": "-7"}) == INVALID_CONFIG
     assert alter(bs, topic_name, {"segment.bytes": "lots"}) == INVALID_CONFIG
-    assert alter(bs, topic_name, {"message.timestamp.type": "LogAppendTime"}) == INVALID_CONFIG
+    assert alter(bs, topic_name, {"message.timestamp.type": "Whenever"}) == INVALID_CONFIG
     assert alter(bs, topic_name, {"retention.ms": "1234"}, validate_only=True) == 0
     c = topic_configs(bs, topic_name)["retention.ms"]
     assert c.value != "1234" and c.is_default
@@ -421,6 +488,74 @@ def test_create_partitions_while_producing_on_a_cluster(broker_factory, topic_na
             next(b for b in bs if b.broker_id == leaders(bs, topic_name)[p]).addr,
             topic_name, p, kw.LATEST_TIMESTAMP)
         assert hw.error_code == 0 and hw.offset > 0, (p, hw)
+
+
+def _raw_alter(addr, topic: str, key: str, value: str) -> int:
+    """IncrementalAlterConfigs v0 (SET) to exactly this broker: the error code."""
+    body = (kw.i32(1) + kw.i8(TOPIC) + kw.string(topic)
+            + kw.i32(1) + kw.string(key) + kw.i8(0) + kw.string(value)
+            + kw.i8(0))  # validate_only
+    with kw.connect(addr, timeout=30) as sock:
+        r = kw.Reader(kw.roundtrip(sock, kw.request_header(44, 0, 1) + body))
+    r.i32(), r.i32()  # correlation id, throttle
+    assert r.i32() == 1
+    return r.i16()
+
+
+def _raw_grow(addr, topic: str, count: int) -> int:
+    """CreatePartitions v0 to exactly this broker: the error code."""
+    body = (kw.i32(1) + kw.string(topic) + kw.i32(count) + kw.i32(-1)  # assignments: null
+            + kw.i32(30000) + kw.i8(0))
+    with kw.connect(addr, timeout=40) as sock:
+        r = kw.Reader(kw.roundtrip(sock, kw.request_header(37, 0, 1) + body))
+    r.i32(), r.i32()
+    assert r.i32() == 1
+    assert r.string() == topic
+    return r.i16()
+
+
+def _at_once(*calls):
+    """Run the calls on threads released together; their results in order."""
+    go = threading.Barrier(len(calls))
+    out = [None] * len(calls)
+
+    def run(i, f):
+        go.wait()
+        out[i] = f()
+    ts = [threading.Thread(target=run, args=(i, f)) for i, f in enumerate(calls)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(90)
+    return out
+
+
+@pytest_cluster
+@pytest.mark.timeout(240)
+def test_concurrent_alters_and_grows_through_two_brokers(broker_factory, topic_name):
+    """Two admin requests for one topic through two brokers at the same
+    instant are ordered, never last-writer-wins: alters of different keys
+    both stay in force, and of two grows to the same count one succeeds and
+    the other is INVALID_PARTITIONS (as from Kafka's controller) — the
+    count is never lost."""
+    bs = broker_factory.cluster(2, FAST)
+    create_everywhere(bs, topic_name, 1)
+    a, b = bs
+    count = 1
+    for i in range(5):
+        codes = _at_once(lambda: _raw_alter(a.addr, topic_name, "retention.ms", str(100000 + i)),
+                         lambda: _raw_alter(b.addr, topic_name, "segment.ms", str(200000 + i)))
+        assert codes == [0, 0], (i, codes)
+        for x in bs:
+            got = topic_configs(x.bootstrap, topic_name)
+            assert got["retention.ms"].value == str(100000 + i), (i, x.broker_id)
+            assert got["segment.ms"].value == str(200000 + i), (i, x.broker_id)
+        count += 1
+        codes = _at_once(lambda: _raw_grow(a.addr, topic_name, count),
+                         lambda: _raw_grow(b.addr, topic_name, count))
+        assert sorted(codes) == [0, INVALID_PARTITIONS], (i, codes)
+        for x in bs:
+            wait_leaders([x], topic_name, count, {y.broker_id for y in bs})
 
 
 @pytest_cluster

@@ -212,3 +212,26 @@ def test_a_broker_stopped_on_a_full_volume_starts_again(small_volume, broker_fac
     more = produce_some(b.bootstrap, topic_name, 20, start=100000, timeout=40)
     got = consume_all(b.bootstrap, topic_name, [0], timeout=30)[0]
     assert [int(m.value[:8]) for m in got] == before + more
+
+
+def test_rolls_on_a_full_volume_do_not_restart_the_leader(small_volume, broker_factory, substrate, tmp_path, topic_name):
+    """Small segments, so the volume fills around rolls (index files and
+    the manifest need space too): no leader restart, and nothing
+    acknowledged is lost. A guard rather than a proof: on a page-granular
+    tmpfs the append usually meets ENOSPC before a roll does (the roll's own
+    ENOSPC path is exercised deterministically by the FaultFs unit test
+    `a_roll_that_finds_the_volume_full_is_retried_without_a_restart`)."""
+    b = make_broker(broker_factory, substrate, small_volume, tmp_path, cluster_on_volume=False)
+    create_topic(b.bootstrap, topic_name, partitions=1, config={"segment.bytes": "16384"})
+    ballast = fill(small_volume, 1 << 20)
+    acked, errs = produce_until_refused(b.bootstrap, topic_name)
+    assert acked, "nothing fit in 1 MiB"
+    assert set(errs) == {"KAFKA_STORAGE_ERROR"}, errs
+    ballast.unlink()
+    more = produce_some(b.bootstrap, topic_name, 200, start=100000)
+    got = consume_all(b.bootstrap, topic_name, [0], timeout=30)[0]
+    assert [int(m.value[:8]) for m in got] == acked + more
+    assert b.starts == 1 and b.alive()
+    restarts = [line for line in b.log_text().splitlines()
+                if "partition leader failed" in line or "partition open failed" in line]
+    assert not restarts, "\n".join(restarts[:5])

@@ -116,3 +116,38 @@ def test_weakfs_negative_lookups_until_a_listing_names_the_file(broker_factory):
         probe.read_bytes()  # the negative entry still answers on host a
     assert [p.name for p in (a.data_dir / "d").iterdir()] == ["f"]
     assert probe.read_bytes() == b"x"  # the listing replaced it
+
+
+@pytest.mark.timeout(150)
+def test_a_silly_renamed_file_delays_the_removal_not_the_recreate(broker, topic_name):
+    """A file of a deleted topic held open on the broker's own host (a
+    reader, a backup agent): unlinking it silly-renames it to `.nfsXXXX`,
+    which keeps the renamed-aside directory busy. The delete is still
+    answered, a re-create under the same name is a new, empty incarnation
+    at once, and once the file is closed the janitor's re-driven removal
+    finishes (it runs every 30 s)."""
+    from conftest import admin
+    create_topic(broker.bootstrap, topic_name, 1)
+    assert produce_one(broker, topic_name, b"old") == 0
+    pdir = broker.data_dir / topic_name / "0"
+    seg = next(p for p in pdir.iterdir() if p.name.endswith(".log"))
+    held = open(seg, "rb")
+
+    def aside():
+        return [p for p in broker.data_dir.iterdir() if p.name.startswith(".deleted-")]
+    try:
+        a = admin(broker.bootstrap)
+        a.delete_topics([topic_name], operation_timeout=30)[topic_name].result(timeout=40)
+        wait_until(lambda: aside(), timeout=30, what="the directory renamed aside")
+        wait_until(lambda: any(q.name.startswith(".nfs") for d in aside() for q in d.rglob("*")),
+                   timeout=30, what="the held segment silly-renamed inside it")
+        create_topic(broker.bootstrap, topic_name, 1)
+        assert produce_one(broker, topic_name, b"new") == 0
+        values = [m.value for m in consume_all(broker.bootstrap, topic_name, [0], timeout=30)[0]]
+        assert values == [b"new"], values
+        assert b"old" in held.read()  # the holder still reads the old bytes
+        assert aside(), "removed while a file in it was held open"
+    finally:
+        held.close()
+    wait_until(lambda: not aside(), timeout=75, what="the janitor finishes the removal")
+    assert broker.alive()

@@ -43,6 +43,11 @@ pub const DELETE_REQUEST_PREFIX: &str = ".delete-requested-";
 /// A topic's altered configs inside its directory (AlterConfigs /
 /// IncrementalAlterConfigs); carries the topic id it belongs to.
 pub const TOPIC_CONFIG: &str = ".topic-config.json";
+/// A topic's versioned state (partition count and altered configs, with
+/// its topic id) inside its directory: `v-<n>.json` files (see
+/// [`crate::topic_config`]); replaces [`TOPIC_CONFIG`] and the stamp's
+/// count once written.
+pub const TOPIC_STATE_DIR: &str = ".topic-state";
 /// Prefix of a topic directory renamed aside for deletion.
 pub const DELETED_PREFIX: &str = ".deleted-";
 /// Prefix of a topic directory being built by a create.
@@ -217,14 +222,30 @@ pub fn parse_producer_id_block(name: &str) -> Option<i64> {
         .ok()
 }
 
+/// `v-<n:012>.json`: version `n` of a versioned document (see
+/// [`crate::versioned`]): the client quotas in [`QUOTAS_DIR`], a topic's
+/// state in [`TOPIC_STATE_DIR`].
+pub fn doc_version(n: u64) -> String {
+    format!("v-{n:012}.json")
+}
+
+/// Inverse of [`doc_version`] (exactly twelve digits).
+pub fn parse_doc_version(name: &str) -> Option<u64> {
+    let digits = name.strip_prefix("v-")?.strip_suffix(".json")?;
+    if digits.len() != 12 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
 /// `v-<n:012>.json`: version `n` of the client quotas (in [`QUOTAS_DIR`]).
 pub fn quotas_version(n: u64) -> String {
-    format!("v-{n:012}.json")
+    doc_version(n)
 }
 
 /// Inverse of [`quotas_version`].
 pub fn parse_quotas_version(name: &str) -> Option<u64> {
-    name.strip_prefix("v-")?.strip_suffix(".json")?.parse().ok()
+    parse_doc_version(name)
 }
 
 /// `<id>.json`: a broker's liveness record (in [`BROKERS_DIR`]).
@@ -501,6 +522,12 @@ mod tests {
         }
         assert_eq!(parse_broker_record(&temp(&broker_record(1), 9)), None);
         assert_eq!(parse_partition(&partition(12)), Some(12));
+        for n in [0, 7, 999_999_999_999] {
+            assert_eq!(parse_doc_version(&doc_version(n)), Some(n));
+        }
+        assert_eq!(doc_version(7), "v-000000000007.json");
+        assert_eq!(parse_doc_version("v-7.json"), None);
+        assert_eq!(parse_doc_version(&temp(&doc_version(1), 9)), None);
     }
 
     #[test]

@@ -13,6 +13,8 @@
 //! * [`topic_config`] — the topic configs kaas implements (validation,
 //!   types, documentation) and the per-topic config file;
 //! * [`topic_notice`] — topic change notices to the controller;
+//! * [`versioned`] — a document any broker may change, as a chain of
+//!   exclusively created versions (a compare-and-set on the version);
 //! * [`substrate`] — the checker that refuses a mount breaking the contract.
 
 pub mod cluster_id;
@@ -24,3 +26,4 @@ pub mod substrate;
 pub mod topic_config;
 pub mod topic_dir;
 pub mod topic_notice;
+pub mod versioned;

@@ -1,34 +1,30 @@
-//! Client quotas on the volume: `<cluster>/quotas/v-<n>.json`, one file
-//! per version, each the complete set (entity → quota key → value).
+//! Client quotas on the volume: `<cluster>/quotas/v-<n>.json`, a
+//! [`versioned`] document (each version the complete set: entity → quota
+//! key → value).
 //!
 //! A change (AlterClientQuotas, through any broker) reads the newest
-//! version `n`, applies its operations and creates `n + 1` with O_EXCL,
-//! writes and fsyncs it; if another broker created `n + 1` first, it reads
-//! again and re-applies (bounded). Versions are therefore a linear history
-//! and no change is lost to a concurrent one. Readers take the newest
-//! version that parses; an empty or torn newest version (its writer died
-//! between create and fsync, so its change was never acknowledged) is
-//! skipped, and the next writer goes past it. The oldest versions beyond
-//! [`KEEP`] are swept by writers.
+//! version `n`, applies its operations and creates `n + 1` exclusively; if
+//! another broker created `n + 1` first, it reads again and re-applies.
+//! Versions are therefore a linear history and no acknowledged change is
+//! lost to a concurrent one; a torn newest version is waited out, then gone
+//! past, as [`versioned`] explains. Versions written before the chain had
+//! a header (plain JSON) are still read.
 //!
-//! Four questions: (1) a version is one exclusive create, then write and
-//! fsync of its whole content, then a directory fsync, before the change
-//! is acknowledged; (2) a crash leaves either nothing, an empty or torn
-//! newest file that every reader skips, or the whole new version; (3) the
-//! exclusive create decides which writer owns version `n + 1`; (4) the
-//! version number names the content: a file is never rewritten.
+//! Four questions: see [`versioned`] — (1) one exclusive create, then write,
+//! fsync and directory fsync before acknowledging; (2) a crash leaves
+//! nothing, a torn newest file every reader skips, or the whole version;
+//! (3) the exclusive create of `n + 1` is the compare-and-set between
+//! brokers; (4) a version number names one content forever.
 
-use crate::fs::{exists, Fs};
-use crate::layout;
+use crate::fs::Fs;
+use crate::versioned::{self, Reader, Timing, UpdateError};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io;
 use std::path::Path;
 
 /// Versions kept behind the newest.
-pub const KEEP: u64 = 8;
-/// Attempts of one change against concurrent writers.
-const ATTEMPTS: usize = 8;
+pub const KEEP: u64 = versioned::KEEP;
 
 /// An entity: (entity type, name — `None` is the type's default), sorted
 /// by type. Kafka's types: `user`, `client-id` (and `ip`).
@@ -80,35 +76,9 @@ impl Quotas {
 /// the quotas of the newest readable one (empty when none is). A change
 /// read at version `n` is published as `n + 1`, exclusively: it is based on
 /// everything acknowledged before it.
-pub fn read_latest(fs: &dyn Fs, dir: &Path) -> io::Result<(u64, Quotas)> {
-    let mut versions: Vec<u64> = match fs.list(dir) {
-        Ok(names) => names
-            .iter()
-            .filter_map(|n| layout::parse_quotas_version(n))
-            .collect(),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
-        Err(e) => return Err(e),
-    };
-    versions.sort_unstable();
-    // A listing may be stale (NFS): look past its end by exact name.
-    let mut top = versions.last().copied().unwrap_or(0);
-    while exists(fs, &dir.join(layout::quotas_version(top + 1)))? {
-        top += 1;
-        versions.push(top);
-    }
-    for &v in versions.iter().rev() {
-        match fs.read(&dir.join(layout::quotas_version(v))) {
-            Ok(b) => {
-                // Empty or torn: its writer died before acknowledging it.
-                if let Ok(q) = serde_json::from_slice::<Quotas>(&b) {
-                    return Ok((top, q));
-                }
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok((top, Quotas::default()))
+pub fn read_latest(r: &(impl Reader + ?Sized), dir: &Path) -> io::Result<(u64, Quotas)> {
+    let l = versioned::read_latest::<Quotas>(r, dir)?;
+    Ok((l.top, l.newest.map(|(_, q)| q).unwrap_or_default()))
 }
 
 /// Apply `change` to the newest quotas and publish the result as the next
@@ -117,37 +87,22 @@ pub fn read_latest(fs: &dyn Fs, dir: &Path) -> io::Result<(u64, Quotas)> {
 pub fn alter<E: From<io::Error>>(
     fs: &dyn Fs,
     dir: &Path,
-    mut change: impl FnMut(&mut Quotas) -> Result<(), E>,
+    change: impl FnMut(&mut Quotas) -> Result<(), E>,
 ) -> Result<(u64, Quotas), E> {
-    fs.create_dir_all(dir)?;
-    for _ in 0..ATTEMPTS {
-        let (top, mut q) = read_latest(fs, dir)?;
-        change(&mut q)?;
-        let n = top + 1;
-        let path = dir.join(layout::quotas_version(n));
-        let f = match fs.create_exclusive(&path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(e.into()),
-        };
-        f.write_all_at(&serde_json::to_vec(&q).expect("quotas serialize"), 0)?;
-        f.sync_data()?;
-        drop(f);
-        fs.sync_dir(dir)?;
-        sweep(fs, dir, n);
-        return Ok((n, q));
-    }
-    Err(io::Error::other("quotas: too many concurrent changes; try again").into())
+    alter_with(fs, dir, Timing::default(), change)
 }
 
-/// Remove versions older than `newest - KEEP` (best effort).
-fn sweep(fs: &dyn Fs, dir: &Path, newest: u64) {
-    let Ok(names) = fs.list(dir) else { return };
-    for n in names {
-        if layout::parse_quotas_version(&n).is_some_and(|v| v + KEEP < newest) {
-            let _ = fs.remove_file(&dir.join(&n));
-        }
-    }
+/// [`alter`] with explicit [`Timing`] (tests).
+pub fn alter_with<E: From<io::Error>>(
+    fs: &dyn Fs,
+    dir: &Path,
+    timing: Timing,
+    change: impl FnMut(&mut Quotas) -> Result<(), E>,
+) -> Result<(u64, Quotas), E> {
+    versioned::update(fs, dir, timing, |q| Ok(q.unwrap_or_default()), change).map_err(|e| match e {
+        UpdateError::Refused(e) => e,
+        UpdateError::Io(e) => e.into(),
+    })
 }
 
 #[cfg(test)]
@@ -156,6 +111,13 @@ mod tests {
     use super::*;
     use crate::fs::fault::FaultFs;
     use crate::fs::RealFs;
+    use crate::layout;
+    use std::time::Duration;
+
+    const SHORT: Timing = Timing {
+        deadline: Duration::from_millis(200),
+        grace: Duration::from_millis(10),
+    };
 
     fn client(c: Option<&str>) -> Entity {
         vec![("client-id".into(), c.map(str::to_owned))]
@@ -205,7 +167,7 @@ mod tests {
         std::fs::write(d.path().join(layout::quotas_version(4)), b"{\"entr").unwrap();
         assert_eq!(read_latest(&RealFs, d.path()).unwrap(), (4, q.clone()));
         // Removing the last key removes the entity.
-        let (_, q) = alter(&RealFs, d.path(), |q: &mut Quotas| {
+        let (_, q) = alter_with(&RealFs, d.path(), SHORT, |q: &mut Quotas| {
             q.set(&client(Some("b")), "consumer_byte_rate", None);
             Ok::<_, io::Error>(())
         })
@@ -224,17 +186,17 @@ mod tests {
     fn crash_at_every_step_of_a_change_converges() {
         let base = {
             let d = tempfile::tempdir().unwrap();
-            alter(&RealFs, d.path(), set(client(Some("a")), 1.0)).unwrap();
+            alter_with(&RealFs, d.path(), SHORT, set(client(Some("a")), 1.0)).unwrap();
             let ffs = FaultFs::new();
-            alter(&ffs, d.path(), set(client(Some("a")), 2.0)).unwrap();
+            alter_with(&ffs, d.path(), SHORT, set(client(Some("a")), 2.0)).unwrap();
             ffs.ops()
         };
         for n in 1..=base {
             let d = tempfile::tempdir().unwrap();
-            alter(&RealFs, d.path(), set(client(Some("a")), 1.0)).unwrap();
+            alter_with(&RealFs, d.path(), SHORT, set(client(Some("a")), 1.0)).unwrap();
             let ffs = FaultFs::new();
             ffs.crash_at(n);
-            let acked = alter(&ffs, d.path(), set(client(Some("a")), 2.0)).is_ok();
+            let acked = alter_with(&ffs, d.path(), SHORT, set(client(Some("a")), 2.0)).is_ok();
             ffs.power_loss();
             let (_, q) = read_latest(&RealFs, d.path()).unwrap();
             let v = q.get(&client(Some("a"))).unwrap()["producer_byte_rate"];
@@ -244,7 +206,7 @@ mod tests {
                 "step {n}: an acknowledged change was lost"
             );
             // The next change goes through whatever was left.
-            let (_, q) = alter(&RealFs, d.path(), set(client(Some("a")), 3.0)).unwrap();
+            let (_, q) = alter_with(&RealFs, d.path(), SHORT, set(client(Some("a")), 3.0)).unwrap();
             assert_eq!(
                 q.get(&client(Some("a"))).unwrap()["producer_byte_rate"],
                 3.0

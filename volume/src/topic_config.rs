@@ -1,33 +1,39 @@
 //! Topic configs: the keys kaas implements (with their KIP-569 types, the
 //! broker setting each falls back to, and their documentation), their
-//! validation, and the per-topic config file
-//! `<data>/<topic>/.topic-config.json` that AlterConfigs and
-//! IncrementalAlterConfigs write.
+//! validation, and the topic's versioned state
+//! `<data>/<topic>/.topic-state/v-<n>.json` that AlterConfigs,
+//! IncrementalAlterConfigs and CreatePartitions write.
 //!
-//! The configs given at creation live in the topic's stamp, which is born
-//! with the directory. Altered configs go to a file of their own so that the
-//! identity stamp is never rewritten for a config change: the file holds the
-//! complete set of topic-level overrides together with the topic id it
-//! belongs to, and it replaces the stamp's set only when that id matches. So
-//! a file left by a dead incarnation of the name (an adopted directory, an
-//! operator's copy) is never inherited by a new topic: the new id makes it
-//! inert.
+//! The configs and partition count given at creation live in the topic's
+//! stamp, which is born with the directory and never rewritten for a
+//! change. Changes go to a [`versioned`] document of their own,
+//! [`TopicState`]: the complete set of topic-level overrides and the
+//! partition count, with the topic id they belong to. It replaces the
+//! stamp's values only when that id matches, so a state left by a dead
+//! incarnation of the name (an adopted directory, an operator's copy) is
+//! never inherited by a new topic: the new id makes it inert. Before the
+//! state existed, altered configs were a single `.topic-config.json`
+//! (temp → rename) and a grow rewrote the stamp; both are still read, and
+//! the first change writes version 1 from them (migration on first write).
 //!
-//! Four questions: (1) the file is written by one atomic rename (temp →
-//! fsync → rename → dir fsync, [`write_atomic`]), so a reader sees the old
-//! set or the new one; (2) writing it is idempotent — a crash leaves the old
-//! file or the new one, and a re-sent alter writes the same content again
-//! (crash-at-every-step test below); (3) there is no single writer: any
-//! broker's catalog may apply an alter, through its lease-guarded seam, as a
-//! read-modify-write of the whole file; two alters of one topic through two
-//! brokers at the same instant are last-writer-wins (each file is whole, but
-//! the earlier alter's change can be lost — Kafka serialises alters through
-//! its controller; kaas documents this as a known gap); (4) the name does not
-//! identify the state: the topic id inside does, checked on every read.
+//! Four questions: (1) a change is one exclusive create of version `n + 1`
+//! (then write, fsync, directory fsync before it is acknowledged), so a
+//! reader sees the old state or the new one; (2) a crash leaves the old
+//! state or the new one (a torn newest version is skipped by readers and
+//! gone past by the next writer), and a re-sent change is applied again to
+//! whatever is newest (crash-at-every-step test below); (3) there is no
+//! single writer — any broker's catalog may change a topic, through its
+//! lease-guarded seam — but the exclusive create of `n + 1` after reading
+//! `n` is a compare-and-set: two alters of one topic through two brokers at
+//! the same instant both land, and a grow is judged against the newest
+//! count (the loser of two equal grows gets INVALID_PARTITIONS, as from
+//! Kafka's controller); (4) the name does not identify the state: the topic
+//! id inside does, checked on every read.
 
 use crate::fs::{write_atomic, Fs};
 use crate::layout;
 use crate::topic_dir::{TopicError, TopicStamp};
+use crate::versioned::{self, Reader, Timing, UpdateError};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io;
@@ -115,7 +121,7 @@ pub const TOPIC_KEYS: &[TopicKey] = &[
         name: "message.timestamp.type",
         kind: ConfigType::String,
         broker_key: "log.message.timestamp.type",
-        doc: "Whether record timestamps are the producer's (CreateTime). LogAppendTime is not implemented and refused.",
+        doc: "Whether record timestamps are the producer's (CreateTime) or the leader's clock when it appends the batch (LogAppendTime: the batch's max timestamp and timestamp type are set, every record reads that time).",
     },
     TopicKey {
         name: "min.insync.replicas",
@@ -171,7 +177,10 @@ pub fn validate(k: &str, v: &str) -> Result<(), TopicError> {
     match key.kind {
         ConfigType::Int => match v.trim().parse::<i32>() {
             Ok(n) if i64::from(n) >= min => Ok(()),
-            _ => bad(format!("expected an integer between {min} and {}", i32::MAX)),
+            _ => bad(format!(
+                "expected an integer between {min} and {}",
+                i32::MAX
+            )),
         },
         ConfigType::Long => match v.trim().parse::<i64>() {
             Ok(n) if n >= min => Ok(()),
@@ -189,11 +198,7 @@ pub fn validate(k: &str, v: &str) -> Result<(), TopicError> {
                 }
             }
             "message.timestamp.type" => match v {
-                "CreateTime" => Ok(()),
-                "LogAppendTime" => bad(
-                    "LogAppendTime is not implemented (the leader does not rewrite batch timestamps); use CreateTime"
-                        .into(),
-                ),
+                "CreateTime" | "LogAppendTime" => Ok(()),
                 _ => bad("expected CreateTime or LogAppendTime".into()),
             },
             "compression.type" if v == "producer" => Ok(()),
@@ -264,20 +269,36 @@ pub fn effective(stamp: &TopicStamp, file: Option<TopicConfigFile>) -> BTreeMap<
     }
 }
 
-/// The stamp of topic directory `dir` with its configs in force (see
-/// [`effective`]): what the controller publishes in the assignment.
-/// `Ok(None)` if the directory has no stamp; unparsable files are
-/// `InvalidData`.
-pub fn read_topic(fs: &dyn Fs, dir: &Path) -> io::Result<Option<TopicStamp>> {
-    read_topic_with(|p| fs.read(p), dir)
+/// A topic's versioned state (see module docs): what changes after
+/// creation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicState {
+    /// The topic incarnation this state belongs to.
+    pub topic_id: Uuid,
+    /// The partition count (grows only).
+    pub partitions: i32,
+    /// The complete set of topic-level overrides (not a delta).
+    pub configs: BTreeMap<String, String>,
 }
 
-/// [`read_topic`] through any reader of whole files (a read-only view).
-pub fn read_topic_with(
-    read: impl Fn(&Path) -> io::Result<Vec<u8>>,
-    dir: &Path,
-) -> io::Result<Option<TopicStamp>> {
-    let mut stamp: TopicStamp = match read(&dir.join(layout::TOPIC_STAMP)) {
+/// The directory of the versioned state of topic directory `dir`.
+pub fn state_dir(dir: &Path) -> std::path::PathBuf {
+    dir.join(layout::TOPIC_STATE_DIR)
+}
+
+/// The stamp of topic directory `dir` with its partition count and configs
+/// in force: the newest state of this incarnation, else (before the first
+/// change) the stamp's with an older version's config file applied (see
+/// [`effective`]). What the controller publishes in the assignment.
+/// `Ok(None)` if the directory has no stamp; an unparsable stamp or config
+/// file is `InvalidData`.
+pub fn read_topic(fs: &dyn Fs, dir: &Path) -> io::Result<Option<TopicStamp>> {
+    read_topic_with(fs, dir)
+}
+
+/// [`read_topic`] through any reader (the read-only view too).
+pub fn read_topic_with(r: &(impl Reader + ?Sized), dir: &Path) -> io::Result<Option<TopicStamp>> {
+    let mut stamp: TopicStamp = match r.read_file(&dir.join(layout::TOPIC_STAMP)) {
         Ok(b) => serde_json::from_slice(&b).map_err(|e| {
             io::Error::new(
                 io::ErrorKind::InvalidData,
@@ -287,12 +308,21 @@ pub fn read_topic_with(
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),
     };
-    let file = match read(&dir.join(layout::TOPIC_CONFIG)) {
-        Ok(b) => Some(parse_file(&b)?),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-        Err(e) => return Err(e),
-    };
-    stamp.configs = effective(&stamp, file);
+    let state = versioned::read_latest::<TopicState>(r, &state_dir(dir))?;
+    match state.newest {
+        Some((_, st)) if st.topic_id == stamp.topic_id => {
+            stamp.partitions = st.partitions;
+            stamp.configs = st.configs;
+        }
+        _ => {
+            let file = match r.read_file(&dir.join(layout::TOPIC_CONFIG)) {
+                Ok(b) => Some(parse_file(&b)?),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+                Err(e) => return Err(e),
+            };
+            stamp.configs = effective(&stamp, file);
+        }
+    }
     Ok(Some(stamp))
 }
 
@@ -362,34 +392,90 @@ pub fn apply_ops(
     Ok(out)
 }
 
-/// Alter the configs of topic `name` in `data`: read its stamp and config
-/// file by exact name (another broker may have written either), compute
-/// the new complete set with `change`, validate it, and (unless
-/// `validate_only`) write the config file. Returns the stamp with the new
-/// set.
+/// Alter the configs of topic `name` in `data`: `change` computes the new
+/// complete set from the set in force, which is validated and (unless
+/// `validate_only`) published as the topic's next state version (see
+/// [`update`]). Returns the stamp with the new set.
 pub fn alter(
     fs: &dyn Fs,
     data: &Path,
     name: &str,
-    change: impl FnOnce(&BTreeMap<String, String>) -> Result<BTreeMap<String, String>, TopicError>,
+    change: impl FnMut(&BTreeMap<String, String>) -> Result<BTreeMap<String, String>, TopicError>,
+    validate_only: bool,
+) -> Result<TopicStamp, TopicError> {
+    alter_with(fs, data, name, change, validate_only, Timing::default())
+}
+
+/// [`alter`] with explicit timing (tests).
+pub fn alter_with(
+    fs: &dyn Fs,
+    data: &Path,
+    name: &str,
+    mut change: impl FnMut(&BTreeMap<String, String>) -> Result<BTreeMap<String, String>, TopicError>,
+    validate_only: bool,
+    timing: Timing,
+) -> Result<TopicStamp, TopicError> {
+    update(
+        fs,
+        data,
+        name,
+        timing,
+        |st| {
+            let next = change(&st.configs)?;
+            validate_configs(&next)?;
+            st.configs = next;
+            Ok(())
+        },
+        validate_only,
+    )
+}
+
+/// Change the state of topic `name` in `data`: read the stamp and the
+/// newest state by exact name (another broker may have written either),
+/// apply `change` to the state in force and (unless `validate_only`)
+/// publish it as the next version, exclusively; `change` is applied again
+/// to the newer state whenever another broker's change landed first, so it
+/// must judge (and may refuse) against what it is given. Returns the stamp
+/// with the new partition count and configs.
+pub fn update(
+    fs: &dyn Fs,
+    data: &Path,
+    name: &str,
+    timing: Timing,
+    mut change: impl FnMut(&mut TopicState) -> Result<(), TopicError>,
     validate_only: bool,
 ) -> Result<TopicStamp, TopicError> {
     crate::topic_dir::validate_name(name).map_err(|_| TopicError::Unknown(name.to_owned()))?;
     let dir = data.join(name);
     let mut stamp = read_topic(fs, &dir)?.ok_or_else(|| TopicError::Unknown(name.to_owned()))?;
-    let next = change(&stamp.configs)?;
-    validate_configs(&next)?;
-    if !validate_only {
-        write_file(
-            fs,
-            &dir,
-            &TopicConfigFile {
-                topic_id: stamp.topic_id,
-                configs: next.clone(),
-            },
-        )?;
-    }
-    stamp.configs = next;
+    let in_force = TopicState {
+        topic_id: stamp.topic_id,
+        partitions: stamp.partitions,
+        configs: stamp.configs.clone(),
+    };
+    let st = if validate_only {
+        let mut st = in_force;
+        change(&mut st)?;
+        st
+    } else {
+        // The base of a change: the newest state of this incarnation; when
+        // there is none (never changed, or only by an older version, or the
+        // newest belongs to a dead incarnation of the name) the values in
+        // force as read above, which already include an older version's
+        // config file and grown stamp: the migration.
+        let base = |newest: Option<TopicState>| match newest {
+            Some(st) if st.topic_id == stamp.topic_id => Ok(st),
+            _ => Ok(in_force.clone()),
+        };
+        versioned::update(fs, &state_dir(&dir), timing, base, &mut change)
+            .map_err(|e| match e {
+                UpdateError::Refused(e) => e,
+                UpdateError::Io(e) => TopicError::from(e),
+            })?
+            .1
+    };
+    stamp.partitions = st.partitions;
+    stamp.configs = st.configs;
     Ok(stamp)
 }
 
@@ -399,7 +485,14 @@ mod tests {
     use super::*;
     use crate::fs::fault::FaultFs;
     use crate::fs::RealFs;
-    use crate::topic_dir::{create, plan_create};
+    use crate::topic_dir::{create, grow_with, plan_create, write_stamp};
+    use std::sync::{Arc, Barrier};
+    use std::time::Duration;
+
+    const SHORT: Timing = Timing {
+        deadline: Duration::from_millis(300),
+        grace: Duration::from_millis(10),
+    };
 
     fn m(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
         kv.iter()
@@ -421,6 +514,7 @@ mod tests {
             ("segment.ms", "1"),
             ("max.message.bytes", "2000000"),
             ("message.timestamp.type", "CreateTime"),
+            ("message.timestamp.type", "LogAppendTime"),
             ("message.timestamp.before.max.ms", "0"),
             ("message.timestamp.after.max.ms", "3600000"),
             ("cleanup.policy", "delete"),
@@ -436,7 +530,6 @@ mod tests {
             // INT configs must fit 32 bits (Kafka's type).
             ("segment.bytes", "4294967296"),
             ("max.message.bytes", "-1"),
-            ("message.timestamp.type", "LogAppendTime"),
             ("message.timestamp.type", "Whenever"),
             ("message.timestamp.before.max.ms", "-5"),
             ("cleanup.policy", "compact"),
@@ -592,7 +685,7 @@ mod tests {
             let ffs = FaultFs::new();
             topic(&ffs, d.path(), old.clone());
             let before = ffs.ops();
-            alter(&ffs, d.path(), "t", change, false).unwrap();
+            alter_with(&ffs, d.path(), "t", change, false, SHORT).unwrap();
             ffs.ops() - before
         };
         assert!(count >= 4, "{count}");
@@ -601,7 +694,7 @@ mod tests {
             let ffs = FaultFs::new();
             topic(&ffs, d.path(), old.clone());
             ffs.crash_at(ffs.ops() + n);
-            let _ = alter(&ffs, d.path(), "t", change, false);
+            let _ = alter_with(&ffs, d.path(), "t", change, false, SHORT);
             ffs.power_loss();
             let got = read_topic(&RealFs, &d.path().join("t"))
                 .unwrap_or_else(|e| panic!("step {n}: {e}"))
@@ -609,7 +702,7 @@ mod tests {
                 .configs;
             assert!(got == old || got == new, "step {n}: {got:?}");
             // Re-driving converges.
-            alter(&RealFs, d.path(), "t", change, false).unwrap();
+            alter_with(&RealFs, d.path(), "t", change, false, SHORT).unwrap();
             assert_eq!(
                 read_topic(&RealFs, &d.path().join("t"))
                     .unwrap()
@@ -617,6 +710,133 @@ mod tests {
                     .configs,
                 new,
                 "step {n}"
+            );
+        }
+    }
+
+    /// Catches: an alter or a grow made by an older version (config file,
+    /// grown stamp) lost when the first versioned change is written.
+    #[test]
+    fn the_first_change_migrates_the_old_formats() {
+        let d = tempfile::tempdir().unwrap();
+        let mut s = topic(&RealFs, d.path(), m(&[("retention.ms", "1000")]));
+        let dir = d.path().join("t");
+        // What an older version left: a grown stamp and a config file.
+        s.partitions = 4;
+        write_stamp(&RealFs, &dir, &s).unwrap();
+        write_file(
+            &RealFs,
+            &dir,
+            &TopicConfigFile {
+                topic_id: s.topic_id,
+                configs: m(&[("segment.ms", "9")]),
+            },
+        )
+        .unwrap();
+        let t = read_topic(&RealFs, &dir).unwrap().unwrap();
+        assert_eq!(
+            (t.partitions, t.configs.clone()),
+            (4, m(&[("segment.ms", "9")]))
+        );
+        let set = |c: &BTreeMap<String, String>| {
+            apply_ops(c, &[("retention.bytes".into(), AlterOp::Set("5".into()))])
+        };
+        alter_with(&RealFs, d.path(), "t", set, false, SHORT).unwrap();
+        let t = read_topic(&RealFs, &dir).unwrap().unwrap();
+        assert_eq!(
+            (t.partitions, t.configs),
+            (4, m(&[("segment.ms", "9"), ("retention.bytes", "5")]))
+        );
+        assert!(state_dir(&dir).join(layout::doc_version(1)).exists());
+    }
+
+    /// Catches: a state of another incarnation (an adopted directory)
+    /// inherited by the topic, or used as the base of its first change.
+    #[test]
+    fn a_state_of_another_incarnation_is_inert() {
+        let d = tempfile::tempdir().unwrap();
+        let s = topic(&RealFs, d.path(), m(&[("retention.ms", "1000")]));
+        let dir = d.path().join("t");
+        std::fs::create_dir_all(state_dir(&dir)).unwrap();
+        let foreign = TopicState {
+            topic_id: Uuid::from_u128(1),
+            partitions: 9,
+            configs: m(&[("retention.ms", "5")]),
+        };
+        std::fs::write(
+            state_dir(&dir).join(layout::doc_version(1)),
+            versioned::encode(1, &foreign),
+        )
+        .unwrap();
+        assert_eq!(read_topic(&RealFs, &dir).unwrap().unwrap(), s);
+        let (t, old) = grow_with(&RealFs, d.path(), "t", 2, false, SHORT).unwrap();
+        assert_eq!((t.partitions, old, t.configs), (2, 1, s.configs));
+    }
+
+    /// Catches: last-writer-wins between brokers: two alters of different
+    /// keys at the same instant must both be in force afterwards, and of
+    /// two equal grows exactly one succeeds (the other is
+    /// INVALID_PARTITIONS, as Kafka's controller answers) — never a lost
+    /// change or a lost grow.
+    #[test]
+    fn concurrent_alters_and_grows_through_two_brokers_all_land() {
+        type Job = Box<dyn FnOnce(&Path) -> Result<i32, TopicError> + Send>;
+        for round in 0..20 {
+            let d = tempfile::tempdir().unwrap();
+            topic(&RealFs, d.path(), BTreeMap::new());
+            let data = Arc::new(d.path().to_path_buf());
+            let go = Arc::new(Barrier::new(4));
+            let run = |f: Job| {
+                let (data, go) = (data.clone(), go.clone());
+                std::thread::spawn(move || {
+                    go.wait();
+                    f(&data)
+                })
+            };
+            let key = |k: &'static str| {
+                Box::new(move |data: &Path| {
+                    alter_with(
+                        &RealFs,
+                        data,
+                        "t",
+                        |c| apply_ops(c, &[(k.into(), AlterOp::Set("77".into()))]),
+                        false,
+                        SHORT,
+                    )
+                    .map(|_| 0)
+                }) as Job
+            };
+            let grow6 = || {
+                Box::new(|data: &Path| {
+                    grow_with(&RealFs, data, "t", 6, false, SHORT).map(|(_, old)| old)
+                }) as Job
+            };
+            let hs = vec![
+                run(key("retention.ms")),
+                run(key("segment.ms")),
+                run(grow6()),
+                run(grow6()),
+            ];
+            let r: Vec<_> = hs.into_iter().map(|h| h.join().unwrap()).collect();
+            assert!(r[0].is_ok() && r[1].is_ok(), "round {round}: {r:?}");
+            let grows: Vec<_> = r[2..].to_vec();
+            assert_eq!(
+                grows.iter().filter(|g| g.is_ok()).count(),
+                1,
+                "round {round}: {grows:?}"
+            );
+            assert!(
+                grows
+                    .iter()
+                    .any(|g| matches!(g, Err(TopicError::InvalidPartitionCount(_)))),
+                "round {round}: {grows:?}"
+            );
+            let t = read_topic(&RealFs, &data.join("t")).unwrap().unwrap();
+            assert_eq!(t.partitions, 6, "round {round}");
+            assert_eq!(
+                t.configs,
+                m(&[("retention.ms", "77"), ("segment.ms", "77")]),
+                "round {round}"
             );
         }
     }

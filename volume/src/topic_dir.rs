@@ -38,6 +38,10 @@ pub struct TopicStamp {
     pub partitions: i32,
     /// Topic-level configs as given at creation (Kafka names).
     pub configs: BTreeMap<String, String>,
+    /// Stamped by adoption of a directory nobody had stamped (its history
+    /// is unknown): such a directory is never reclaimed, only reported.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub adopted: bool,
 }
 
 /// Errors of topic operations, each mapping to one Kafka code.
@@ -151,13 +155,15 @@ pub fn adopt(fs: &dyn Fs, data: &Path, name: &str) -> io::Result<TopicStamp> {
         name: name.to_owned(),
         partitions,
         configs: BTreeMap::new(),
+        adopted: true,
     };
     tracing::warn!(topic = %name, partitions, "adopting unstamped topic directory");
     write_stamp(fs, &dir, &stamp)?;
     Ok(stamp)
 }
 
-/// Every topic in `data`: stamped directories are read, unstamped ones
+/// Every topic in `data` (with the partition count and configs in force):
+/// stamped directories are read, unstamped ones
 /// adopted; a directory with an unreadable stamp is logged and left alone.
 pub fn scan(fs: &dyn Fs, data: &Path) -> Result<BTreeMap<String, TopicStamp>, TopicError> {
     let mut topics = BTreeMap::new();
@@ -168,6 +174,15 @@ pub fn scan(fs: &dyn Fs, data: &Path) -> Result<BTreeMap<String, TopicStamp>, To
         }
         match read_stamp(fs, &dir)? {
             Some(Ok(s)) => {
+                // With the partition count and configs in force.
+                let s = match crate::topic_config::read_topic(fs, &dir) {
+                    Ok(Some(t)) if t.topic_id == s.topic_id => t,
+                    Ok(_) => s,
+                    Err(e) => {
+                        tracing::warn!(topic = %name, error = %e, "topic state unreadable; the stamp's values are used");
+                        s
+                    }
+                };
                 topics.insert(name, s);
             }
             Some(Err(e)) => {
@@ -237,6 +252,7 @@ pub fn plan_create(
         name: name.to_owned(),
         partitions,
         configs,
+        adopted: false,
     })
 }
 
@@ -349,13 +365,13 @@ pub fn delete_incarnation(fs: &dyn Fs, data: &Path, name: &str, id: Uuid) -> io:
     Ok(true)
 }
 
-/// Grow topic `name` to `partitions` (CreatePartitions): rewrite its stamp
-/// (temp → fsync → rename) with the same id and the new count; the
-/// controller grants the new partitions on its next pass like any other.
-/// Only growth: a count not above the current one is INVALID_PARTITIONS.
-/// Returns the new stamp and the old count. Two brokers growing one
-/// topic at the same instant are last-writer-wins on the stamp (see
-/// ARCHITECTURE.md, known gaps).
+/// Grow topic `name` to `partitions` (CreatePartitions): publish the new
+/// count as the topic's next state version ([`crate::topic_config::update`],
+/// a compare-and-set on the version, so a grow is judged against the
+/// newest count even when another broker grew the topic an instant
+/// before); the controller grants the new partitions on its next pass like
+/// any other. Only growth: a count not above the current one is
+/// INVALID_PARTITIONS. Returns the new stamp and the old count.
 pub fn grow(
     fs: &dyn Fs,
     data: &Path,
@@ -363,26 +379,41 @@ pub fn grow(
     partitions: i32,
     validate_only: bool,
 ) -> Result<(TopicStamp, i32), TopicError> {
+    grow_with(
+        fs,
+        data,
+        name,
+        partitions,
+        validate_only,
+        crate::versioned::Timing::default(),
+    )
+}
+
+/// [`grow`] with explicit timing (tests).
+pub fn grow_with(
+    fs: &dyn Fs,
+    data: &Path,
+    name: &str,
+    partitions: i32,
+    validate_only: bool,
+    timing: crate::versioned::Timing,
+) -> Result<(TopicStamp, i32), TopicError> {
     validate_name(name).map_err(|_| TopicError::Unknown(name.to_owned()))?;
-    let dir = data.join(name);
-    let mut stamp = match read_stamp(fs, &dir)? {
-        Some(Ok(s)) => s,
-        Some(Err(e)) => return Err(TopicError::Storage(format!("unreadable topic stamp: {e}"))),
-        None => return Err(TopicError::Unknown(name.to_owned())),
+    let mut old = 0;
+    let change = |st: &mut crate::topic_config::TopicState| {
+        old = st.partitions;
+        if partitions <= old {
+            return Err(TopicError::InvalidPartitionCount(format!(
+                "topic {name} has {old} partitions; the new count must be greater (partitions can only be added), got {partitions}"
+            )));
+        }
+        if partitions > 100_000 {
+            return Err(TopicError::InvalidPartitions(partitions));
+        }
+        st.partitions = partitions;
+        Ok(())
     };
-    let old = stamp.partitions;
-    if partitions <= old {
-        return Err(TopicError::InvalidPartitionCount(format!(
-            "topic {name} has {old} partitions; the new count must be greater (partitions can only be added), got {partitions}"
-        )));
-    }
-    if partitions > 100_000 {
-        return Err(TopicError::InvalidPartitions(partitions));
-    }
-    stamp.partitions = partitions;
-    if !validate_only {
-        write_stamp(fs, &dir, &stamp)?;
-    }
+    let stamp = crate::topic_config::update(fs, data, name, timing, change, validate_only)?;
     Ok((stamp, old))
 }
 

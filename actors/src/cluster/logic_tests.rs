@@ -310,6 +310,7 @@ fn stamp_topic(data: &Path, n: i32) {
         name: "t".into(),
         partitions: n,
         configs: Default::default(),
+        adopted: false,
     };
     std::fs::create_dir_all(data.join("t")).unwrap();
     write_json(
@@ -714,6 +715,7 @@ fn an_idle_controller_does_not_reread_every_topic() {
                 name: name.clone(),
                 partitions: 1,
                 configs: Default::default(),
+                adopted: false,
             };
             std::fs::create_dir_all(d.path().join(&name)).unwrap();
             write_json(

@@ -403,8 +403,15 @@ impl CommitGate {
             } else {
                 Ok(())
             };
-            if let Err(e) = res {
-                return Err(self.failed(e));
+            match res {
+                Ok(()) => {}
+                // A full volume changed nothing: the partition stays up
+                // (reads, and appends as space allows) and the roll or
+                // checkpoint is tried again at the next sync.
+                Err(LogError::NoSpace(e)) => {
+                    tracing::warn!(error = %e, "roll or checkpoint refused by a full volume; retried at the next sync");
+                }
+                Err(e) => return Err(self.failed(e)),
             }
         }
         // A roll fsyncs inline: release() re-checks the lease.
@@ -429,8 +436,13 @@ impl CommitGate {
             return Ok(());
         }
         if let Some(log) = self.writable()? {
-            if let Err(e) = log.roll(now) {
-                return Err(self.failed(e));
+            match log.roll(now) {
+                Ok(()) => {}
+                // Nothing changed; the next tick tries again.
+                Err(LogError::NoSpace(e)) => {
+                    tracing::warn!(error = %e, "roll refused by a full volume; retried at the next tick");
+                }
+                Err(e) => return Err(self.failed(e)),
             }
         }
         Ok(())
@@ -444,6 +456,11 @@ impl CommitGate {
         };
         match log.enforce_retention(now) {
             Ok(n) => Ok(Some(n)),
+            // Nothing removed; the next pass tries again.
+            Err(LogError::NoSpace(e)) => {
+                tracing::warn!(error = %e, "retention refused by a full volume; retried at the next pass");
+                Ok(Some(0))
+            }
             Err(e) => Err(self.failed(e)),
         }
     }
@@ -628,6 +645,50 @@ pub(crate) mod tests {
             vec![0, 1, 2, 3, 4],
             "no half batch between them"
         );
+    }
+
+    /// Catches: a roll that hits a full volume restarting the leader (a
+    /// re-open that cannot write either, reads lost meanwhile), or a roll
+    /// half done in memory; and a roll never retried once space returns.
+    #[test]
+    fn a_roll_that_finds_the_volume_full_is_retried_without_a_restart() {
+        let mut r = rig(LogConfig {
+            segment_bytes: 1,
+            ..LogConfig::default()
+        });
+        let seg = |r: &Rig, base: u64| {
+            r._dir
+                .path()
+                .join(format!("t/0/{base:020}-e1.log"))
+                .exists()
+        };
+        let mut a = append(&mut r, 2);
+        let t = r.gate.begin_sync().unwrap();
+        let res = t.file.sync_data();
+        r.fs.full(true); // the roll after this fsync finds no space
+        assert_eq!(r.gate.synced(t, res), Ok(()), "no restart");
+        assert_eq!(
+            a.try_recv().unwrap(),
+            Ok(2),
+            "the durable batch is acknowledged"
+        );
+        assert!(!seg(&r, 2), "no new segment");
+        assert!(r.gate.log().is_some(), "still open: reads go on");
+        assert_eq!(r.gate.log().unwrap().high_watermark(), 2);
+        let (b, infos) = batch(1);
+        assert!(matches!(
+            r.gate.append(&b, &infos, true),
+            Err(Refused::NoSpace(_))
+        ));
+        // The periodic timer tries again, and finds no space either.
+        assert_eq!(r.gate.tick(), Ok(()));
+        assert!(!seg(&r, 2));
+        // Space is back: the next sync rolls.
+        r.fs.full(false);
+        let mut c = append(&mut r, 1);
+        fsync(&mut r).unwrap();
+        assert_eq!(c.try_recv().unwrap(), Ok(3));
+        assert!(seg(&r, 3), "rolled once space returned");
     }
 
     /// Catches: an fsync that fails with ENOSPC (how NFS reports a full

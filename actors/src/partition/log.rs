@@ -166,6 +166,15 @@ pub enum LogError {
     Sequence(#[from] SequenceError),
 }
 
+/// `e` as a [`LogError`]: [`LogError::NoSpace`] for a full volume.
+fn no_space(e: io::Error) -> LogError {
+    if is_no_space(&e) {
+        LogError::NoSpace(e)
+    } else {
+        LogError::Io(e)
+    }
+}
+
 /// Whether `e` says the volume (or the quota) is full.
 pub fn is_no_space(e: &io::Error) -> bool {
     e.kind() == io::ErrorKind::StorageFull
@@ -1249,18 +1258,31 @@ impl PartitionLog {
 
     /// Record the active segment's durable length in the manifest so that
     /// recovery need not CRC-scan it again.
+    ///
+    /// A full volume is [`LogError::NoSpace`] and changes nothing in memory
+    /// (the manifest on disk is the old one or, if only the directory fsync
+    /// failed, the new one: both describe the durable log); the next sync
+    /// tries again.
     pub fn checkpoint(&mut self) -> Result<(), LogError> {
         let entry = self.active_seg.entry(false, self.active_created_ms);
         let size = entry.size;
-        *self.manifest.segments.last_mut().expect("active") = entry;
-        self.write_manifest()?;
+        let mut next = self.manifest.clone();
+        *next.segments.last_mut().expect("active") = entry;
+        write_manifest(self.writer.fs(), &self.dir, self.epoch, &next).map_err(no_space)?;
+        self.manifest = next;
         self.checkpoint_pos = size;
         Ok(())
     }
 
-    fn write_manifest(&self) -> Result<(), LogError> {
-        write_manifest(self.writer.fs(), &self.dir, self.epoch, &self.manifest)?;
-        Ok(())
+    /// Whether our manifest on disk is `m` (read back by exact name): after
+    /// a manifest write failed, whether its rename did not happen.
+    fn manifest_on_disk_is(&self, m: &Manifest) -> bool {
+        self.writer
+            .fs()
+            .read(&self.dir.join(manifest_name(self.epoch)))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Manifest>(&b).ok())
+            .is_some_and(|d| &d == m)
     }
 
     /// Whether the active segment should roll now (size or age).
@@ -1278,6 +1300,12 @@ impl PartitionLog {
     /// create the new segment; fsync the directory. A crash after the
     /// manifest leaves a named-but-missing segment (treated as empty); a
     /// crash before it leaves index files the sweep removes or rewrites.
+    ///
+    /// A full volume before the manifest is replaced (the index files, or
+    /// a manifest write whose read-back shows the old manifest) is
+    /// [`LogError::NoSpace`] and changes nothing: the active segment stays
+    /// active (past its size for a while) and the roll is tried again at
+    /// the next sync or tick. Past that point a failure restarts the leader.
     pub fn roll(&mut self, now_ms: i64) -> Result<(), LogError> {
         self.sync_now()?;
         let seg = self.active_seg.clone();
@@ -1292,21 +1320,24 @@ impl PartitionLog {
             self.writer.fs(),
             &self.dir.join(layout::segment_index(seg.base, seg.epoch)),
             &idx,
-        )?;
+        )
+        .map_err(no_space)?;
         write_atomic(
             self.writer.fs(),
             &self
                 .dir
                 .join(layout::segment_timeindex(seg.base, seg.epoch)),
             &tim,
-        )?;
+        )
+        .map_err(no_space)?;
         let aborted = seg.aborted.read().unwrap().clone().unwrap_or_default();
         if seg.markers() {
             write_atomic(
                 self.writer.fs(),
                 &self.dir.join(layout::segment_txnindex(seg.base, seg.epoch)),
                 &txn_index::encode(&aborted, seg.next_offset()),
-            )?;
+            )
+            .map_err(no_space)?;
         }
         let next = self.next_offset;
         let mut manifest = self.manifest.clone();
@@ -1323,7 +1354,14 @@ impl PartitionLog {
             markers: false,
         };
         manifest.segments.push(new_entry.clone());
-        write_manifest(self.writer.fs(), &self.dir, self.epoch, &manifest)?;
+        if let Err(e) = write_manifest(self.writer.fs(), &self.dir, self.epoch, &manifest) {
+            // Indeterminate: the rename may have happened. Only if the old
+            // manifest is provably still the one on disk is nothing changed.
+            if is_no_space(&e) && self.manifest_on_disk_is(&self.manifest) {
+                return Err(LogError::NoSpace(e));
+            }
+            return Err(e.into());
+        }
         self.manifest = manifest;
         let path = self.dir.join(layout::segment_log(next, self.epoch));
         let f = create_or_truncate_segment(self.writer.fs(), &self.dir, &path)?;
@@ -1419,10 +1457,17 @@ impl PartitionLog {
     /// `log_start` (never lower it): manifest first (readers stop seeing
     /// them), then the view, then unlink; a crash in between leaves
     /// unlisted files that the next open sweeps.
+    ///
+    /// A full volume is [`LogError::NoSpace`] and changes nothing in memory
+    /// or in the files (if the rename happened and only the directory fsync
+    /// failed, the manifest on disk lists fewer segments, whose files are
+    /// all still there; the next manifest written lists them again).
     fn drop_front(&mut self, drop: usize, log_start: i64) -> Result<(), LogError> {
-        let removed: Vec<SegmentEntry> = self.manifest.segments.drain(..drop).collect();
-        self.manifest.log_start_offset = log_start.max(self.manifest.log_start_offset);
-        self.write_manifest()?;
+        let mut next = self.manifest.clone();
+        let removed: Vec<SegmentEntry> = next.segments.drain(..drop).collect();
+        next.log_start_offset = log_start.max(next.log_start_offset);
+        write_manifest(self.writer.fs(), &self.dir, self.epoch, &next).map_err(no_space)?;
+        self.manifest = next;
         {
             let mut v = self.view.write().unwrap();
             v.log_start_offset = self.manifest.log_start_offset;

@@ -50,6 +50,10 @@ pub async fn handle(b: &Arc<Broker>, v: i16, r: FetchRequest) -> Reply<FetchResp
     Reply::Later(
         async move {
             let mut resp = fetch(&b, r, v).await;
+            // No quota configured at dispatch: nothing to count.
+            let Some(client) = client else {
+                return resp;
+            };
             // Over its quota, the answer is held back (and says for how
             // long), so the consumer's next fetch comes that much later.
             let bytes: usize = resp

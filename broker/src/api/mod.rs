@@ -182,22 +182,28 @@ pub async fn dispatch(b: &Arc<Broker>, h: &RequestHeader, body: RequestKind) -> 
     if !kaas_protocol::versions::is_supported(h.api_key, h.api_version) {
         return Dispatched::NotAdvertised;
     }
-    let client: Arc<str> = Arc::from(h.client_id.as_deref().unwrap_or(""));
+    // Quotas read the client id, and the group APIs that record a member's
+    // (JoinGroup, ConsumerGroupHeartbeat): for the hot path with no quota
+    // configured, no allocation.
+    let wanted = b.quotas.active()
+        || h.api_key == ApiKey::JoinGroup as i16
+        || h.api_key == ApiKey::ConsumerGroupHeartbeat as i16;
+    let client: Option<Arc<str>> = wanted.then(|| Arc::from(h.client_id.as_deref().unwrap_or("")));
     CLIENT_ID.scope(client, route(b, h.api_version, body)).await
 }
 
 tokio::task_local! {
     /// The request header's client id, for the dispatch phase of a handler
     /// (quotas): read it with [`client_id`] before the handler returns its
-    /// completion future.
-    static CLIENT_ID: Arc<str>;
+    /// completion future. `None` when nothing needs it (no quota configured
+    /// and not an API that records a member).
+    static CLIENT_ID: Option<Arc<str>>;
 }
 
-/// The client id of the request being dispatched ("" outside one).
-pub(crate) fn client_id() -> Arc<str> {
-    CLIENT_ID
-        .try_with(|c| c.clone())
-        .unwrap_or_else(|_| Arc::from(""))
+/// The client id of the request being dispatched, if quotas need it
+/// (`None` outside a request or with no quota configured).
+pub(crate) fn client_id() -> Option<Arc<str>> {
+    CLIENT_ID.try_with(|c| c.clone()).ok().flatten()
 }
 
 tokio::task_local! {

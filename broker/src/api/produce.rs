@@ -34,7 +34,8 @@ enum Slot {
     Done(PartitionProduceResponse),
     /// Accepted: the ticket, and the leader's depth count of the work it
     /// still owes (until the fsync answers; see `telemetry::Owed`).
-    Waiting(i32, AppendTicket, kaas_actors::telemetry::Owed),
+    /// The last field is the LogAppendTime stamped (-1: CreateTime).
+    Waiting(i32, AppendTicket, kaas_actors::telemetry::Owed, i64),
 }
 
 fn part_resp(idx: i32, err: i16) -> PartitionProduceResponse {
@@ -89,11 +90,15 @@ fn check_batches(infos: &[BatchInfo], v: i16) -> Result<(), ApiError> {
 /// message.timestamp.before.max.ms or further in the future than
 /// message.timestamp.after.max.ms (INVALID_TIMESTAMP). Timestamps checked
 /// are the batch's first and max ones: records in between are not decoded
-/// (compressed batches stay as sent).
+/// (compressed batches stay as sent). With LogAppendTime the producer's
+/// timestamps are replaced, so they are not judged (as in Kafka).
 fn check_limits(infos: &[BatchInfo], l: &ProduceLimits, now_ms: i64) -> Result<(), ApiError> {
     for i in infos {
         if i.len as i64 > l.max_message_bytes {
             return Err(ResponseError::MessageTooLarge.into());
+        }
+        if l.log_append_time {
+            continue;
         }
         for ts in [i.base_timestamp, i.max_timestamp] {
             if ts < 0 {
@@ -109,16 +114,39 @@ fn check_limits(infos: &[BatchInfo], l: &ProduceLimits, now_ms: i64) -> Result<(
     Ok(())
 }
 
+/// Stamp every batch LogAppendTime `now_ms` (message.timestamp.type of the
+/// topic): the leader's clock at the moment it takes the batches, as
+/// Kafka's leader stamps them at append. Only the batch headers change
+/// (attribute, maxTimestamp, batch CRC); the partition sees the stamped
+/// max timestamp, so its time index and ListOffsets by timestamp use it.
+fn log_append_time(
+    records: &bytes::Bytes,
+    mut infos: Vec<BatchInfo>,
+    now_ms: i64,
+) -> (bytes::Bytes, Vec<BatchInfo>) {
+    let mut buf = records.to_vec();
+    for i in &mut infos {
+        kaas_protocol::batch::set_log_append_time(&mut buf[i.pos..i.pos + i.len], now_ms);
+        i.max_timestamp = now_ms;
+        i.attributes |= 1 << 3;
+    }
+    (bytes::Bytes::from(buf), infos)
+}
+
 /// Dispatch phase: validate and enqueue every partition, in request order.
 pub async fn handle(b: &Arc<Broker>, v: i16, r: ProduceRequest) -> Reply<ProduceResponse> {
     let acks = r.acks;
+    // Counted only when a quota is configured (`client` is then set).
     let client = super::client_id();
-    let bytes: usize = r
-        .topic_data
-        .iter()
-        .flat_map(|t| t.partition_data.iter())
-        .map(|p| p.records.as_ref().map_or(0, |x| x.len()))
-        .sum();
+    let bytes: usize = if client.is_some() {
+        r.topic_data
+            .iter()
+            .flat_map(|t| t.partition_data.iter())
+            .map(|p| p.records.as_ref().map_or(0, |x| x.len()))
+            .sum()
+    } else {
+        0
+    };
     let refuse_all = refuse_all(&r);
     let mut topics: Vec<(TopicProduceResponse, Vec<Slot>)> = Vec::new();
     for td in r.topic_data {
@@ -167,11 +195,18 @@ pub async fn handle(b: &Arc<Broker>, v: i16, r: ProduceRequest) -> Reply<Produce
                 continue;
             }
             let limits = b.produce_limits(&leader.name);
-            if let Err(e) = check_limits(&infos, &limits, kaas_actors::clock::wall_ms()) {
+            let now_ms = kaas_actors::clock::wall_ms();
+            if let Err(e) = check_limits(&infos, &limits, now_ms) {
                 tracing::debug!(topic = %leader.name, partition = pd.index, error = %e.0, "produce refused by topic config");
                 slots.push(fail(e));
                 continue;
             }
+            let (records, infos, append_time) = if limits.log_append_time {
+                let (r, i) = log_append_time(&records, infos, now_ms);
+                (r, i, now_ms)
+            } else {
+                (records, infos, -1)
+            };
             let sent = leader
                 .handle
                 .addr
@@ -182,7 +217,12 @@ pub async fn handle(b: &Arc<Broker>, v: i16, r: ProduceRequest) -> Reply<Produce
                 })
                 .await;
             match sent {
-                Ok(Ok(t)) => slots.push(Slot::Waiting(pd.index, t, leader.handle.addr.owe())),
+                Ok(Ok(t)) => slots.push(Slot::Waiting(
+                    pd.index,
+                    t,
+                    leader.handle.addr.owe(),
+                    append_time,
+                )),
                 Ok(Err(e)) => slots.push(fail(ApiError::from(&e))),
                 Err(_) => slots.push(fail(ApiError::leader_gone())),
             }
@@ -191,12 +231,14 @@ pub async fn handle(b: &Arc<Broker>, v: i16, r: ProduceRequest) -> Reply<Produce
     }
     // Over its quota, the connection is held here, before its next request
     // is read (Kafka mutes the channel), and the answer says for how long.
-    let throttle = b.quotas.record(
-        crate::quota::Kind::Produce,
-        &client,
-        bytes as u64,
-        Instant::now(),
-    );
+    let throttle = client.map_or(Duration::ZERO, |client| {
+        b.quotas.record(
+            crate::quota::Kind::Produce,
+            &client,
+            bytes as u64,
+            Instant::now(),
+        )
+    });
     if !throttle.is_zero() {
         tokio::time::sleep(throttle).await;
     }
@@ -228,9 +270,10 @@ async fn complete(
         for slot in slots {
             let mut pr = match slot {
                 Slot::Done(p) => p,
-                Slot::Waiting(idx, t, _owed) => {
+                Slot::Waiting(idx, t, _owed, append_time) => {
                     let mut p = part_resp(idx, NONE);
                     p.base_offset = t.base_offset;
+                    p.log_append_time_ms = append_time;
                     p.log_start_offset = t.log_start_offset;
                     if let Some(rx) = t.durable {
                         let left = deadline.saturating_duration_since(Instant::now());
@@ -309,6 +352,7 @@ mod tests {
             max_message_bytes: 61,
             before_max_ms: 1000,
             after_max_ms: 500,
+            log_append_time: false,
         };
         let now = 10_000;
         let at = |ts: i64, len: usize| BatchInfo {
@@ -343,11 +387,63 @@ mod tests {
             max_message_bytes: i64::MAX,
             before_max_ms: i64::MAX,
             after_max_ms: i64::MAX,
+            log_append_time: false,
         };
         assert_eq!(
             check_limits(&[at(0, 1 << 30), at(i64::MAX, 1)], &open, now),
             Ok(())
         );
+        // LogAppendTime replaces the producer's timestamps: not judged.
+        let append = ProduceLimits {
+            log_append_time: true,
+            ..l
+        };
+        assert_eq!(check_limits(&[at(now - 1001, 61)], &append, now), Ok(()));
+        assert_eq!(
+            check_limits(&[at(now, 62)], &append, now)
+                .unwrap_err()
+                .code(),
+            10
+        );
+    }
+
+    /// Catches: a LogAppendTime topic storing the producer's timestamps, or
+    /// a partition told a max timestamp other than the stamped one.
+    #[test]
+    fn log_append_time_stamps_every_batch_header() {
+        let rec = |ts: i64| kaas_protocol::kafka_protocol::records::Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: 0,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: kaas_protocol::kafka_protocol::records::TimestampType::Creation,
+            offset: ts - 5,
+            sequence: -1,
+            timestamp: ts,
+            key: None,
+            value: Some(bytes::Bytes::from_static(b"v")),
+            headers: Default::default(),
+        };
+        let mut buf = bytes::BytesMut::new();
+        kaas_protocol::kafka_protocol::records::RecordBatchEncoder::encode(
+            &mut buf,
+            &[rec(5), rec(6)],
+            &kaas_protocol::kafka_protocol::records::RecordEncodeOptions {
+                version: 2,
+                compression: kaas_protocol::kafka_protocol::records::Compression::None,
+            },
+        )
+        .unwrap();
+        let records = buf.freeze();
+        let infos = validate_batches(&records).unwrap();
+        let (stamped, infos) = log_append_time(&records, infos, 777);
+        assert_eq!(infos[0].max_timestamp, 777);
+        let again = validate_batches(&stamped).unwrap();
+        assert!(again[0].is_log_append_time());
+        assert_eq!(again[0].max_timestamp, 777);
+        assert_eq!(again[0].base_timestamp, 5);
     }
 
     #[test]

@@ -179,6 +179,25 @@ impl Admin for FakeBrokers {
         Box::pin(async move { r })
     }
 
+    fn delete_incarnation(
+        &self,
+        name: &str,
+        id: uuid::Uuid,
+    ) -> BoxFuture<'_, Result<(), AdminError>> {
+        let r = self
+            .enter(format!("DeleteTopics {name} {id}"), ApiKey::DeleteTopics)
+            .and_then(
+                |()| match topic_dir::request_delete(&RealFs, &self.data, name, Some(id)) {
+                    Ok(_) => topic_dir::delete_incarnation(&RealFs, &self.data, name, id)
+                        .map(|_| ())
+                        .map_err(|e| kafka(topic_dir::TopicError::from(e))),
+                    Err(topic_dir::TopicError::Unknown(_)) => Ok(()),
+                    Err(e) => Err(kafka(e)),
+                },
+            );
+        Box::pin(async move { r })
+    }
+
     fn alter_configs(
         &self,
         name: &str,

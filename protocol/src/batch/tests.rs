@@ -305,6 +305,24 @@ fn record_timestamps_use_max_timestamp_for_log_append_time() {
     assert!(ts.iter().all(|&(_, t)| t == 1_700_000_000_020));
 }
 
+/// Catches: a LogAppendTime stamp that leaves a CRC consumers reject, or
+/// that does not reach every record (compressed or not).
+#[test]
+fn set_log_append_time_stamps_the_batch_and_keeps_its_crc_valid() {
+    for c in [Compression::None, Compression::Gzip] {
+        let mut m = batch_with(3, c).to_vec();
+        set_log_append_time(&mut m, 42);
+        let infos = validate_batches(&Bytes::from(m.clone())).unwrap();
+        assert!(infos[0].is_log_append_time(), "{c:?}");
+        assert_eq!(infos[0].max_timestamp, 42);
+        assert!(record_timestamps(&m).unwrap().iter().all(|&(_, t)| t == 42));
+        // Short buffers are left alone.
+        let mut short = m[..20].to_vec();
+        set_log_append_time(&mut short, 7);
+        assert_eq!(short, m[..20]);
+    }
+}
+
 #[test]
 fn record_timestamps_rejects_damage() {
     let b = batch_with(3, Compression::Gzip);

@@ -399,6 +399,10 @@ impl Fs for FaultFs {
         self.step("create_dir_all", path)?;
         self.inner.create_dir_all(path)
     }
+    fn create_dir(&self, path: &Path) -> io::Result<()> {
+        self.step("create_dir", path)?;
+        self.inner.create_dir(path)
+    }
     fn remove_dir(&self, path: &Path) -> io::Result<()> {
         self.step("remove_dir", path)?;
         self.inner.remove_dir(path)

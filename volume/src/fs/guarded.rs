@@ -105,6 +105,10 @@ impl Fs for GuardedFs {
         self.guard.may_write()?;
         self.inner.create_dir_all(path)
     }
+    fn create_dir(&self, path: &Path) -> io::Result<()> {
+        self.guard.may_write()?;
+        self.inner.create_dir(path)
+    }
     fn remove_dir(&self, path: &Path) -> io::Result<()> {
         self.guard.may_write()?;
         self.inner.remove_dir(path)

@@ -80,6 +80,16 @@ pub trait Fs: Send + Sync + 'static {
     fn remove_file(&self, path: &Path) -> io::Result<()>;
     /// Create a directory and its parents; succeeds if it already exists.
     fn create_dir_all(&self, path: &Path) -> io::Result<()>;
+    /// Create one directory whose parent must exist (`NotFound` otherwise:
+    /// never resurrects a parent renamed aside meanwhile); succeeds if it
+    /// already exists. Seams that do not implement it refuse.
+    fn create_dir(&self, path: &Path) -> io::Result<()> {
+        let _ = path;
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "create_dir not implemented by this seam",
+        ))
+    }
     /// Remove an empty directory.
     fn remove_dir(&self, path: &Path) -> io::Result<()>;
     /// Names in a directory (not `.`/`..`). May be stale on NFS: callers use a

@@ -80,6 +80,12 @@ impl Fs for RealFs {
             Err(e) => Err(e),
         }
     }
+    fn create_dir(&self, path: &Path) -> io::Result<()> {
+        match std::fs::create_dir(path) {
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+            r => r,
+        }
+    }
     fn remove_dir(&self, path: &Path) -> io::Result<()> {
         std::fs::remove_dir(path)
     }

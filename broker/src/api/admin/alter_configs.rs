@@ -114,6 +114,13 @@ async fn alter_one(
         Ok(c) => c,
         Err(o) => return o,
     };
+    // What this change decides: every key for AlterConfigs, the keys named
+    // for IncrementalAlterConfigs (another broker's concurrent alter of
+    // other keys lands in the same set; see `kaas_volume::versioned`).
+    let decided: Option<Vec<String>> = match &change {
+        ConfigChange::Incremental(ops) => Some(ops.iter().map(|(k, _)| k.clone()).collect()),
+        ConfigChange::Replace(_) => None,
+    };
     let res = b
         .catalog
         .send(AlterTopicConfigs {
@@ -125,7 +132,15 @@ async fn alter_one(
     match res {
         Ok(Ok(stamp)) => {
             if !validate_only
-                && !await_topic_configs(b, name, stamp.topic_id, &stamp.configs, APPLY_WAIT).await
+                && !await_topic_configs(
+                    b,
+                    name,
+                    stamp.topic_id,
+                    &stamp.configs,
+                    decided.as_deref(),
+                    APPLY_WAIT,
+                )
+                .await
             {
                 tracing::warn!(topic = %name, "configs altered; not yet applied here");
             }

@@ -138,7 +138,7 @@ pub(crate) fn broker_entries(b: &Broker) -> Vec<Entry> {
         ("log.roll.ms", a.segment_ms.to_string(), "604800000", Long, "Default segment.ms (--segment-ms)."),
         ("log.retention.check.interval.ms", a.retention_check_interval_ms.to_string(), "300000", Long, "How often each leader checks retention (--retention-check-interval-ms)."),
         ("log.cleanup.policy", "delete".into(), "delete", List, "Only delete is implemented."),
-        ("log.message.timestamp.type", "CreateTime".into(), "CreateTime", ConfigType::String, "Only CreateTime is implemented."),
+        ("log.message.timestamp.type", "CreateTime".into(), "CreateTime", ConfigType::String, "CreateTime (the default of every topic; a topic may set LogAppendTime)."),
         ("message.max.bytes", a.message_max_bytes.to_string(), "1048588", Int, "Default max.message.bytes (--message-max-bytes)."),
         ("socket.request.max.bytes", a.max_request_bytes.to_string(), "104857600", Int, "Largest request frame accepted (--max-request-bytes)."),
         ("max.connections", a.max_connections.to_string(), "2147483647", Int, "Connections beyond this are refused (--max-connections)."),
@@ -178,10 +178,9 @@ pub(crate) async fn read_topic(b: &Broker, name: &str) -> Option<TopicStamp> {
     }
     let fs = b.fs.clone();
     let dir = b.args.data_dir.join(name);
-    let read = tokio::task::spawn_blocking(move || {
-        kaas_volume::topic_config::read_topic_with(|p| fs.read(p), &dir)
-    })
-    .await;
+    let read =
+        tokio::task::spawn_blocking(move || kaas_volume::topic_config::read_topic_with(&fs, &dir))
+            .await;
     match read {
         Ok(Ok(s)) => s,
         _ => b.topic(name),
@@ -190,22 +189,28 @@ pub(crate) async fn read_topic(b: &Broker, name: &str) -> Option<TopicStamp> {
 
 /// After an alter: ask the controller to publish it, then wait (bounded)
 /// until this broker has applied an assignment carrying `configs` for the
-/// topic, so the client's next produce through us sees them.
+/// topic (only the `keys` the alter decided, when given: a concurrent alter
+/// of other keys through another broker may be in the same set), so the
+/// client's next produce through us sees them.
 pub(crate) async fn await_topic_configs(
     b: &Broker,
     name: &str,
     id: Uuid,
     configs: &BTreeMap<String, String>,
+    keys: Option<&[String]>,
     timeout: Duration,
 ) -> bool {
     if let Some(c) = b.controller.get() {
         c.do_send(kaas_actors::cluster::controller::ReconcileNow);
     }
     crate::api::poll_until(Instant::now() + timeout, || async {
-        b.assignment()
-            .topics
-            .get(name)
-            .is_some_and(|t| t.topic_id == id && &t.configs == configs)
+        b.assignment().topics.get(name).is_some_and(|t| {
+            t.topic_id == id
+                && match keys {
+                    None => &t.configs == configs,
+                    Some(keys) => keys.iter().all(|k| t.configs.get(k) == configs.get(k)),
+                }
+        })
     })
     .await
 }

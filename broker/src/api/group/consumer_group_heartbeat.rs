@@ -26,7 +26,10 @@ pub async fn handle(
     r: ConsumerGroupHeartbeatRequest,
 ) -> Reply<ConsumerGroupHeartbeatResponse> {
     let b = b.clone();
-    let client_id = super::super::client_id().to_string();
+    let client_id = super::super::client_id()
+        .as_deref()
+        .unwrap_or("")
+        .to_string();
     Reply::Later(
         async move {
             let group = r.group_id.0.to_string();

@@ -17,7 +17,10 @@ pub async fn handle(b: &Arc<Broker>, v: i16, r: JoinGroupRequest) -> Reply<JoinG
     // Read in the dispatch phase: the task-locals are gone once the
     // completion future runs.
     let who = (
-        super::super::client_id().to_string(),
+        super::super::client_id()
+            .as_deref()
+            .unwrap_or("")
+            .to_string(),
         super::super::client_host(),
     );
     Reply::Later(async move { join(&b, v, r, who).await }.boxed())
