@@ -395,21 +395,7 @@ impl Broker {
                 broker_id: self.shared.broker_id,
                 incarnation: inc,
             }),
-            on_fenced: Some({
-                let shared = self.shared.clone();
-                OnFenced(Arc::new(move |found, owner| {
-                    let mut st = shared.state.lock().unwrap();
-                    let e = FencedAt {
-                        topic: COORDINATOR_SHARDS.to_owned(),
-                        partition: shard.0 as i32,
-                        found,
-                        owner,
-                    };
-                    if !st.fenced.contains(&e) {
-                        st.fenced.push(e);
-                    }
-                }))
-            }),
+            on_fenced: Some(self.shard_fenced(shard)),
             log: ShardLogConfig::default(),
             expiration_ms: self.args.transactional_id_expiration_ms,
             markers: MarkerSink(Arc::new(move |job| {
@@ -422,6 +408,25 @@ impl Broker {
             self.shared.lease.clock().clone(),
             &self.arbiters[i],
         )
+    }
+
+    /// How a shard's owner (group or transaction coordinator) reports being
+    /// fenced: the controller reads it from this broker's record and
+    /// re-grants the shard above the epoch found.
+    fn shard_fenced(&self, shard: ShardId) -> OnFenced {
+        let shared = self.shared.clone();
+        OnFenced(Arc::new(move |found, owner| {
+            let mut st = shared.state.lock().unwrap();
+            let e = FencedAt {
+                topic: COORDINATOR_SHARDS.to_owned(),
+                partition: shard.0 as i32,
+                found,
+                owner,
+            };
+            if !st.fenced.contains(&e) {
+                st.fenced.push(e);
+            }
+        }))
     }
 
     /// Every coordinator this broker runs (ListGroups).
@@ -443,21 +448,7 @@ impl Broker {
                 broker_id: self.shared.broker_id,
                 incarnation: inc,
             }),
-            on_fenced: Some({
-                let shared = self.shared.clone();
-                OnFenced(Arc::new(move |found, owner| {
-                    let mut st = shared.state.lock().unwrap();
-                    let e = FencedAt {
-                        topic: COORDINATOR_SHARDS.to_owned(),
-                        partition: shard.0 as i32,
-                        found,
-                        owner,
-                    };
-                    if !st.fenced.contains(&e) {
-                        st.fenced.push(e);
-                    }
-                }))
-            }),
+            on_fenced: Some(self.shard_fenced(shard)),
             groups: GroupConfig {
                 initial_rebalance_delay: Duration::from_millis(
                     self.args.group_initial_rebalance_delay_ms,
