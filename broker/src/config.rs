@@ -101,6 +101,16 @@ pub struct BrokerArgs {
     /// Largest request frame accepted (socket.request.max.bytes).
     #[arg(long, env = "KAAS_MAX_REQUEST_BYTES", default_value_t = 104_857_600)]
     pub max_request_bytes: usize,
+    /// Bytes one connection may hold in requests read but not yet
+    /// answered and answers not yet written (each request counts its frame
+    /// plus 1 KiB); at the limit the connection is not read until answers
+    /// go out. One frame and one answer may exceed it.
+    #[arg(long, env = "KAAS_CONN_INFLIGHT_BYTES", default_value_t = 32 << 20, value_parser = clap::value_parser!(u64).range(1..))]
+    pub conn_inflight_bytes: u64,
+    /// The same bound over every connection of the broker (Kafka's
+    /// queued.max.request.bytes): at the limit no connection is read.
+    #[arg(long, env = "KAAS_BROKER_INFLIGHT_BYTES", default_value_t = 256 << 20, value_parser = clap::value_parser!(u64).range(1..))]
+    pub broker_inflight_bytes: u64,
     /// Consumer lag in `/metrics`: at most this many groups (those with
     /// the largest lag) get per-topic series — the bound on the metrics'
     /// label cardinality.

@@ -3,13 +3,21 @@
 //! The reader half parses each frame and runs the handler's dispatch phase
 //! inline (so appends reach partition leaders in request order), then queues
 //! the completion future; the writer half resolves queued futures in order
-//! and writes them. Outstanding requests per connection are bounded by their
-//! bytes (`MAX_IN_FLIGHT_BYTES` of request frames, a larger frame taking the
-//! whole budget) and, for the small ones, by count (`MAX_IN_FLIGHT`): that is
-//! the back-pressure from slow fsyncs to the socket. Bounding by bytes rather
-//! than by a small count lets one fsync release every small request queued
-//! behind it (librdkafka's defaults send many one-record requests), without
-//! letting a connection hold unbounded memory.
+//! and writes them. What a connection holds is bounded by bytes, not by a
+//! count of requests: each request read is charged its frame (plus
+//! [`REQUEST_OVERHEAD`] for its queued future) to the connection's
+//! [`ByteBudget`] (`--conn-inflight-bytes`) and to the broker's
+//! (`--broker-inflight-bytes`) until its answer is written, and an answer
+//! is charged its own bytes while it is being written. The reader reads the
+//! next frame only while both are below their limits, so a connection whose
+//! answers are not being taken stops being read (TCP back-pressure to the
+//! client), and a slow fsync releases every small request queued behind it
+//! at once (librdkafka's defaults send many one-record requests). A
+//! connection holds at most its limit, plus one frame being read, plus one
+//! answer being written. The writer never waits on a budget (the bytes it
+//! releases are what the readers wait for), and an answer the client takes
+//! none of for `--request-timeout-ms` closes the connection, so a client
+//! that never reads cannot hold the broker's budget for ever.
 //! Connections never touch files.
 //!
 //! Each connection has a [`Slot`]: when the accept loop is at its cap it
@@ -21,19 +29,104 @@ use crate::api::{self, Dispatched};
 use crate::state::Broker;
 use bytes::Bytes;
 use futures::future::BoxFuture;
-use futures::{FutureExt, SinkExt, StreamExt};
+use futures::{FutureExt, StreamExt};
 use kaas_protocol::{encode_response, parse_request, FrameCodec, FrameError, RequestError};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
-use tokio::sync::mpsc;
-use tokio_util::codec::{FramedRead, FramedWrite};
+use tokio::sync::{mpsc, Notify};
+use tokio_util::codec::FramedRead;
 
-/// Most requests outstanding on one connection.
-const MAX_IN_FLIGHT: usize = 1024;
-/// Most request bytes outstanding on one connection (a frame larger than
-/// this waits until nothing else is outstanding, then takes it all).
-const MAX_IN_FLIGHT_BYTES: usize = 32 << 20;
+/// What a request costs beyond its frame while it is outstanding: its
+/// queued completion future and the answer's small allocations. Also what
+/// bounds the number of tiny requests one connection can queue.
+pub const REQUEST_OVERHEAD: usize = 1024;
+
+/// Bytes held for requests read and answers not yet written, against a
+/// limit. Charging never waits (an answer must be written whatever it
+/// costs); reading waits for [`ByteBudget::below_limit`]. So the bytes
+/// held stay under the limit plus what was charged after the last check.
+#[derive(Debug)]
+pub struct ByteBudget {
+    limit: usize,
+    used: AtomicUsize,
+    freed: Notify,
+}
+
+impl ByteBudget {
+    /// A budget of `limit` bytes (at least 1).
+    pub fn new(limit: usize) -> Self {
+        Self {
+            limit: limit.max(1),
+            used: AtomicUsize::new(0),
+            freed: Notify::new(),
+        }
+    }
+
+    /// Bytes held now.
+    pub fn used(&self) -> usize {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    /// The limit.
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// Hold `n` more bytes until the returned [`Charge`] is dropped.
+    pub fn charge(self: &Arc<Self>, n: usize) -> Charge {
+        self.used.fetch_add(n, Ordering::AcqRel);
+        Charge {
+            budget: self.clone(),
+            n,
+        }
+    }
+
+    /// Wait until fewer than `limit` bytes are held.
+    pub async fn below_limit(&self) {
+        loop {
+            let freed = self.freed.notified();
+            tokio::pin!(freed);
+            // Registered before the check, so a release between the check
+            // and the await still wakes us.
+            freed.as_mut().enable();
+            if self.used() < self.limit {
+                return;
+            }
+            freed.await;
+        }
+    }
+}
+
+/// Bytes held in a [`ByteBudget`], given back on drop.
+#[derive(Debug)]
+pub struct Charge {
+    budget: Arc<ByteBudget>,
+    n: usize,
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        self.budget.used.fetch_sub(self.n, Ordering::AcqRel);
+        self.budget.freed.notify_waiters();
+    }
+}
+
+/// `n` bytes charged to the connection's budget and the broker's.
+fn charge_both(conn: &Arc<ByteBudget>, broker: &Arc<ByteBudget>, n: usize) -> [Charge; 2] {
+    [conn.charge(n), broker.charge(n)]
+}
+
+/// The broker's in-flight bytes in Prometheus text.
+pub fn prometheus(b: &Broker) -> String {
+    format!(
+        "# HELP kaas_inflight_bytes Bytes held by requests not yet answered and answers not yet written, over all connections.\n# TYPE kaas_inflight_bytes gauge\nkaas_inflight_bytes {}\n# HELP kaas_inflight_bytes_limit --broker-inflight-bytes: no connection is read while kaas_inflight_bytes is at it.\n# TYPE kaas_inflight_bytes_limit gauge\nkaas_inflight_bytes_limit {}\n",
+        b.inflight.used(),
+        b.inflight.limit()
+    )
+}
 
 /// A connection as the accept loop sees it: when it last sent a request,
 /// and the signal that closes it.
@@ -86,30 +179,71 @@ fn api_name(key: Option<i16>) -> String {
         .unwrap_or_else(|| "unknown".to_owned())
 }
 
+/// A queued answer: its future and the bytes its request holds until the
+/// answer is written.
+type Queued = (BoxFuture<'static, Option<Bytes>>, [Charge; 2]);
+
+/// Write `bytes` whole; `false` when the socket failed or took none of
+/// them for `stall`.
+async fn write_answer(
+    wr: &mut tokio::net::tcp::OwnedWriteHalf,
+    mut bytes: &[u8],
+    stall: Duration,
+) -> bool {
+    while !bytes.is_empty() {
+        match tokio::time::timeout(stall, wr.write(bytes)).await {
+            Ok(Ok(n)) if n > 0 => bytes = &bytes[n..],
+            _ => return false,
+        }
+    }
+    true
+}
+
 /// Serve one connection until it closes, misbehaves or is evicted.
 pub async fn serve(b: Arc<Broker>, sock: TcpStream, peer: std::net::SocketAddr, slot: Slot) {
     let _ = sock.set_nodelay(true);
-    let (rd, wr) = sock.into_split();
+    let (rd, mut wr) = sock.into_split();
     let mut frames = FramedRead::new(rd, FrameCodec::new(b.args.max_request_bytes));
-    let mut out = FramedWrite::new(wr, FrameCodec::new(usize::MAX));
-    let (tx, mut rx) = mpsc::channel::<BoxFuture<'static, Option<Bytes>>>(MAX_IN_FLIGHT);
-    let budget = Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT_BYTES));
+    // Unbounded in count: the byte budgets bound it (every queued request
+    // holds at least REQUEST_OVERHEAD of them).
+    let (tx, mut rx) = mpsc::unbounded_channel::<Queued>();
+    let conn_budget = Arc::new(ByteBudget::new(b.args.conn_inflight_bytes as usize));
+    let broker_budget = b.inflight.clone();
+    let request_timeout = Duration::from_millis(b.args.request_timeout_ms.max(1));
 
-    let writer = async move {
-        while let Some(f) = rx.recv().await {
-            if let Some(bytes) = f.await {
-                if out.send(bytes).await.is_err() {
+    let writer = {
+        let (conn_budget, broker_budget) = (conn_budget.clone(), broker_budget.clone());
+        async move {
+            while let Some((f, _held)) = rx.recv().await {
+                let Some(bytes) = f.await else { continue };
+                // Charged while written: a client not taking its answers
+                // keeps the connection at its limit, so it is not read.
+                let _answer = charge_both(&conn_budget, &broker_budget, bytes.len());
+                if !write_answer(&mut wr, &bytes, request_timeout).await {
+                    tracing::debug!(%peer, bytes = bytes.len(), "answer not taken; closing connection");
                     return;
                 }
             }
         }
     };
 
-    let request_timeout = Duration::from_millis(b.args.request_timeout_ms.max(1));
     let idle_timeout = Duration::from_millis(b.args.idle_timeout_ms.max(1));
     let reader = async move {
         let mut last_activity = Instant::now();
         loop {
+            // Read nothing more while this connection, or the broker, holds
+            // its limit of unanswered requests and unwritten answers.
+            tokio::select! {
+                _ = async {
+                    conn_budget.below_limit().await;
+                    broker_budget.below_limit().await;
+                } => {}
+                _ = tx.closed() => return,
+                _ = slot.evict.notified() => {
+                    tracing::debug!(%peer, idle_ms = slot.idle().as_millis() as u64, "idle connection evicted for a new one");
+                    return;
+                }
+            }
             let next = tokio::select! {
                 n = tokio::time::timeout(request_timeout, frames.next()) => n,
                 _ = slot.evict.notified() => {
@@ -155,21 +289,16 @@ pub async fn serve(b: Arc<Broker>, sock: TcpStream, peer: std::net::SocketAddr, 
                     return;
                 }
             };
-            // Taken before the request is dispatched, given back once its
-            // answer is written: the reader waits here while the
-            // connection's outstanding requests hold the budget.
-            let cost = frame.len().clamp(1, MAX_IN_FLIGHT_BYTES) as u32;
-            let Ok(permit) = budget.clone().acquire_many_owned(cost).await else {
-                return;
-            };
+            // Held until the answer is written (or, with no answer, until
+            // dispatch is done).
+            let held = charge_both(&conn_budget, &broker_budget, frame.len() + REQUEST_OVERHEAD);
             let req = match parse_request(frame) {
                 Ok(r) => r,
                 Err(RequestError::UnsupportedVersion { header }) if header.api_key == 18 => {
                     // KIP-511: answer ApiVersions v0 with the table.
                     let resp = kaas_protocol::api_versions_fallback_response(header.correlation_id);
                     if tx
-                        .send(futures::future::ready(Some(resp)).boxed())
-                        .await
+                        .send((futures::future::ready(Some(resp)).boxed(), held))
                         .is_err()
                     {
                         return;
@@ -205,7 +334,6 @@ pub async fn serve(b: Arc<Broker>, sock: TcpStream, peer: std::net::SocketAddr, 
                 }
             };
             let f = async move {
-                let _permit = permit;
                 let body = fut.await;
                 match encode_response(&header, &body) {
                     Ok(bytes) => Some(bytes),
@@ -216,7 +344,7 @@ pub async fn serve(b: Arc<Broker>, sock: TcpStream, peer: std::net::SocketAddr, 
                 }
             }
             .boxed();
-            if tx.send(f).await.is_err() {
+            if tx.send((f, held)).is_err() {
                 return;
             }
         }
@@ -225,4 +353,70 @@ pub async fn serve(b: Arc<Broker>, sock: TcpStream, peer: std::net::SocketAddr, 
     let writer = tokio::task::spawn_local(writer);
     reader.await;
     let _ = writer.await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn budget_charges_without_waiting_and_reads_wait_below_limit() {
+        let b = Arc::new(ByteBudget::new(100));
+        // Under the limit: a read may proceed at once.
+        b.below_limit()
+            .now_or_never()
+            .expect("empty budget is below its limit");
+        let small = b.charge(60);
+        b.below_limit().now_or_never().expect("60 < 100");
+        // A charge never waits, even past the limit (an answer must go out).
+        let big = b.charge(500);
+        assert_eq!(b.used(), 560);
+        let waiting = tokio::spawn({
+            let b = b.clone();
+            async move { b.below_limit().await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished(), "at the limit: no read");
+        drop(small);
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished(), "500 still held");
+        drop(big);
+        tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("woken by the release")
+            .unwrap();
+        assert_eq!(b.used(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_release_between_check_and_wait_is_not_lost() {
+        let b = Arc::new(ByteBudget::new(1));
+        for _ in 0..200 {
+            let c = b.charge(1);
+            let w = tokio::spawn({
+                let b = b.clone();
+                async move { b.below_limit().await }
+            });
+            let r = tokio::spawn(async move { drop(c) });
+            r.await.unwrap();
+            tokio::time::timeout(Duration::from_secs(5), w)
+                .await
+                .expect("no lost wake-up")
+                .unwrap();
+        }
+    }
+
+    #[test]
+    fn charges_add_up_on_both_budgets() {
+        let conn = Arc::new(ByteBudget::new(10));
+        let broker = Arc::new(ByteBudget::new(1000));
+        let h1 = charge_both(&conn, &broker, 7);
+        let h2 = charge_both(&conn, &broker, 5);
+        assert_eq!((conn.used(), broker.used()), (12, 12));
+        drop(h1);
+        assert_eq!((conn.used(), broker.used()), (5, 5));
+        drop(h2);
+        assert_eq!((conn.used(), broker.used()), (0, 0));
+        assert_eq!(ByteBudget::new(0).limit(), 1);
+    }
 }

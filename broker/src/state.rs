@@ -94,6 +94,9 @@ pub struct Broker {
     pub quotas: Arc<crate::quota::QuotaManager>,
     /// KIP-227 incremental fetch sessions (see [`crate::fetch_session`]).
     pub fetch_sessions: std::sync::Mutex<crate::fetch_session::FetchSessions>,
+    /// Bytes held by every connection's requests and unwritten answers
+    /// (see [`crate::conn::ByteBudget`]).
+    pub inflight: Arc<crate::conn::ByteBudget>,
 }
 
 /// The topic configs a produce is checked against.
@@ -165,6 +168,9 @@ impl Broker {
             )),
             peer_warnings: crate::limits::PeerWarnings::new(Duration::from_secs(10)),
             fetch_sessions: Default::default(),
+            inflight: Arc::new(crate::conn::ByteBudget::new(
+                args.broker_inflight_bytes as usize,
+            )),
             quotas: Default::default(),
             reserve: Arc::new(crate::reserve::Reserve::new(
                 &args.data_dir,

@@ -180,10 +180,13 @@ async fn fetch(b: &Arc<Broker>, r: FetchRequest, v: i16) -> FetchResponse {
             key,
         });
     }
+    // Also within one connection's in-flight budget: the answer is held
+    // whole while it is written (see crate::conn).
+    let cap = FETCH_MAX_BYTES.min(b.args.conn_inflight_bytes as usize);
     let max_total = if r.max_bytes > 0 {
-        (r.max_bytes as usize).min(FETCH_MAX_BYTES)
+        (r.max_bytes as usize).min(cap)
     } else {
-        FETCH_MAX_BYTES
+        cap
     };
     let deadline = Instant::now() + Duration::from_millis(r.max_wait_ms.max(0) as u64);
     let items = Arc::new(items);

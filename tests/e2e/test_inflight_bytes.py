@@ -1,0 +1,68 @@
+"""In-flight memory bounded by bytes (issues 13 and 17): a connection that
+sends requests and never reads the answers stops being read once it holds
+--conn-inflight-bytes (requests not answered + answers not written), the
+broker's gauge `kaas_inflight_bytes` never goes past the declared bound,
+other clients are still served, and the stuck connection is closed after
+--request-timeout-ms without progress, giving its bytes back.
+"""
+
+import re
+import socket
+import time
+
+import pytest
+
+import kafka_wire as kw
+from conftest import assert_healthy
+
+CONN_LIMIT = 1 << 20
+# One frame being read and one answer being written may exceed the limit.
+SLACK = 64 << 10
+
+
+def inflight(broker) -> int:
+    m = re.search(r"^kaas_inflight_bytes (\d+)$", broker.metrics(), re.M)
+    assert m, "kaas_inflight_bytes missing from /metrics"
+    return int(m.group(1))
+
+
+@pytest.mark.broker_args("--conn-inflight-bytes", str(CONN_LIMIT),
+                         "--broker-inflight-bytes", str(64 << 20),
+                         "--request-timeout-ms", "4000")
+def test_unread_answers_cannot_hold_more_than_declared(broker):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # Small buffers, so the kernel holds little of what the broker wrote.
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    s.connect(broker.addr)
+    s.settimeout(0.5)
+    # ApiVersions v0: a 23-byte frame whose answer is hundreds of bytes.
+    req = kw.frame(kw.request_header(18, 0, 1))
+    batch = req * 256
+    sent = 0
+    peak = 0
+    deadline = time.monotonic() + 20
+    stalled = False
+    while time.monotonic() < deadline:
+        try:
+            n = s.send(batch)
+            sent += n
+        except socket.timeout:
+            # The broker stopped reading us: it is at its limit.
+            stalled = True
+            break
+    assert stalled, f"the broker kept reading ({sent} bytes) from a client that reads nothing"
+    for _ in range(10):
+        peak = max(peak, inflight(broker))
+        time.sleep(0.1)
+    assert peak > CONN_LIMIT // 2, f"in-flight {peak} B: the requests should hold the budget"
+    assert peak <= CONN_LIMIT + SLACK, f"in-flight {peak} B > declared {CONN_LIMIT} B"
+    # Everyone else is still served meanwhile.
+    assert_healthy(broker)
+    # The answer nobody takes closes the connection; the bytes come back.
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and inflight(broker) > 0:
+        time.sleep(0.2)
+    assert inflight(broker) == 0, "a stuck connection kept its in-flight bytes"
+    s.close()
+    broker.assert_no_panic()
