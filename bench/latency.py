@@ -37,6 +37,7 @@ def main():
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--size", type=int, default=100, help="value bytes (>= 16)")
     ap.add_argument("--partitions", type=int, default=1)
+    ap.add_argument("--acks", default="all", help="all or 1")
     a = ap.parse_args()
     if not a.bootstrap.startswith(("127.", "localhost")):
         sys.exit("refusing a non-loopback bootstrap address")
@@ -58,7 +59,7 @@ def main():
         except Exception:
             pass
 
-    prod = Producer({**common, "acks": "all", "linger.ms": 0, "enable.idempotence": False})
+    prod = Producer({**common, "acks": a.acks, "linger.ms": 0, "enable.idempotence": False})
     total = int(a.rate * a.seconds)
     ack_lat = []
     e2e_lat = []

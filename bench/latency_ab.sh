@@ -2,7 +2,9 @@
 # A/B produce ack latency at a fixed rate, in one run: each binary in turn,
 # order rotated every round, a fresh data dir and broker per run, then
 # bench/latency.py (confluent-kafka, default client settings, acks=all,
-# 100 B) for SECONDS at RATE records/s. Prints one LATENCY line per run.
+# 100 B; ACKS=all or 1) for SECONDS at RATE records/s. Prints one LATENCY
+# line per run, with the broker's fsync p50/p99 of the same run (upper
+# bounds of kaas_fsync_seconds buckets from /metrics).
 # Loopback only; every run bounded by a timeout.
 #
 #   bench/latency_ab.sh [RATE] [ROUNDS] before=/tmp/kaas-old after=target/release/kaas
@@ -26,8 +28,16 @@ a = AdminClient({'bootstrap.servers': '127.0.0.1:$port'})
 a.create_topics([NewTopic('lat', 1, 1)])['lat'].result(20)" 2>/dev/null
     sleep 1
     line="$(timeout 60 .venv/bin/python3 bench/latency.py --bootstrap "127.0.0.1:$port" --topic lat \
-        --rate "$RATE" --seconds "$SECONDS_RUN" 2>/dev/null | grep LATENCY)"
-    echo "round $round $name $line"
+        --rate "$RATE" --seconds "$SECONDS_RUN" --acks "${ACKS:-all}" 2>/dev/null | grep LATENCY)"
+    fsync="$(.venv/bin/python3 -c "
+import re, urllib.request
+t = urllib.request.urlopen('http://127.0.0.1:$mport/metrics', timeout=5).read().decode()
+b = [(float('inf') if le == '+Inf' else float(le), int(n)) for le, n in
+     re.findall(r'^kaas_fsync_seconds_bucket\\{le=\"([^\"]+)\"\\} (\\d+)', t, re.M)]
+tot = b[-1][1] if b else 0
+q = lambda f: next((le * 1e3 for le, n in b if n >= f * tot), float('nan'))
+print(f'fsync_p50_ms<={q(0.5):g} fsync_p99_ms<={q(0.99):g} fsyncs={tot}')" 2>/dev/null)"
+    echo "round $round $name acks=${ACKS:-all} $line $fsync"
     kill "$pid"; wait "$pid" 2>/dev/null; rm -rf "$d"
   done
 done
