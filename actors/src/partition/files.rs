@@ -217,7 +217,11 @@ impl FileSlot {
             Ok(h) => h,
             Err(e) if too_many_files(&e) => {
                 drop(st);
-                tracing::warn!(open = self.files.open_count(), cap = self.files.cap(), "out of file descriptors: closing idle segment files");
+                tracing::warn!(
+                    open = self.files.open_count(),
+                    cap = self.files.cap(),
+                    "out of file descriptors: closing idle segment files"
+                );
                 self.files.relieve();
                 return Err(e);
             }
@@ -241,11 +245,7 @@ impl FileSlot {
         st.file = Some(h);
         self.files.open.fetch_add(1, Ordering::AcqRel);
         if !self.registered.swap(true, Ordering::AcqRel) {
-            self.files
-                .slots
-                .lock()
-                .unwrap()
-                .push(Arc::downgrade(self));
+            self.files.slots.lock().unwrap().push(Arc::downgrade(self));
         }
     }
 

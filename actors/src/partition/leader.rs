@@ -366,10 +366,12 @@ impl PartitionLeader {
             }
         }
         // The tick only rolls a segment due by age: a quarter of segment.ms,
-        // within 250 ms..5 s, so 10,000 idle partitions wake 2,000 times a
-        // second rather than 20,000 (a roll by age is at most 5 s late).
+        // within 250 ms..60 s, so 10,000 idle partitions at the default
+        // segment.ms (7 days) wake 167 times a second rather than 20,000. A
+        // roll by age is then at most a minute late, and only for a segment
+        // older than 4 minutes (Kafka rolls by age only at the next append).
         let tick =
-            Duration::from_millis((self.spec.cfg.segment_ms.max(0) as u64 / 4).clamp(250, 5_000));
+            Duration::from_millis((self.spec.cfg.segment_ms.max(0) as u64 / 4).clamp(250, 60_000));
         ctx.run_interval(tick, |a, ctx| {
             if let Err(h) = a.gate.tick() {
                 a.halted(h, ctx);

@@ -287,10 +287,12 @@ impl SegView {
     /// from it stays valid).
     pub fn file(&self, fs: &ReadFs) -> io::Result<Arc<dyn ReadFile>> {
         let path = self.log_path();
-        Ok(match self.file.get(|| fs.open_read(&path).map(Handle::Read))? {
-            Handle::Read(f) => f,
-            Handle::Write(f) => f as Arc<dyn ReadFile>,
-        })
+        Ok(
+            match self.file.get(|| fs.open_read(&path).map(Handle::Read))? {
+                Handle::Read(f) => f,
+                Handle::Write(f) => f as Arc<dyn ReadFile>,
+            },
+        )
     }
 
     fn index_of_sealed(&self, fs: &ReadFs) -> io::Result<Arc<Index>> {

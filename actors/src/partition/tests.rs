@@ -1732,7 +1732,10 @@ fn an_idle_log_closes_its_files_and_reopens_them_without_recovery() {
     assert!(log.active_open());
     let ops: Vec<String> = ffs.log()[before..].to_vec();
     assert_eq!(ops.len(), 2, "{ops:?}");
-    assert!(ops[0].contains("write") && ops[1].contains("sync"), "{ops:?}");
+    assert!(
+        ops[0].contains("write") && ops[1].contains("sync"),
+        "{ops:?}"
+    );
     assert_eq!(
         read_all(fs.clone(), &log),
         vec![
