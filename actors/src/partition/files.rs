@@ -286,6 +286,7 @@ impl Drop for FileSlot {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::disallowed_methods)] // fixtures written with std::fs
     use super::*;
     use kaas_volume::fs::{Fs, RealFs};
 
