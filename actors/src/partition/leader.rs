@@ -129,6 +129,41 @@ const MAX_PARKED: usize = 256;
 #[rtype(result = "()")]
 struct Opened(Result<PartitionLog, LogError>);
 
+/// How often a lapse that halts partitions is logged, at most.
+const LAPSE_LOG_MS: i64 = 10_000;
+static LAPSE_LOG: Coalesce = Coalesce::new(LAPSE_LOG_MS);
+
+/// A condition repeated across partitions, logged once per interval with
+/// the number of hits since the last line.
+struct Coalesce {
+    every_ms: i64,
+    last_ms: std::sync::atomic::AtomicI64,
+    count: std::sync::atomic::AtomicU64,
+}
+
+impl Coalesce {
+    const fn new(every_ms: i64) -> Self {
+        Self {
+            every_ms,
+            last_ms: std::sync::atomic::AtomicI64::new(i64::MIN),
+            count: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// Count one hit; `Some(hits)` when a line is due now.
+    fn hit(&self, now_ms: i64) -> Option<u64> {
+        self.count.fetch_add(1, Ordering::AcqRel);
+        let last = self.last_ms.load(Ordering::Acquire);
+        if last != i64::MIN && now_ms.saturating_sub(last) < self.every_ms {
+            return None;
+        }
+        self.last_ms
+            .compare_exchange(last, now_ms, Ordering::AcqRel, Ordering::Acquire)
+            .ok()?;
+        Some(self.count.swap(0, Ordering::AcqRel))
+    }
+}
+
 /// Wall-clock milliseconds (segment ages and retention only; never compared
 /// across hosts).
 pub fn now_ms() -> i64 {
@@ -197,7 +232,16 @@ impl PartitionLeader {
     fn halted(&mut self, h: Halt, ctx: &mut Context<Self>) {
         match h {
             Halt::Fenced => {
-                tracing::error!(topic = %self.spec.topic, partition = self.spec.partition, epoch = self.spec.epoch, "lease lapsed: acknowledging nothing more");
+                // One line per lapse, not one per partition: every partition
+                // of the broker halts at once.
+                tracing::debug!(topic = %self.spec.topic, partition = self.spec.partition, epoch = self.spec.epoch, "lease lapsed: acknowledging nothing more");
+                if let Some(count) = LAPSE_LOG.hit(clock::wall_ms()) {
+                    tracing::error!(
+                        partitions = count,
+                        interval_s = LAPSE_LOG_MS / 1000,
+                        "lease lapsed: these partitions acknowledge nothing more"
+                    );
+                }
                 *self.reader.write().unwrap() = None;
                 self.stopping = true;
                 self.set_error(Some(PartitionError::NotLeader(
@@ -719,6 +763,17 @@ mod tests {
     /// Catches: an altered topic config applied only at the next open (or
     /// the next periodic retention pass, an hour away here) instead of at
     /// once.
+    #[test]
+    fn a_lapse_is_logged_once_per_interval_with_a_count() {
+        let c = Coalesce::new(10_000);
+        assert_eq!(c.hit(1_000), Some(1));
+        for i in 0..9_999 {
+            assert_eq!(c.hit(1_001 + i % 9_000), None);
+        }
+        assert_eq!(c.hit(11_000), Some(10_000)); // the 9,999 held back and this one
+        assert_eq!(c.hit(11_001), None);
+    }
+
     #[actix_rt::test]
     async fn a_lowered_retention_applies_at_once() {
         let d = tempfile::tempdir().unwrap();
