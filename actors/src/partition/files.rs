@@ -180,7 +180,8 @@ struct State {
     dirty: bool,
 }
 
-fn too_many_files(e: &std::io::Error) -> bool {
+/// Whether `e` is EMFILE/ENFILE (out of descriptors).
+pub fn too_many_files(e: &std::io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE))
 }
 
@@ -212,6 +213,13 @@ impl FileSlot {
         let mut st = self.state.lock().unwrap();
         if let Some(h) = st.file.clone() {
             return Ok(h);
+        }
+        // Dirty files (awaiting their fsync) cannot close: past twice the
+        // cap the open is refused for now (the caller answers a retriable
+        // error) rather than taking the descriptors kept for the lease,
+        // the cluster directory and the connections.
+        if self.files.open_count() >= self.files.cap().saturating_mul(2) {
+            return Err(std::io::Error::from_raw_os_error(libc::EMFILE));
         }
         let h = match open() {
             Ok(h) => h,

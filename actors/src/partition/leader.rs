@@ -129,6 +129,43 @@ const MAX_PARKED: usize = 256;
 #[rtype(result = "()")]
 struct Opened(Result<PartitionLog, LogError>);
 
+/// Partition opens (recoveries) running at once, at most.
+const MAX_CONCURRENT_OPENS: usize = 16;
+static OPENS: Permits = Permits::new(MAX_CONCURRENT_OPENS);
+
+/// A counting semaphore for blocking-pool threads.
+struct Permits {
+    free: std::sync::Mutex<usize>,
+    freed: std::sync::Condvar,
+}
+
+struct Permit(&'static Permits);
+
+impl Permits {
+    const fn new(n: usize) -> Self {
+        Self {
+            free: std::sync::Mutex::new(n),
+            freed: std::sync::Condvar::new(),
+        }
+    }
+
+    fn acquire(&'static self) -> Permit {
+        let mut free = self.free.lock().unwrap();
+        while *free == 0 {
+            free = self.freed.wait(free).unwrap();
+        }
+        *free -= 1;
+        Permit(self)
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        *self.0.free.lock().unwrap() += 1;
+        self.0.freed.notify_one();
+    }
+}
+
 /// How often a lapse that halts partitions is logged, at most.
 const LAPSE_LOG_MS: i64 = 10_000;
 static LAPSE_LOG: Coalesce = Coalesce::new(LAPSE_LOG_MS);
@@ -334,6 +371,11 @@ impl Actor for PartitionLeader {
         let (now, failed_at) = (self.gate.clock().now_ms(), self.gate.failed_at());
         let addr = ctx.address();
         actix_rt::task::spawn_blocking(move || {
+            // Bounded: each open holds a few descriptors for a moment (the
+            // tail scan, the claim, the manifest); 10,000 opens at once on
+            // the blocking pool would take them all (EMFILE under a small
+            // limit) and gain nothing on two cores.
+            let _permit = OPENS.acquire();
             let res = PartitionLog::open_as(fs, &dir, epoch, who, cfg, now, failed_at);
             addr.do_send(Opened(res));
         });

@@ -1158,6 +1158,13 @@ impl PartitionLog {
                 ix.rewind(ix_mark);
                 (self.written_max_ts, self.written_max_ts_pos) = before_ts;
                 self.active.set_dirty(self.dirty());
+                // Out of descriptors (or past the open-file ceiling):
+                // nothing was written, the log is intact; refuse this
+                // append the way a full volume does (retriable, no leader
+                // restart) instead of re-running recovery.
+                if super::files::too_many_files(&e) {
+                    return Err(LogError::NoSpace(e));
+                }
                 return Err(e.into());
             }
         };
