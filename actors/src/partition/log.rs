@@ -1042,7 +1042,8 @@ impl PartitionLog {
     /// Append a COMMIT (`commit`) or ABORT marker of `producer_id` at
     /// `producer_epoch`, closing its open transaction (see
     /// [`super::txn_index`] for the control batch). Refused, writing
-    /// nothing, when the producer is known at a newer epoch. A marker for a
+    /// nothing, when the producer is known at a newer epoch or its last
+    /// marker came from a newer coordinator epoch. A marker for a
     /// producer with no open transaction is written all the same (a
     /// re-sent marker: nothing changes for a reader). Like an append, it
     /// reaches the page cache; the high watermark, and with it the last
@@ -1056,7 +1057,8 @@ impl PartitionLog {
         now_ms: i64,
     ) -> Result<Appended, LogError> {
         self.now_ms = self.now_ms.max(now_ms);
-        self.producers.check_marker(producer_id, producer_epoch)?;
+        self.producers
+            .check_marker(producer_id, producer_epoch, coordinator_epoch)?;
         let first = self
             .producers
             .get(producer_id)
