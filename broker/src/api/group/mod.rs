@@ -40,12 +40,7 @@ where
     <GroupCoordinator as actix::Actor>::Context:
         actix::dev::ToEnvelope<GroupCoordinator, Traced<M>>,
 {
-    let h = b.coordinator(group_id).map_err(ApiError::from)?;
-    match h.addr.send(msg).await {
-        Ok(r) => r.map_err(ApiError::from),
-        // Stopped between lookup and handling: the shard moved.
-        Err(_) => Err(ApiError::coordinator_gone()),
-    }
+    ask_now(b, group_id, msg).await
 }
 
 /// Like [`ask`], but the message enters the coordinator's mailbox now, in
