@@ -265,6 +265,7 @@ row "produce->consume latency @${LAT_RATE}/s" "p50 $(kv e2e_p50_ms) ms" "p99 $(k
 
 # ---------------------------------------------------------------- transactions
 TXNS="${TXNS:-2000}"; [ "$QUICK" = 1 ] && TXNS=$((TXNS / 10))
+TXN_PRODUCERS="${TXN_PRODUCERS:-8}"   # concurrent transactional producers
 if python3 -c "
 import socket, struct, sys
 s = socket.create_connection(('127.0.0.1', $PORT), 2)
@@ -277,9 +278,9 @@ sys.exit(0 if any(struct.unpack('>h', b[10 + 6 * i:12 + 6 * i])[0] == 27 for i i
     log "transactions run ($TXNS x 100 records)"
     create_topic bench-txn 1
     txline="$(timeout "$RUN_TIMEOUT" python3 "$ROOT/bench/transactions.py" --bootstrap "$BOOT" --topic bench-txn \
-        --txns "$TXNS" --records 100 --size 100 2>"$BENCH_DIR/transactions.err" | grep '^TXNS' || true)"
+        --txns "$TXNS" --records 100 --size 100 --producers "$TXN_PRODUCERS" 2>"$BENCH_DIR/transactions.err" | grep '^TXNS' || true)"
     tkv() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<" $txline"; }
-    row "transactions, 100 x 100 B each, 1p" "$(tkv txn_per_s) txn/s" "commit p50 $(tkv commit_p50_ms) ms / p99 $(tkv commit_p99_ms) ms; $(tkv records_per_s) rec/s; read_committed saw $(tkv seen) of $((TXNS * 100))"
+    row "transactions, 100 x 100 B each, 1p, ${TXN_PRODUCERS} producers" "$(tkv txn_per_s) txn/s" "commit p50 $(tkv commit_p50_ms) ms / p99 $(tkv commit_p99_ms) ms; $(tkv records_per_s) rec/s; read_committed saw $(tkv seen) of $((TXNS * 100))"
 else
     row "transactions" "-" "skipped: WriteTxnMarkers not advertised (partition side of transactions missing)"
 fi

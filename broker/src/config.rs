@@ -127,6 +127,15 @@ pub struct BrokerArgs {
     /// Connections beyond this are closed on accept.
     #[arg(long, env = "KAAS_MAX_CONNECTIONS", default_value_t = 10_000)]
     pub max_connections: usize,
+    /// Segment files open at once, at most (least recently used closed
+    /// first; a file with unfsynced bytes is never closed). Default: a
+    /// quarter of the descriptor limit, within 32..4096 (see fd_budget).
+    #[arg(long, env = "KAAS_MAX_OPEN_SEGMENT_FILES")]
+    pub max_open_segment_files: Option<usize>,
+    /// A segment file unused this long is closed (an idle partition holds
+    /// no descriptor); the next read or append reopens it.
+    #[arg(long, env = "KAAS_SEGMENT_IDLE_CLOSE_MS", default_value_t = 30_000)]
+    pub segment_idle_close_ms: u64,
     /// A frame started but not completed within this time closes the connection.
     #[arg(long, env = "KAAS_REQUEST_TIMEOUT_MS", default_value_t = 30_000)]
     pub request_timeout_ms: u64,

@@ -74,6 +74,15 @@ pub fn plan(limit: u64, max_connections: usize) -> Result<FdPlan, FdBudgetError>
     })
 }
 
+/// Default cap on open segment files: half of what is kept for files (a
+/// quarter of the limit), leaving the other half for the cluster directory,
+/// index and snapshot writes, listeners and the runtime; within 32..4096,
+/// since past a few thousand the open files only cost descriptors and
+/// kernel memory, not speed (a reopen is one `open`).
+pub fn segment_file_cap(p: &FdPlan) -> usize {
+    (p.reserve / 2).clamp(32, 4096) as usize
+}
+
 /// Raise the soft `RLIMIT_NOFILE` to the hard limit. Returns (before,
 /// after) soft limits; a refused raise keeps the old limit (logged).
 pub fn raise_nofile() -> (u64, u64) {
@@ -133,6 +142,15 @@ mod tests {
         assert_eq!((p.connections, p.capped), (10_000, false));
         let p = plan(256, 10_000).unwrap();
         assert_eq!((p.reserve, p.connections), (128, 128));
+    }
+
+    #[test]
+    fn the_segment_file_cap_fits_in_the_files_reserve() {
+        let p = plan(1024, 10_000).unwrap();
+        assert_eq!(segment_file_cap(&p), 256);
+        assert!(segment_file_cap(&p) < p.reserve as usize);
+        assert_eq!(segment_file_cap(&plan(1 << 20, 10_000).unwrap()), 4096);
+        assert_eq!(segment_file_cap(&plan(128, 10).unwrap()), 32);
     }
 
     #[test]

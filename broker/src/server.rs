@@ -39,6 +39,18 @@ pub fn run(args: BrokerArgs) -> anyhow::Result<()> {
     // Before anything opens a file: a flood of connections must never take
     // the descriptors the heartbeat and the partition logs need.
     let fds = crate::fd_budget::apply(args.max_connections)?;
+    let segment_files = args
+        .max_open_segment_files
+        .unwrap_or_else(|| crate::fd_budget::segment_file_cap(&fds));
+    kaas_actors::partition::files::OpenFiles::configure(
+        segment_files,
+        std::time::Duration::from_millis(args.segment_idle_close_ms),
+    );
+    tracing::info!(
+        max_open_segment_files = segment_files,
+        idle_close_ms = args.segment_idle_close_ms,
+        "segment files open on demand"
+    );
     let cluster_id = cluster_id(&fs, &cluster_dir)?;
     let shards = kaas_actors::group::shard::ShardCount::new(args.group_shards).unwrap_or_default();
     kaas_actors::group::shard::read_or_create_count(

@@ -132,3 +132,59 @@ def test_metric_name_extraction():
         == {"kaas_fsync_seconds_bucket"}
     assert metric_names("min_over_time(kaas_lease_headroom_seconds[1m]) < 1") == {"kaas_lease_headroom_seconds"}
     assert metric_names("(sum by (i) (rate(a_total[10m])) - sum(rate(b_total[1m]))) > 10 * 1024") == {"a_total", "b_total"}
+
+
+DOCKERFILE = REPO / "deploy" / "docker" / "Dockerfile"
+CHART_VALUES = REPO / "deploy" / "helm" / "kaas" / "values.yaml"
+
+
+def dockerfile_stages(text: str) -> dict[str, list[str]]:
+    """Instructions per named stage (continuation lines joined)."""
+    stages: dict[str, list[str]] = {}
+    cur = None
+    for line in re.sub(r"\\\n", " ", text).splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        m = re.match(r"FROM\s+\S+\s+AS\s+(\S+)$", line, re.I)
+        if m:
+            cur = m.group(1)
+            stages[cur] = []
+        if cur is not None:
+            stages[cur].append(line)
+    return stages
+
+
+def test_dockerfile_matches_chart():
+    """The images the chart names can be built from the repository, and
+    agree with it: Rust pinned to rust-toolchain.toml, binaries at the
+    chart's command paths, the chart's uid/gid, the chart's ports. (No
+    Docker engine in CI: this checks the Dockerfile's text, it builds
+    nothing.)"""
+    text = DOCKERFILE.read_text()
+    stages = dockerfile_stages(text)
+    values = yaml.safe_load(CHART_VALUES.read_text())
+    channel = re.search(r'channel\s*=\s*"([^"]+)"', (REPO / "rust-toolchain.toml").read_text()).group(1)
+    assert re.search(rf"^FROM rust:{re.escape(channel)}(-\S+)? AS build$", text, re.M), channel
+    for target, binary, command, ports, sec in (
+        ("broker", "kaas", values["broker"]["command"],
+         set(values["broker"]["ports"].values()), values["broker"]["podSecurityContext"]),
+        ("operator", "kaas-operator", values["operator"]["command"],
+         {values["operator"]["metricsPort"]}, values["operator"]["podSecurityContext"]),
+    ):
+        body = "\n".join(stages[target])
+        assert f"COPY --from=build /out/{binary} {command}" in body, target
+        assert f'ENTRYPOINT ["{command}"]' in body, target
+        assert f"USER {sec['runAsUser']}:{sec['runAsGroup']}" in body, target
+        exposed = {int(p) for l in stages[target] if l.startswith("EXPOSE") for p in l.split()[1:]}
+        assert exposed == ports, target
+        assert sec["runAsNonRoot"] and sec["runAsUser"] != 0
+    build = "\n".join(stages["build"])
+    assert "--locked" in build and "-p kaas " in build and "-p kaas-operator" in build
+    # The runtime user exists in the image with the chart's ids.
+    rt = "\n".join(stages["runtime"])
+    sec = values["broker"]["podSecurityContext"]
+    assert f"--uid {sec['runAsUser']}" in rt and f"--gid {sec['runAsGroup']}" in rt
+    # Both images are what the chart pulls by default.
+    assert values["image"]["repository"] == "kaas/kaas"
+    assert values["operator"]["image"]["repository"] == "kaas/kaas-operator"

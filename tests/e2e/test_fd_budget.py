@@ -46,3 +46,42 @@ def test_connection_flood_under_small_fd_limit_keeps_the_lease(broker_factory, t
     refusals = log.count("connection limit reached")
     assert 1 <= refusals <= 3, b.log_tail()
     b.assert_no_panic()
+
+
+PARTITIONS = 400  # more partitions than descriptors
+
+
+def test_more_partitions_than_descriptors_all_produce_and_consume(broker_factory, topic_name):
+    """Segment files open on demand under an LRU cap (a quarter of the
+    limit): 400 partitions under a 256-descriptor limit all take a write and
+    serve it back, and the broker never runs out of descriptors."""
+    import os
+    from confluent_kafka import Producer
+    from conftest import consume_all, producer_conf
+
+    b = broker_factory(start=False)
+    orig = b.argv
+    b.argv = lambda: ["prlimit", f"--nofile={NOFILE}:{NOFILE}", "--", *orig()]
+    b.start()
+    assert re.search(r"segment files open on demand.*max_open_segment_files=64", b.log_text()), b.log_tail()
+    create_topic(b.bootstrap, topic_name, PARTITIONS, timeout=120)
+    assert len(os.listdir(f"/proc/{b.pid}/fd")) < NOFILE
+
+    for rnd in range(2):  # the second round reopens what the cap closed
+        p = Producer(producer_conf(b.bootstrap))
+        failed = []
+        for part in range(PARTITIONS):
+            p.produce(topic_name, value=b"r%d-p%d" % (rnd, part), partition=part,
+                      on_delivery=lambda err, m: err and failed.append(err))
+        assert p.flush(60) == 0
+        assert not failed, failed[:5]
+        fds = len(os.listdir(f"/proc/{b.pid}/fd"))
+        assert fds < NOFILE, fds
+    got = consume_all(b.bootstrap, topic_name, PARTITIONS, timeout=120)
+    for part in range(PARTITIONS):
+        assert [m.value for m in got[part]] == [b"r0-p%d" % part, b"r1-p%d" % part], part
+    assert b.alive()
+    log = b.log_text()
+    for bad in ("lease lapsed", "fenced", "heartbeat write failed", "Too many open files", "partition open failed"):
+        assert bad not in log, f"{bad!r} in the broker log\n" + b.log_tail()
+    b.assert_no_panic()

@@ -244,6 +244,47 @@ def test_wire_join_sync_commit_fetch_and_error_codes(broker, topic_name):
         assert r.i16() == 0
 
 
+def fsyncs_total(broker) -> float:
+    for line in broker.metrics().splitlines():
+        if line.startswith("kaas_fsyncs_total"):
+            return float(line.split()[-1])
+    raise AssertionError("kaas_fsyncs_total missing from /metrics")
+
+
+def test_pipelined_commits_of_one_connection_share_fsyncs(broker, topic_name):
+    """64 OffsetCommits pipelined on one connection reach the coordinator
+    together and share a few fsyncs; each is still answered only after the
+    fsync covering it. Before OffsetCommit posted to the coordinator while
+    the request was parsed, each waited for the previous answer: 64 fsyncs."""
+    create_topic(broker.bootstrap, topic_name, 1)
+    group = f"pipe-{uuid.uuid4().hex[:8]}"
+    wait_until(lambda: find_coordinator(broker.addr, group)[0] == 0, 30, what="a coordinator")
+
+    def commit(cid: int, offset: int) -> bytes:
+        body = (w.string(group) + w.i32(-1) + w.string("") + w.i64(-1)
+                + array([w.string(topic_name) + array([w.i32(0) + w.i64(offset) + w.string("")])]))
+        return w.frame(w.request_header(OFFSET_COMMIT, 2, cid) + body)
+
+    n = 64
+    with w.connect(broker.addr, timeout=30) as s:
+        s.sendall(commit(1, 0))  # opens the shard's files; not measured
+        w.recv_frame(s)
+        before = fsyncs_total(broker)
+        s.sendall(b"".join(commit(100 + i, i + 1) for i in range(n)))
+        for i in range(n):
+            r = w.Reader(w.recv_frame(s))
+            assert r.i32() == 100 + i, "answers in request order"
+            assert r.i32() == 1 and r.string() == topic_name and r.i32() == 1
+            assert r.i32() == 0 and r.i16() == 0
+        spent = fsyncs_total(broker) - before
+    assert 1 <= spent <= n // 2, f"{spent} fsyncs for {n} pipelined commits"
+    with w.connect(broker.addr) as s:
+        r = call(s, OFFSET_FETCH, 1, w.string(group)
+                 + array([w.string(topic_name) + array([w.i32(0)])]))
+        assert r.i32() == 1 and r.string() == topic_name and r.i32() == 1
+        assert r.i32() == 0 and r.i64() == n, "the last commit is the stored one"
+
+
 def find_coordinator(addr, group: str):
     """FindCoordinator v0 of `group` asked at `addr`: (error, node, host, port)."""
     with w.connect(addr) as s:

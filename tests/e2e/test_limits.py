@@ -132,3 +132,18 @@ def test_repeated_bad_requests_are_logged_once_per_interval_and_named(broker):
     assert log.count("unserviceable request") == 1, broker.log_tail()
     assert "api=ShareGroupHeartbeat" in log, broker.log_tail()
     assert_healthy(broker)
+
+
+def test_every_topic_create_and_delete_is_logged_at_info(broker, topic_name):
+    create_topic(broker.bootstrap, topic_name, 2)
+    a = admin(broker.bootstrap)
+    a.delete_topics([topic_name], operation_timeout=30)[topic_name].result(30)
+    import time
+    deadline = time.monotonic() + 20
+    while "topic deleted" not in broker.log_text() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    log = broker.log_text()
+    created = [ln for ln in log.splitlines() if "topic created" in ln and topic_name in ln]
+    assert created and "INFO" in created[0] and "partitions=2" in created[0], broker.log_tail()
+    deleted = [ln for ln in log.splitlines() if "topic deleted" in ln and topic_name in ln]
+    assert deleted and "INFO" in deleted[0], broker.log_tail()

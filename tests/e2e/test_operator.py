@@ -155,3 +155,23 @@ def test_operator_loop_against_in_memory_api_server(broker, kube_api, tmp_path):
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_kmock_shims_conflict_and_no_op(kube_api):
+    """The in-memory API server behaves as the real one where the operator
+    depends on it: a write naming a stale resourceVersion is 409 Conflict,
+    and a write that changes nothing gets no new resourceVersion."""
+    api = kube_api
+    api.call("POST", BASE, {"apiVersion": "kaas.io/v1alpha1", "kind": "KafkaTopic",
+                            "metadata": {"name": "t", "namespace": NS}, "spec": {"partitions": 1}})
+    rv = api.get("t")["metadata"]["resourceVersion"]
+    merge = "application/merge-patch+json"
+    same = api.call("PATCH", f"{BASE}/t", {"spec": {"partitions": 1}}, merge)
+    assert same["metadata"]["resourceVersion"] == rv
+    api.call("PATCH", f"{BASE}/t", {"metadata": {"resourceVersion": rv}, "spec": {"partitions": 2}}, merge)
+    new = api.get("t")
+    assert new["spec"]["partitions"] == 2 and new["metadata"]["resourceVersion"] != rv
+    with pytest.raises(urllib.error.HTTPError) as e:
+        api.call("PATCH", f"{BASE}/t", {"metadata": {"resourceVersion": rv}, "spec": {"partitions": 3}}, merge)
+    assert e.value.code == 409
+    assert api.get("t")["spec"]["partitions"] == 2

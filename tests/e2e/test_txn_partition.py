@@ -43,6 +43,28 @@ def produce_plain(addr, topic: str, value: bytes) -> int:
     return r.base_offset
 
 
+def test_marker_from_an_older_coordinator_epoch_is_fenced(broker, topic_name):
+    """The partition remembers the coordinator epoch of the last marker it
+    accepted for a producer; a marker from an older one (a zombie
+    coordinator whose shard moved) is refused with
+    TRANSACTION_COORDINATOR_FENCED (52) and writes nothing, as Kafka."""
+    create_topic(broker.bootstrap, topic_name, 1)
+    pid = kw.init_producer_id(broker.addr)[1]
+    assert produce_txn(broker.addr, topic_name, [b"a"], pid, 0) == 0
+    assert kw.write_txn_markers(broker.addr, pid, 0, True, topic_name, [0], 7) == {0: 0}
+    assert produce_txn(broker.addr, topic_name, [b"b"], pid, 1) == 2
+    hw = lso(broker.addr, topic_name, level=0)
+    codes = kw.write_txn_markers(broker.addr, pid, 0, False, topic_name, [0], 6)
+    assert codes == {0: kw.TRANSACTION_COORDINATOR_FENCED}, codes
+    assert lso(broker.addr, topic_name, level=0) == hw, "the fenced marker wrote nothing"
+    assert lso(broker.addr, topic_name) == 2, "the transaction is still open"
+    # The current (or a newer) coordinator epoch closes it.
+    assert kw.write_txn_markers(broker.addr, pid, 0, True, topic_name, [0], 8) == {0: 0}
+    assert lso(broker.addr, topic_name) == hw + 1
+    err, rows = kw.describe_producers(broker.addr, topic_name, 0)
+    assert err == 0 and rows[0].coordinator_epoch == 8, rows
+
+
 def values_confluent(bs: str, topic: str, level: str, expect: int) -> list[bytes]:
     """Every value a confluent-kafka consumer at `level` delivers (until
     `expect` values or a quiet second after the end)."""

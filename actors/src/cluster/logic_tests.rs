@@ -180,6 +180,43 @@ fn the_watcher_applies_only_newer_versions() {
     assert_eq!(w.applied(), Some((3, 1, 11)));
 }
 
+/// Catches: the watcher's periodic idempotent re-apply (every 20 polls)
+/// applying whatever the file holds without the newer-than check, so a
+/// deposed controller's late, older write reached the leaders (issue 12
+/// item 3).
+#[test]
+fn the_periodic_re_apply_never_applies_a_stale_write() {
+    let d = tempfile::tempdir().unwrap();
+    let clock = FakeClock::new();
+    let s = shared(d.path(), 1, 11, &clock);
+    let _m = beat(real(), &s);
+    let mut w = WatcherState::new(real(), s.clone());
+    let write = |epoch: i32, version: u64| {
+        let a = Assignment {
+            controller_epoch: epoch,
+            version,
+            ..Assignment::default()
+        };
+        write_json(real().as_ref(), &d.path().join(ASSIGNMENT), &a).unwrap();
+    };
+    write(2, 5);
+    let a = w.poll().expect("first version applies");
+    w.done(&a);
+    // A deposed controller's late write, older than what was applied.
+    write(1, 9);
+    for _ in 0..60 {
+        if let Some(a) = w.poll() {
+            assert_eq!(
+                (a.assignment.controller_epoch, a.assignment.version),
+                (2, 5),
+                "a re-apply is of what was applied"
+            );
+            w.done(&a);
+        }
+    }
+    assert_eq!(w.applied(), Some((2, 5, 11)));
+}
+
 /// Catches: a controller that counts a broker's silence from the broker's
 /// own write time (which it cannot know) or from before it started
 /// watching, instead of from its own first observation.

@@ -65,6 +65,8 @@ pub struct WatcherState {
     /// close-to-open freshness) but not re-parsed — at 10,000 partitions
     /// the parse was most of an idle broker's CPU.
     last: Option<(Vec<u8>, Arc<Assignment>)>,
+    /// The assignment last applied (what a periodic re-apply applies).
+    applied_assignment: Option<Arc<Assignment>>,
 }
 
 impl WatcherState {
@@ -78,6 +80,7 @@ impl WatcherState {
             failures: 0,
             ticks: 0,
             last: None,
+            applied_assignment: None,
         }
     }
 
@@ -121,11 +124,18 @@ impl WatcherState {
             None => true,
             Some((e, v, i)) => a.newer_than(e, v) || i != inc,
         };
-        // Re-apply the same version now and then: applying is idempotent,
-        // and it restarts a leader that a failed topic deletion stopped.
         self.ticks += 1;
-        if newer || self.ticks.is_multiple_of(20) {
+        if newer {
             return Some(self.start(a, inc, true));
+        }
+        // Re-apply what was applied now and then: applying is idempotent,
+        // and it restarts a leader that a failed topic deletion stopped.
+        // Never what the file holds unless it is newer: that may be a
+        // deposed controller's late, older write.
+        if self.ticks.is_multiple_of(20) {
+            if let Some(prev) = self.applied_assignment.clone() {
+                return Some(self.start(prev, inc, true));
+            }
         }
         None
     }
@@ -171,6 +181,7 @@ impl WatcherState {
         if a.lead {
             let (e, v) = (a.assignment.controller_epoch, a.assignment.version);
             self.applied = Some((e, v, a.incarnation));
+            self.applied_assignment = Some(a.assignment.clone());
             self.shared.state.lock().unwrap().applied = (e, v);
             true
         } else {
@@ -178,6 +189,7 @@ impl WatcherState {
                 .fenced_incarnation
                 .store(a.incarnation, Ordering::Release);
             self.applied = None;
+            self.applied_assignment = None;
             false
         }
     }

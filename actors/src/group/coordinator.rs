@@ -969,13 +969,17 @@ impl Handler<DeleteGroupRequest> for GroupCoordinator {
             Err(e) => return ready(Err(e)),
         };
         let id = m.0;
-        let offsets: Vec<Record> = s
-            .log
-            .state()
+        // Committed offsets and, as Kafka's `deleteAllOffsets`, the keys
+        // only pending transactions hold: a tombstone drops those too, so
+        // a later COMMIT marker does not revive a deleted group's offsets.
+        let state = s.log.state();
+        let offsets: Vec<Record> = state
             .group_offsets(&id)
-            .map(|(k, _)| Record::OffsetTombstone {
+            .map(|(k, _)| k.clone())
+            .chain(state.group_pending_only(&id))
+            .map(|k| Record::OffsetTombstone {
                 group: id.clone(),
-                topic: k.topic.clone(),
+                topic: k.topic,
                 partition: k.partition,
             })
             .collect();

@@ -23,7 +23,7 @@
 //! given: a frame that is short, fails its CRC, or does not parse ends the
 //! valid prefix of the file (a torn tail).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// A frame body never exceeds this on disk (a group of many members with
 /// big subscriptions is the largest record); anything claiming more is a
@@ -202,7 +202,15 @@ impl ShardState {
                 topic,
                 partition,
             } => {
-                self.offsets.remove(&key(group, topic, *partition));
+                let k = key(group, topic, *partition);
+                // As Kafka's OffsetMetadataManager replay: a tombstone also
+                // drops every producer's pending offset for the key, so a
+                // deleted group (or offset) is not revived by a later commit
+                // marker.
+                for p in self.pending.values_mut() {
+                    p.offsets.remove(&k);
+                }
+                self.offsets.remove(&k);
             }
             Record::Group(g) => {
                 self.groups.insert(g.group.clone(), g.clone());
@@ -243,6 +251,18 @@ impl ShardState {
     pub fn has_pending(&self, group: &str, topic: &str, partition: i32) -> bool {
         let k = key(group, topic, partition);
         self.pending.values().any(|p| p.offsets.contains_key(&k))
+    }
+
+    /// The keys of `group` that some producer holds a pending offset for
+    /// and that have no committed offset (DeleteGroups tombstones these
+    /// too, as Kafka's `deleteAllOffsets`).
+    pub fn group_pending_only(&self, group: &str) -> BTreeSet<OffsetKey> {
+        self.pending
+            .values()
+            .flat_map(|p| p.offsets.keys())
+            .filter(|k| k.group == group && !self.offsets.contains_key(*k))
+            .cloned()
+            .collect()
     }
 
     /// Whether any producer holds a pending offset of `group`.
@@ -961,6 +981,23 @@ mod tests {
         assert!(s.has_pending("g", "t", 0) && s.has_pending("g", "t", 2));
         assert!(!s.has_pending("g", "t", 3) && !s.has_pending("h", "t", 0));
         assert!(s.group_has_pending("g"));
+        assert_eq!(
+            s.group_pending_only("g").into_iter().collect::<Vec<_>>(),
+            [key("g", "t", 1), key("g", "t", 2)]
+        );
+        // A tombstone drops the pending offsets of its key too (Kafka).
+        let mut deleted = s.clone();
+        deleted.apply(&Record::OffsetTombstone {
+            group: "g".into(),
+            topic: "t".into(),
+            partition: 2,
+        });
+        assert!(!deleted.has_pending("g", "t", 2) && deleted.has_pending("g", "t", 1));
+        deleted.apply(&Record::TxnEnd {
+            producer_id: 8,
+            commit: true,
+        });
+        assert!(!deleted.offsets.contains_key(&key("g", "t", 2)));
         // Compaction writes the pending offsets back.
         let mut again = ShardState::default();
         for r in s.records() {

@@ -98,6 +98,7 @@ pub fn sequence(e: SequenceError) -> PartitionError {
         SequenceError::OutOfOrder { .. } => PartitionError::OutOfOrderSequence(e.to_string()),
         SequenceError::StaleEpoch { .. } => PartitionError::InvalidProducerEpoch(e.to_string()),
         SequenceError::InvalidTxnState { .. } => PartitionError::InvalidTxnState(e.to_string()),
+        SequenceError::CoordinatorFenced { .. } => PartitionError::CoordinatorFenced(e.to_string()),
     }
 }
 
@@ -850,6 +851,22 @@ pub(crate) mod tests {
             r.gate.append_marker(&stale),
             Err(Refused::Sequence(SequenceError::StaleEpoch { .. }))
         ));
+        // A marker from an older coordinator epoch (a zombie coordinator
+        // after its shard moved) is refused with 52, writing nothing.
+        let zombie = super::super::messages::WriteTxnMarker {
+            coordinator_epoch: 0,
+            ..m.clone()
+        };
+        match r.gate.append_marker(&zombie) {
+            Err(Refused::Sequence(e)) => assert!(matches!(
+                super::sequence(e),
+                PartitionError::CoordinatorFenced(_)
+            )),
+            other => panic!(
+                "zombie marker not fenced: {:?}",
+                other.map(|t| t.base_offset)
+            ),
+        }
         let p = r.gate.producers().unwrap();
         assert_eq!((p[0].producer_id, p[0].coordinator_epoch), (9, 1));
         assert_eq!(p[0].current_txn_start_offset, -1);

@@ -129,6 +129,78 @@ const MAX_PARKED: usize = 256;
 #[rtype(result = "()")]
 struct Opened(Result<PartitionLog, LogError>);
 
+/// Partition opens (recoveries) running at once, at most.
+const MAX_CONCURRENT_OPENS: usize = 16;
+static OPENS: Permits = Permits::new(MAX_CONCURRENT_OPENS);
+
+/// A counting semaphore for blocking-pool threads.
+struct Permits {
+    free: std::sync::Mutex<usize>,
+    freed: std::sync::Condvar,
+}
+
+struct Permit(&'static Permits);
+
+impl Permits {
+    const fn new(n: usize) -> Self {
+        Self {
+            free: std::sync::Mutex::new(n),
+            freed: std::sync::Condvar::new(),
+        }
+    }
+
+    fn acquire(&'static self) -> Permit {
+        let mut free = self.free.lock().unwrap();
+        while *free == 0 {
+            free = self.freed.wait(free).unwrap();
+        }
+        *free -= 1;
+        Permit(self)
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        *self.0.free.lock().unwrap() += 1;
+        self.0.freed.notify_one();
+    }
+}
+
+/// How often a lapse that halts partitions is logged, at most.
+const LAPSE_LOG_MS: i64 = 10_000;
+static LAPSE_LOG: Coalesce = Coalesce::new(LAPSE_LOG_MS);
+
+/// A condition repeated across partitions, logged once per interval with
+/// the number of hits since the last line.
+struct Coalesce {
+    every_ms: i64,
+    last_ms: std::sync::atomic::AtomicI64,
+    count: std::sync::atomic::AtomicU64,
+}
+
+impl Coalesce {
+    const fn new(every_ms: i64) -> Self {
+        Self {
+            every_ms,
+            last_ms: std::sync::atomic::AtomicI64::new(i64::MIN),
+            count: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// Count one hit; `Some(hits)` when a line is due now.
+    fn hit(&self, now_ms: i64) -> Option<u64> {
+        self.count.fetch_add(1, Ordering::AcqRel);
+        let last = self.last_ms.load(Ordering::Acquire);
+        if last != i64::MIN && now_ms.saturating_sub(last) < self.every_ms {
+            return None;
+        }
+        self.last_ms
+            .compare_exchange(last, now_ms, Ordering::AcqRel, Ordering::Acquire)
+            .ok()?;
+        Some(self.count.swap(0, Ordering::AcqRel))
+    }
+}
+
 /// Wall-clock milliseconds (segment ages and retention only; never compared
 /// across hosts).
 pub fn now_ms() -> i64 {
@@ -197,7 +269,16 @@ impl PartitionLeader {
     fn halted(&mut self, h: Halt, ctx: &mut Context<Self>) {
         match h {
             Halt::Fenced => {
-                tracing::error!(topic = %self.spec.topic, partition = self.spec.partition, epoch = self.spec.epoch, "lease lapsed: acknowledging nothing more");
+                // One line per lapse, not one per partition: every partition
+                // of the broker halts at once.
+                tracing::debug!(topic = %self.spec.topic, partition = self.spec.partition, epoch = self.spec.epoch, "lease lapsed: acknowledging nothing more");
+                if let Some(count) = LAPSE_LOG.hit(clock::wall_ms()) {
+                    tracing::error!(
+                        partitions = count,
+                        interval_s = LAPSE_LOG_MS / 1000,
+                        "lease lapsed: these partitions acknowledge nothing more"
+                    );
+                }
                 *self.reader.write().unwrap() = None;
                 self.stopping = true;
                 self.set_error(Some(PartitionError::NotLeader(
@@ -290,6 +371,11 @@ impl Actor for PartitionLeader {
         let (now, failed_at) = (self.gate.clock().now_ms(), self.gate.failed_at());
         let addr = ctx.address();
         actix_rt::task::spawn_blocking(move || {
+            // Bounded: each open holds a few descriptors for a moment (the
+            // tail scan, the claim, the manifest); 10,000 opens at once on
+            // the blocking pool would take them all (EMFILE under a small
+            // limit) and gain nothing on two cores.
+            let _permit = OPENS.acquire();
             let res = PartitionLog::open_as(fs, &dir, epoch, who, cfg, now, failed_at);
             addr.do_send(Opened(res));
         });
@@ -366,10 +452,12 @@ impl PartitionLeader {
             }
         }
         // The tick only rolls a segment due by age: a quarter of segment.ms,
-        // within 250 ms..5 s, so 10,000 idle partitions wake 2,000 times a
-        // second rather than 20,000 (a roll by age is at most 5 s late).
+        // within 250 ms..60 s, so 10,000 idle partitions at the default
+        // segment.ms (7 days) wake 167 times a second rather than 20,000. A
+        // roll by age is then at most a minute late, and only for a segment
+        // older than 4 minutes (Kafka rolls by age only at the next append).
         let tick =
-            Duration::from_millis((self.spec.cfg.segment_ms.max(0) as u64 / 4).clamp(250, 5_000));
+            Duration::from_millis((self.spec.cfg.segment_ms.max(0) as u64 / 4).clamp(250, 60_000));
         ctx.run_interval(tick, |a, ctx| {
             if let Err(h) = a.gate.tick() {
                 a.halted(h, ctx);
@@ -717,6 +805,17 @@ mod tests {
     /// Catches: an altered topic config applied only at the next open (or
     /// the next periodic retention pass, an hour away here) instead of at
     /// once.
+    #[test]
+    fn a_lapse_is_logged_once_per_interval_with_a_count() {
+        let c = Coalesce::new(10_000);
+        assert_eq!(c.hit(1_000), Some(1));
+        for i in 0..9_999 {
+            assert_eq!(c.hit(1_001 + i % 9_000), None);
+        }
+        assert_eq!(c.hit(11_000), Some(10_000)); // the 9,999 held back and this one
+        assert_eq!(c.hit(11_001), None);
+    }
+
     #[actix_rt::test]
     async fn a_lowered_retention_applies_at_once() {
         let d = tempfile::tempdir().unwrap();

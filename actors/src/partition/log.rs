@@ -30,6 +30,7 @@
 //! * Readers never see past the high watermark, which only moves after fsync.
 
 use super::claim::{self, parse_claim_name, ClaimOwner, EpochWriter};
+use super::files::{FileSlot, Handle, OpenFiles};
 use super::index::{header_at, scan, Index, Scan, ScanStart};
 use super::manifest::{manifest_name, parse_manifest_name, write_manifest, Manifest, SegmentEntry};
 use super::producers::{self, Incoming, ProducerStates, SequenceError, Verdict};
@@ -189,7 +190,9 @@ pub struct SegView {
     /// Owning leader epoch.
     pub epoch: i32,
     dir: PathBuf,
-    file: OnceLock<Arc<dyn ReadFile>>,
+    /// The read handle, opened on demand and closed when idle or past
+    /// the cap ([`super::files`]).
+    file: Arc<FileSlot>,
     size: AtomicU64,
     next_offset: AtomicI64,
     max_ts: AtomicI64,
@@ -206,12 +209,12 @@ pub struct SegView {
 }
 
 impl SegView {
-    fn new(dir: &Path, e: &SegmentEntry, interval: u64) -> Self {
+    fn new(dir: &Path, e: &SegmentEntry, interval: u64, files: &Arc<OpenFiles>) -> Self {
         Self {
             base: e.base,
             epoch: e.epoch,
             dir: dir.to_path_buf(),
-            file: OnceLock::new(),
+            file: FileSlot::new(files.clone()),
             size: AtomicU64::new(e.size),
             next_offset: AtomicI64::new(e.next_offset),
             max_ts: AtomicI64::new(e.max_ts),
@@ -278,13 +281,18 @@ impl SegView {
         self.dir.join(layout::segment_log(self.base, self.epoch))
     }
 
-    /// Read handle, opened on first use (idle partitions hold no handle).
+    /// A refcounted read handle, opened on demand (an idle partition holds
+    /// no descriptor): the holder keeps the descriptor however long it
+    /// holds the handle, even when the slot closes meanwhile (a sendfile
+    /// from it stays valid).
     pub fn file(&self, fs: &ReadFs) -> io::Result<Arc<dyn ReadFile>> {
-        if let Some(f) = self.file.get() {
-            return Ok(f.clone());
-        }
-        let f = fs.open_read(&self.log_path())?;
-        Ok(self.file.get_or_init(|| f).clone())
+        let path = self.log_path();
+        Ok(
+            match self.file.get(|| fs.open_read(&path).map(Handle::Read))? {
+                Handle::Read(f) => f,
+                Handle::Write(f) => f as Arc<dyn ReadFile>,
+            },
+        )
     }
 
     fn index_of_sealed(&self, fs: &ReadFs) -> io::Result<Arc<Index>> {
@@ -373,8 +381,9 @@ pub struct LogView {
 /// What an fsync has to cover; taken by [`PartitionLog::sync_target`] and
 /// handed back to [`PartitionLog::complete_sync`] once the fsync succeeded.
 pub struct SyncTarget {
-    /// The active segment's handle.
+    /// The active segment's handle (held open until the fsync is done).
     pub file: Arc<dyn WriteFile>,
+    seg: Arc<SegView>,
     /// Bytes written when the target was taken.
     pub pos: u64,
     /// Next offset when the target was taken.
@@ -428,7 +437,10 @@ pub struct PartitionLog {
     epoch: i32,
     view: Arc<RwLock<LogView>>,
     manifest: Manifest,
-    active: Arc<dyn WriteFile>,
+    /// The active segment's write handle: closed when idle and clean
+    /// (everything written is fsynced), reopened on the next write.
+    active: Arc<FileSlot>,
+    files: Arc<OpenFiles>,
     active_seg: Arc<SegView>,
     active_created_ms: i64,
     write_pos: u64,
@@ -794,14 +806,19 @@ impl PartitionLog {
         }
         prune_snapshots(fs, dir, &mut snapshots)?;
 
+        let files = OpenFiles::global();
         let segs: Vec<Arc<SegView>> = manifest
             .segments
             .iter()
-            .map(|e| Arc::new(SegView::new(dir, e, interval)))
+            .map(|e| Arc::new(SegView::new(dir, e, interval, &files)))
             .collect();
         let active_seg = segs.last().expect("active segment").clone();
         *active_seg.live_index.lock().unwrap() = Some(tail_index);
-        let _ = active_seg.file.set(active.clone() as Arc<dyn ReadFile>);
+        let active = {
+            let slot = FileSlot::new(files.clone());
+            slot.put(Handle::Write(active));
+            slot
+        };
         let last = manifest.segments.last().expect("active").clone();
         // The active segment's aborted transactions, from its own bytes
         // (bounded: one segment, headers only; empty for a new segment).
@@ -832,6 +849,7 @@ impl PartitionLog {
             epoch,
             view: Arc::new(RwLock::new(view)),
             active,
+            files,
             active_seg,
             active_created_ms: created_ms,
             write_pos,
@@ -1024,7 +1042,8 @@ impl PartitionLog {
     /// Append a COMMIT (`commit`) or ABORT marker of `producer_id` at
     /// `producer_epoch`, closing its open transaction (see
     /// [`super::txn_index`] for the control batch). Refused, writing
-    /// nothing, when the producer is known at a newer epoch. A marker for a
+    /// nothing, when the producer is known at a newer epoch or its last
+    /// marker came from a newer coordinator epoch. A marker for a
     /// producer with no open transaction is written all the same (a
     /// re-sent marker: nothing changes for a reader). Like an append, it
     /// reaches the page cache; the high watermark, and with it the last
@@ -1038,7 +1057,8 @@ impl PartitionLog {
         now_ms: i64,
     ) -> Result<Appended, LogError> {
         self.now_ms = self.now_ms.max(now_ms);
-        self.producers.check_marker(producer_id, producer_epoch)?;
+        self.producers
+            .check_marker(producer_id, producer_epoch, coordinator_epoch)?;
         let first = self
             .producers
             .get(producer_id)
@@ -1132,7 +1152,25 @@ impl PartitionLog {
                 .ok_or(LogError::Overflow)?;
             pos += b.len as u64;
         }
-        if let Err(e) = self.active.write_all_at(&buf, self.write_pos) {
+        // Dirty before the handle is taken: a dirty slot is never closed.
+        self.active.set_dirty(true);
+        let file = match self.active_file() {
+            Ok(f) => f,
+            Err(e) => {
+                ix.rewind(ix_mark);
+                (self.written_max_ts, self.written_max_ts_pos) = before_ts;
+                self.active.set_dirty(self.dirty());
+                // Out of descriptors (or past the open-file ceiling):
+                // nothing was written, the log is intact; refuse this
+                // append the way a full volume does (retriable, no leader
+                // restart) instead of re-running recovery.
+                if super::files::too_many_files(&e) {
+                    return Err(LogError::NoSpace(e));
+                }
+                return Err(e.into());
+            }
+        };
+        if let Err(e) = file.write_all_at(&buf, self.write_pos) {
             if !is_no_space(&e) {
                 return Err(e.into());
             }
@@ -1142,7 +1180,8 @@ impl PartitionLog {
             // acknowledged or readable; if the undo fails, restart.
             ix.rewind(ix_mark);
             (self.written_max_ts, self.written_max_ts_pos) = before_ts;
-            self.active.set_len(self.write_pos)?;
+            file.set_len(self.write_pos)?;
+            self.active.set_dirty(self.dirty());
             return Err(LogError::NoSpace(e));
         }
         self.write_pos = pos;
@@ -1155,8 +1194,17 @@ impl PartitionLog {
         if !self.dirty() {
             return None;
         }
+        let file = match self.active_file() {
+            Ok(f) => f,
+            Err(e) => {
+                // Unreachable while dirty (the slot stays open); logged.
+                tracing::error!(dir = %self.dir.display(), error = %e, "active segment handle missing while dirty");
+                return None;
+            }
+        };
         Some(SyncTarget {
-            file: self.active.clone(),
+            file,
+            seg: self.active_seg.clone(),
             pos: self.write_pos,
             next_offset: self.next_offset,
             max_ts: self.written_max_ts,
@@ -1168,7 +1216,7 @@ impl PartitionLog {
     /// the bytes. Returns the new high watermark.
     pub fn complete_sync(&mut self, t: SyncTarget) -> i64 {
         let seg = &self.active_seg;
-        if !Arc::ptr_eq(&t.file, &self.active) || t.pos <= seg.size() {
+        if !Arc::ptr_eq(&t.seg, seg) || t.pos <= seg.size() {
             return self.high_watermark();
         }
         // Under the view lock, so a reader's snapshot of (high watermark,
@@ -1184,6 +1232,9 @@ impl PartitionLog {
         self.ongoing
             .retain(|_, (_, closed_at)| closed_at.is_none_or(|m| m >= hw));
         v.last_stable_offset = stable_offset(&self.ongoing, hw);
+        drop(v);
+        // Everything written is durable: the handle may close when idle.
+        self.active.set_dirty(self.dirty());
         t.next_offset
     }
 
@@ -1202,8 +1253,9 @@ impl PartitionLog {
     pub fn rewind_to_durable(&mut self) -> Result<(), LogError> {
         let seg = &self.active_seg;
         let size = seg.size();
-        self.active.set_len(size)?;
+        self.active_file()?.set_len(size)?;
         self.write_pos = size;
+        self.active.set_dirty(false);
         self.next_offset = seg.next_offset();
         self.written_max_ts = seg.max_ts.load(Ordering::Acquire);
         self.written_max_ts_pos = seg.max_ts_pos.load(Ordering::Acquire);
@@ -1372,12 +1424,14 @@ impl PartitionLog {
             &self.dir,
             &new_entry,
             self.cfg.index_interval_bytes,
+            &self.files,
         ));
         *new_seg.live_index.lock().unwrap() = Some(Index::new(self.cfg.index_interval_bytes));
         *new_seg.aborted.write().unwrap() = Some(Vec::new());
-        let _ = new_seg.file.set(f.clone() as Arc<dyn ReadFile>);
         self.view.write().unwrap().segments.push(new_seg.clone());
-        self.active = f;
+        let slot = FileSlot::new(self.files.clone());
+        slot.put(Handle::Write(f));
+        self.active = slot;
         self.active_seg = new_seg;
         self.active_created_ms = now_ms;
         self.write_pos = 0;
@@ -1503,7 +1557,43 @@ impl PartitionLog {
         &self,
         pos: u64,
     ) -> io::Result<Option<kaas_protocol::batch::BatchHeader>> {
-        header_at(self.active.as_ref(), pos, self.write_pos)
+        header_at(self.active_file()?.as_ref(), pos, self.write_pos)
+    }
+
+    /// The active segment's write handle, reopened if it was closed while
+    /// idle. No scan: the positions are in memory; a file shorter than what
+    /// was made durable is not ours any more (replaced under its name) and
+    /// is refused, so the leader restarts and recovers.
+    fn active_file(&self) -> io::Result<Arc<dyn WriteFile>> {
+        let path = self.active_seg.log_path();
+        let durable = self.active_seg.size();
+        let fs = self.writer.fs();
+        match self.active.get(|| {
+            let f = fs.open_write(&path)?;
+            let len = f.len()?;
+            if len < durable {
+                return Err(io::Error::other(format!(
+                    "{} holds {len} bytes, fewer than the {durable} made durable",
+                    path.display()
+                )));
+            }
+            Ok(Handle::Write(f))
+        })? {
+            Handle::Write(f) => Ok(f),
+            Handle::Read(_) => Err(io::Error::other("read handle in a write slot")),
+        }
+    }
+
+    /// Close every clean handle of this log now (tests; the broker closes
+    /// them through [`OpenFiles`] when idle). Returns how many closed.
+    pub fn close_idle_files(&self) -> usize {
+        let segs = self.view.read().unwrap().segments.clone();
+        segs.iter().filter(|s| s.file.try_close()).count() + self.active.try_close() as usize
+    }
+
+    /// Whether the active segment's write handle is open.
+    pub fn active_open(&self) -> bool {
+        self.active.is_open()
     }
 }
 

@@ -30,6 +30,11 @@ pub enum PartitionError {
     /// here (INVALID_TXN_STATE); nothing was written.
     #[error("{0}")]
     InvalidTxnState(String),
+    /// A transaction marker from a coordinator epoch older than the one
+    /// last accepted for its producer (TRANSACTION_COORDINATOR_FENCED);
+    /// nothing was written.
+    #[error("{0}")]
+    CoordinatorFenced(String),
 }
 
 /// Append validated batches. Replies once the bytes are written (not yet

@@ -6,6 +6,7 @@
 
 pub mod claim;
 pub mod commit;
+pub mod files;
 pub mod index;
 pub mod leader;
 pub mod log;

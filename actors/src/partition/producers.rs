@@ -177,6 +177,20 @@ pub enum SequenceError {
         /// Where its open transaction starts.
         first_offset: i64,
     },
+    /// TRANSACTION_COORDINATOR_FENCED (52): a marker from a coordinator
+    /// epoch older than the one last accepted for the producer.
+    #[error(
+        "marker for producer {producer_id} from coordinator epoch {coordinator_epoch}, \
+         older than {current}"
+    )]
+    CoordinatorFenced {
+        /// The producer.
+        producer_id: i64,
+        /// The marker's coordinator epoch.
+        coordinator_epoch: i32,
+        /// The coordinator epoch last accepted.
+        current: i32,
+    },
 }
 
 /// What to do with the idempotent batches of one append.
@@ -334,13 +348,30 @@ impl ProducerStates {
     /// for a producer with no open transaction (a re-sent marker, or one
     /// for a partition the producer never wrote) is allowed: it changes
     /// nothing a reader sees.
-    pub fn check_marker(&self, producer_id: i64, epoch: i16) -> Result<(), SequenceError> {
+    ///
+    /// A marker from a coordinator epoch older than the last one accepted
+    /// for this producer is refused (TRANSACTION_COORDINATOR_FENCED, as
+    /// Kafka's `ProducerAppendInfo.checkCoordinatorEpoch`): the shard moved
+    /// to a newer owner, whose decision may differ from the zombie's.
+    pub fn check_marker(
+        &self,
+        producer_id: i64,
+        epoch: i16,
+        coordinator_epoch: i32,
+    ) -> Result<(), SequenceError> {
         match self.producers.get(&producer_id) {
             Some(e) if epoch < e.epoch => Err(SequenceError::StaleEpoch {
                 producer_id,
                 epoch,
                 current: e.epoch,
             }),
+            Some(e) if coordinator_epoch < e.coordinator_epoch => {
+                Err(SequenceError::CoordinatorFenced {
+                    producer_id,
+                    coordinator_epoch,
+                    current: e.coordinator_epoch,
+                })
+            }
             _ => Ok(()),
         }
     }
@@ -805,15 +836,25 @@ mod tests {
         assert_eq!(s, before);
         // An older epoch's marker is refused; the current one closes.
         assert!(matches!(
-            s.check_marker(1, -1),
+            s.check_marker(1, -1, 7),
             Err(SequenceError::StaleEpoch { current: 0, .. })
         ));
-        assert_eq!(s.check_marker(1, 0), Ok(()));
+        assert_eq!(s.check_marker(1, 0, 7), Ok(()));
         assert_eq!(s.apply_marker(1, 0, 7, 20), Some(10));
         let e = s.get(1).unwrap();
         assert_eq!((e.txn_first_offset, e.coordinator_epoch), (None, 7));
         // Re-sent: nothing to close, still allowed (idempotent for readers).
-        assert_eq!(s.check_marker(1, 0), Ok(()));
+        assert_eq!(s.check_marker(1, 0, 7), Ok(()));
+        // From a coordinator older than the one accepted: fenced (52).
+        assert_eq!(
+            s.check_marker(1, 0, 6),
+            Err(SequenceError::CoordinatorFenced {
+                producer_id: 1,
+                coordinator_epoch: 6,
+                current: 7
+            })
+        );
+        assert_eq!(s.check_marker(1, 0, 8), Ok(()));
         assert_eq!(s.apply_marker(1, 0, 7, 21), None);
         // The next transaction opens at its own first batch.
         assert_eq!(put(&mut s, txn(1, 0, 3, 1, 30)), Ok(None));

@@ -1705,3 +1705,70 @@ fn a_rewind_reopens_the_transaction_its_marker_closed() {
         [(1, 0)]
     );
 }
+
+#[test]
+fn an_idle_log_closes_its_files_and_reopens_them_without_recovery() {
+    let d = tempfile::tempdir().unwrap();
+    let ffs = FaultFs::new();
+    let fs: SharedFs = Arc::new(ffs.clone());
+    let mut log = open(fs.clone(), d.path(), 1);
+    append(&mut log, &["a", "b"], 100);
+    log.sync_now().unwrap();
+    assert_eq!(read_all(fs.clone(), &log).len(), 2);
+    // Written but not fsynced: the write handle is never closed.
+    append(&mut log, &["c"], 200);
+    log.close_idle_files();
+    assert!(log.active_open(), "a dirty active segment stays open");
+    log.sync_now().unwrap();
+    assert!(log.close_idle_files() >= 1, "the writer closes once clean");
+    assert!(!log.active_open());
+    // A reader reopens on demand; so does the next append, and nothing of
+    // recovery runs again (no manifest, no seal, no truncation): only the
+    // append's write and fsync touch the volume.
+    assert_eq!(read_all(fs.clone(), &log).len(), 3);
+    let before = ffs.log().len();
+    append(&mut log, &["d"], 300);
+    log.sync_now().unwrap();
+    assert!(log.active_open());
+    let ops: Vec<String> = ffs.log()[before..].to_vec();
+    assert_eq!(ops.len(), 2, "{ops:?}");
+    assert!(
+        ops[0].contains("write") && ops[1].contains("sync"),
+        "{ops:?}"
+    );
+    assert_eq!(
+        read_all(fs.clone(), &log),
+        vec![
+            (0, "a".into()),
+            (1, "b".into()),
+            (2, "c".into()),
+            (3, "d".into())
+        ]
+    );
+    // What was acknowledged through the reopened handle survives a power
+    // loss, and a reopen of the log finds all of it.
+    drop(log);
+    ffs.power_loss();
+    let log = open(Arc::new(RealFs), d.path(), 1);
+    assert_eq!(read_all(Arc::new(RealFs), &log).len(), 4);
+}
+
+#[test]
+fn a_segment_replaced_under_its_name_while_closed_is_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let fs: SharedFs = Arc::new(RealFs);
+    let mut log = open(fs.clone(), d.path(), 1);
+    append(&mut log, &["a", "b"], 100);
+    log.sync_now().unwrap();
+    log.close_idle_files();
+    // Another file now holds the name (shorter than what was durable).
+    let seg = std::fs::read_dir(d.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "log"))
+        .unwrap();
+    std::fs::write(&seg, b"").unwrap();
+    let b = batch(&["c"], 200);
+    let infos = validate_batches(&b).unwrap();
+    assert!(log.append(&b, &infos).is_err());
+}

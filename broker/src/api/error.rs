@@ -103,6 +103,7 @@ impl From<&PartitionError> for ApiError {
             PartitionError::OutOfOrderSequence(_) => ResponseError::OutOfOrderSequenceNumber,
             PartitionError::InvalidProducerEpoch(_) => ResponseError::InvalidProducerEpoch,
             PartitionError::InvalidTxnState(_) => ResponseError::InvalidTxnState,
+            PartitionError::CoordinatorFenced(_) => ResponseError::TransactionCoordinatorFenced,
         })
     }
 }

@@ -103,6 +103,7 @@ async fn create_topics(b: &Arc<Broker>, r: CreateTopicsRequest, v: i16) -> Creat
             match res {
                 Ok(Ok(stamp)) => {
                     if !r.validate_only {
+                        tracing::info!(topic = %name, partitions = stamp.partitions, topic_id = %stamp.topic_id, "topic created");
                         let wait = Duration::from_millis(r.timeout_ms.clamp(0, 30_000) as u64);
                         if !await_topic_ready(b, &name, stamp.topic_id, wait).await {
                             tracing::warn!(topic = %name, "created; leaders not yet assigned");

@@ -40,11 +40,38 @@ where
     <GroupCoordinator as actix::Actor>::Context:
         actix::dev::ToEnvelope<GroupCoordinator, Traced<M>>,
 {
-    let h = b.coordinator(group_id).map_err(ApiError::from)?;
-    match h.addr.send(msg).await {
-        Ok(r) => r.map_err(ApiError::from),
-        // Stopped between lookup and handling: the shard moved.
-        Err(_) => Err(ApiError::coordinator_gone()),
+    ask_now(b, group_id, msg).await
+}
+
+/// Like [`ask`], but the message enters the coordinator's mailbox now, in
+/// the connection's dispatch phase, and only the answer is awaited later.
+/// Why: the connection resolves its answers one at a time in request order,
+/// so a lazy `ask` inside the answer future let one connection have a
+/// single commit at the coordinator at once — every pipelined commit paid
+/// its own fsync. Sent eagerly, a connection's pipelined commits reach the
+/// shard together (still in request order) and share one fsync.
+pub(crate) fn ask_now<M, T>(
+    b: &Broker,
+    group_id: &str,
+    msg: M,
+) -> impl std::future::Future<Output = Result<T, ApiError>> + Send + 'static
+where
+    M: actix::Message<Result = CoordReply<T>> + MessageName + Send + 'static,
+    T: Send + 'static,
+    GroupCoordinator: actix::Handler<Traced<M>>,
+    <GroupCoordinator as actix::Actor>::Context:
+        actix::dev::ToEnvelope<GroupCoordinator, Traced<M>>,
+{
+    let sent = b.coordinator(group_id).map(|h| h.addr.send(msg));
+    async move {
+        match sent {
+            Err(e) => Err(ApiError::from(e)),
+            Ok(req) => match req.await {
+                Ok(r) => r.map_err(ApiError::from),
+                // Stopped between lookup and handling: the shard moved.
+                Err(_) => Err(ApiError::coordinator_gone()),
+            },
+        }
     }
 }
 

@@ -5,7 +5,7 @@
 
 use super::super::error::ApiError;
 use super::super::Reply;
-use super::ask;
+use super::ask_now;
 use crate::state::Broker;
 use futures::FutureExt;
 use kaas_actors::group::messages::{CommitOffset, CommitOffsets};
@@ -15,17 +15,21 @@ use kaas_protocol::kafka_protocol::messages::offset_commit_response::{
 use kaas_protocol::kafka_protocol::messages::{OffsetCommitRequest, OffsetCommitResponse};
 use std::sync::Arc;
 
-/// Forward to the coordinator; the answer waits for the fsync.
+/// Forward to the coordinator now (dispatch phase, so a connection's
+/// pipelined commits share an fsync); the answer waits for the fsync.
 pub async fn handle(
     b: &Arc<Broker>,
     v: i16,
     r: OffsetCommitRequest,
 ) -> Reply<OffsetCommitResponse> {
-    let b = b.clone();
-    Reply::Later(async move { commit(&b, v, r).await }.boxed())
+    Reply::Later(commit(b, v, r).boxed())
 }
 
-async fn commit(b: &Broker, v: i16, r: OffsetCommitRequest) -> OffsetCommitResponse {
+fn commit(
+    b: &Broker,
+    v: i16,
+    r: OffsetCommitRequest,
+) -> impl std::future::Future<Output = OffsetCommitResponse> + Send + 'static {
     let group = r.group_id.0.to_string();
     let offsets = r
         .topics
@@ -49,30 +53,33 @@ async fn commit(b: &Broker, v: i16, r: OffsetCommitRequest) -> OffsetCommitRespo
         retention_ms: (v <= 4 && r.retention_time_ms >= 0).then_some(r.retention_time_ms),
         offsets,
     };
-    let code = match ask(b, &group, msg).await {
-        Ok(Ok(())) => 0,
-        Ok(Err(e)) => ApiError::from(e).code(),
-        Err(e) => e.code(),
-    };
-    let mut resp = OffsetCommitResponse::default();
-    resp.topics = r
-        .topics
-        .iter()
-        .map(|t| {
-            let mut rt = OffsetCommitResponseTopic::default();
-            rt.name = t.name.clone();
-            rt.partitions = t
-                .partitions
-                .iter()
-                .map(|p| {
-                    let mut rp = OffsetCommitResponsePartition::default();
-                    rp.partition_index = p.partition_index;
-                    rp.error_code = code;
-                    rp
-                })
-                .collect();
-            rt
-        })
-        .collect();
-    resp
+    let answer = ask_now(b, &group, msg);
+    async move {
+        let code = match answer.await {
+            Ok(Ok(())) => 0,
+            Ok(Err(e)) => ApiError::from(e).code(),
+            Err(e) => e.code(),
+        };
+        let mut resp = OffsetCommitResponse::default();
+        resp.topics = r
+            .topics
+            .iter()
+            .map(|t| {
+                let mut rt = OffsetCommitResponseTopic::default();
+                rt.name = t.name.clone();
+                rt.partitions = t
+                    .partitions
+                    .iter()
+                    .map(|p| {
+                        let mut rp = OffsetCommitResponsePartition::default();
+                        rp.partition_index = p.partition_index;
+                        rp.error_code = code;
+                        rp
+                    })
+                    .collect();
+                rt
+            })
+            .collect();
+        resp
+    }
 }
