@@ -84,6 +84,51 @@ impl ByteBudget {
         }
     }
 
+    /// Hold up to `want` bytes for something about to be built (a Fetch
+    /// answer): as much of `want` as is free, waiting up to `patience` for
+    /// at least `min(want, floor)` to be free. Never waits longer, and may
+    /// grant 0: whoever holds the budget may be queued behind the caller on
+    /// its own connection, so waiting for ever could deadlock; a smaller
+    /// (or empty) answer is always allowed.
+    pub async fn take_up_to(
+        self: &Arc<Self>,
+        want: usize,
+        floor: usize,
+        patience: Duration,
+    ) -> Charge {
+        let need = want.min(floor);
+        let deadline = tokio::time::Instant::now() + patience;
+        loop {
+            let freed = self.freed.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            let timed_out = tokio::time::Instant::now() >= deadline;
+            let mut used = self.used();
+            loop {
+                let free = self.limit.saturating_sub(used);
+                if free < need && !timed_out {
+                    break;
+                }
+                let n = want.min(free);
+                match self.used.compare_exchange_weak(
+                    used,
+                    used + n,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => {
+                        return Charge {
+                            budget: self.clone(),
+                            n,
+                        }
+                    }
+                    Err(now) => used = now,
+                }
+            }
+            let _ = tokio::time::timeout_at(deadline, freed).await;
+        }
+    }
+
     /// Wait until fewer than `limit` bytes are held.
     pub async fn below_limit(&self) {
         loop {
@@ -105,6 +150,13 @@ impl ByteBudget {
 pub struct Charge {
     budget: Arc<ByteBudget>,
     n: usize,
+}
+
+impl Charge {
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        self.n
+    }
 }
 
 impl Drop for Charge {
@@ -418,5 +470,37 @@ mod tests {
         drop(h2);
         assert_eq!((conn.used(), broker.used()), (0, 0));
         assert_eq!(ByteBudget::new(0).limit(), 1);
+    }
+
+    #[tokio::test]
+    async fn take_up_to_grants_what_is_free_and_waits_only_for_the_floor() {
+        let b = Arc::new(ByteBudget::new(100));
+        // Free: all of it, capped at the limit.
+        let a = b.take_up_to(60, 10, Duration::from_secs(1)).await;
+        assert_eq!((a.bytes(), b.used()), (60, 60));
+        // Less free than wanted but at least the floor: granted at once.
+        let c = b.take_up_to(60, 10, Duration::from_secs(1)).await;
+        assert_eq!((c.bytes(), b.used()), (40, 100));
+        // Nothing free: waits for a release, then takes what was freed.
+        let waiter = {
+            let b = b.clone();
+            tokio::spawn(async move { b.take_up_to(50, 10, Duration::from_secs(5)).await })
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!waiter.is_finished(), "granted with nothing free");
+        drop(a);
+        let w = waiter.await.unwrap();
+        assert_eq!((w.bytes(), b.used()), (50, 90));
+        // Less than the floor free: waits its patience, then takes what is
+        // free rather than wait for ever.
+        let t0 = std::time::Instant::now();
+        let z = b.take_up_to(50, 20, Duration::from_millis(300)).await;
+        assert!(t0.elapsed() >= Duration::from_millis(290));
+        assert_eq!((z.bytes(), b.used()), (10, 100));
+        // Nothing free at all: an empty grant, not a deadlock.
+        let e = b.take_up_to(5, 5, Duration::from_millis(50)).await;
+        assert_eq!((e.bytes(), b.used()), (0, 100));
+        drop((c, w, z, e));
+        assert_eq!(b.used(), 0);
     }
 }

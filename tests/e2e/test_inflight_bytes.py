@@ -66,3 +66,56 @@ def test_unread_answers_cannot_hold_more_than_declared(broker):
     assert inflight(broker) == 0, "a stuck connection kept its in-flight bytes"
     s.close()
     broker.assert_no_panic()
+
+
+def rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        m = re.search(r"^VmRSS:\s+(\d+) kB", f.read(), re.M)
+    assert m, "VmRSS missing"
+    return int(m.group(1)) << 10
+
+
+# Default flags: 32 MiB per connection, 256 MiB per broker.
+BROKER_DEFAULT = 256 << 20
+
+
+def test_unread_fetch_answers_stay_within_the_broker_budget(broker):
+    """The issue's case: consumers that never read their Fetch answers. Each
+    answer was built and held whole (60 such connections took a broker from
+    32 MB to 2.6 GB); now every answer is charged to the broker's budget
+    before it is built, so 16 connections asking for 30 MiB each hold at most
+    the declared 256 MiB, and other clients are still served."""
+    from confluent_kafka import Producer
+
+    from conftest import create_topic
+    create_topic(broker.bootstrap, "big", 1)
+    p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 50,
+                  "message.max.bytes": 2 << 20})
+    chunk = b"x" * (100 << 10)
+    for _ in range(300):  # ~30 MiB
+        p.produce("big", chunk, partition=0)
+        p.poll(0)
+    assert p.flush(60) == 0
+    base = rss_bytes(broker.pid)
+    socks = []
+    try:
+        for i in range(16):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.connect(broker.addr)
+            s.sendall(kw.frame(kw.fetch_request(100 + i, 4, "big", 0, 0,
+                                                max_bytes=50 << 20)))
+            socks.append(s)
+        peak = 0
+        for _ in range(30):
+            peak = max(peak, rss_bytes(broker.pid) - base)
+            time.sleep(0.1)
+        assert peak <= BROKER_DEFAULT + (64 << 20), (
+            f"16 unread fetch answers grew the broker by {peak >> 20} MiB "
+            f"(declared bound {BROKER_DEFAULT >> 20} MiB)")
+        assert inflight(broker) <= BROKER_DEFAULT + SLACK
+        assert_healthy(broker)
+    finally:
+        for s in socks:
+            s.close()
+    broker.assert_no_panic()

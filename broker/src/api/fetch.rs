@@ -33,6 +33,11 @@ use std::time::{Duration, Instant};
 /// Broker-side cap on one fetch response (Kafka's fetch.max.bytes default
 /// is 55 MiB): a client asking for i32::MAX must not make us read a segment.
 const FETCH_MAX_BYTES: usize = 64 << 20;
+/// A Fetch waits (up to [`FETCH_GRANT_PATIENCE`]) for this much of the
+/// broker's in-flight budget before it reads; past that it reads what is
+/// free, possibly nothing (an answer with offsets and no records).
+const FETCH_GRANT_FLOOR: usize = 1 << 20;
+const FETCH_GRANT_PATIENCE: Duration = Duration::from_millis(500);
 
 struct FetchItem {
     topic_idx: usize,
@@ -193,8 +198,17 @@ async fn fetch(b: &Arc<Broker>, r: FetchRequest, v: i16) -> FetchResponse {
     loop {
         let work = items.clone();
         let committed = r.isolation_level == 1;
-        let read =
-            tokio::task::spawn_blocking(move || read_items(&work, max_total, v, committed)).await;
+        // The answer is built whole in memory: hold its bytes in the
+        // broker's in-flight budget before reading, so unread answers
+        // cannot take more than --broker-inflight-bytes (a charge on the
+        // request frame alone is a few dozen bytes). Held until the answer
+        // is returned; the writer charges what it writes (crate::conn).
+        let grant = b
+            .inflight
+            .take_up_to(max_total, FETCH_GRANT_FLOOR, FETCH_GRANT_PATIENCE)
+            .await;
+        let cap = grant.bytes();
+        let read = tokio::task::spawn_blocking(move || read_items(&work, cap, v, committed)).await;
         // Serve nothing read by a broker whose lease lapsed meanwhile (a
         // long poll spans many reads): another broker may lead by now, and
         // bytes past its seal must never reach a client.
@@ -250,6 +264,7 @@ async fn fetch(b: &Arc<Broker>, r: FetchRequest, v: i16) -> FetchResponse {
                 .fetch_add(fetched, std::sync::atomic::Ordering::Relaxed);
             return resp;
         }
+        drop(grant);
         // Long poll: wait for any partition's high watermark to move.
         let mut watches: Vec<_> = items
             .iter()
