@@ -491,6 +491,8 @@ def storm_worker(addr, topic: str, groups: list[str], stop, counts, idx: int) ->
                 bad += 1
             done += 1
             inflight[i] -= 1
+            if bad == 0:
+                counts[idx] = done  # progress, so the test knows the storm is on
     counts[idx] = done if bad == 0 else -bad
     for s in socks:
         s.close()
@@ -538,7 +540,10 @@ def test_commit_storm_leaves_unrelated_produce_and_fetch_latency_bounded(broker,
     for p in procs:
         p.start()
     try:
-        time.sleep(1.0)  # the storm is on
+        # The storm is on once every worker has its commits answered (a
+        # spawned interpreter can take seconds to start on a loaded host).
+        wait_until(lambda: all(c != 0 for c in counts), timeout=60,
+                   what="every storm worker to have a commit answered")
         t0 = time.monotonic()
         during = produce_fetch_latencies(broker, quiet, 150)
         storm_s = time.monotonic() - t0

@@ -32,8 +32,11 @@ def test_time_retention_deletes_old_segments(broker, topic_name):
 
     pdir = broker.partition_dir(topic_name, 0)
     segs_before = segment_files(pdir)
-    # ~1 MB in 16 KiB segments: several segments must exist
-    assert len(segs_before) >= 2, f"expected many segments in {pdir}: {sorted(pdir.parent.rglob('*'))[:20]}"
+    # ~1 MB in 16 KiB segments: the log rolled — several segments exist, or
+    # (a slow machine, retention.ms = 1 s) retention already removed the
+    # older ones and the newest starts past 0.
+    assert len(segs_before) >= 2 or max((b for b, _, _ in segs_before), default=0) > 0, \
+        f"expected many segments in {pdir}: {sorted(pdir.parent.rglob('*'))[:20]}"
 
     c = Consumer(client_conf(broker.bootstrap, **{
         "group.id": "retention-check", "enable.auto.commit": False,
