@@ -105,6 +105,15 @@ pub enum Step {
         /// the incarnation on the volume
         id: uuid::Uuid,
     },
+    /// The incarnation this resource recorded (`status.topicId`) is gone
+    /// from the volume (deleted outside, or a reclaim interrupted between
+    /// its DeleteTopics and its status patch): forget the id, then look
+    /// again. Before any create, so the incarnation created next is
+    /// recorded as this resource's own and never reclaimed as another's.
+    Forget {
+        /// the recorded id that is gone
+        id: String,
+    },
     /// CreateTopics, then look again.
     Create {
         /// topic
@@ -254,10 +263,13 @@ pub fn decide(kt: &KafkaTopic, all: &[Arc<KafkaTopic>], vol: &Volume) -> Step {
             ),
             base,
         ),
-        Volume::Absent => Step::Create {
-            name,
-            partitions: kt.spec.partitions,
-            configs: kt.spec.config.clone(),
+        Volume::Absent => match prev.topic_id {
+            Some(id) => Step::Forget { id },
+            None => Step::Create {
+                name,
+                partitions: kt.spec.partitions,
+                configs: kt.spec.config.clone(),
+            },
         },
         Volume::Stamped(s) => {
             let id = s.topic_id.to_string();
@@ -484,11 +496,14 @@ async fn reconcile_inner(kt: &KafkaTopic, ctx: &Context) -> Result<Action, Error
             ctx.fence.check()?;
             ctx.admin.delete_incarnation(&name, id).await?;
             tracing::warn!(topic = %name, %id, "reclaimed a previous incarnation's directory through DeleteTopics");
-            let patch = serde_json::json!({ "status": { "topicId": null, "partitions": null } });
-            ctx.fence.check()?;
-            api.patch_status(&kt.name_any(), &patch_params(), &Patch::Merge(&patch))
-                .await?;
-            ctx.metrics.status_write();
+            // Killed here, the next reconcile finds the directory absent
+            // and the old id recorded: Step::Forget finishes this.
+            forget_id(&api, kt, ctx).await?;
+            Ok(again)
+        }
+        Step::Forget { id } => {
+            tracing::info!(topic = %name, %id, "the recorded incarnation is gone: forgetting its id before creating anew");
+            forget_id(&api, kt, ctx).await?;
             Ok(again)
         }
         Step::Create {
@@ -534,6 +549,16 @@ async fn reconcile_inner(kt: &KafkaTopic, ctx: &Context) -> Result<Action, Error
         }
         Step::Status(s) => write_status(&api, kt, s, ctx).await,
     }
+}
+
+/// Clear `status.topicId` (and the partition count read with it).
+async fn forget_id(api: &Api<KafkaTopic>, kt: &KafkaTopic, ctx: &Context) -> Result<(), Error> {
+    let patch = serde_json::json!({ "status": { "topicId": null, "partitions": null } });
+    ctx.fence.check()?;
+    api.patch_status(&kt.name_any(), &patch_params(), &Patch::Merge(&patch))
+        .await?;
+    ctx.metrics.status_write();
+    Ok(())
 }
 
 /// Every patch names the operator as its field manager.

@@ -339,3 +339,43 @@ async fn a_replica_without_the_lease_writes_nothing() {
     assert_eq!(b.stamp_id("taken"), Some(id));
     assert_eq!(b.stamp_id("orders"), None);
 }
+
+#[tokio::test]
+async fn reclaim_deletes_by_id_then_forgets_the_recorded_id() {
+    let (_d, b) = setup();
+    let outside = b.client_creates("orders", 3);
+    let k = owning(
+        finalized(kt("orders", 0, 3)),
+        "00000000-0000-0000-0000-000000000001",
+    );
+    let (r, seen, _) = run(k, vec![], b.clone()).await;
+    assert_eq!(r.unwrap(), Action::requeue(Duration::from_millis(500)));
+    assert_eq!(b.calls(), vec![format!("DeleteTopics orders {outside}")]);
+    assert_eq!(b.stamp_id("orders"), None);
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(
+        (seen[0].method.as_str(), seen[0].path.as_str()),
+        ("PATCH", format!("{KT_PATH}/status").as_str())
+    );
+    assert_eq!(
+        seen[0].body["status"],
+        serde_json::json!({"topicId": null, "partitions": null})
+    );
+}
+
+/// The recorded incarnation is gone (deleted outside, or a reclaim killed
+/// between its two writes): the id is forgotten before anything is created.
+#[tokio::test]
+async fn a_gone_incarnation_is_forgotten_before_a_create() {
+    let (_d, b) = setup();
+    let k = owning(
+        finalized(kt("orders", 0, 3)),
+        "00000000-0000-0000-0000-000000000001",
+    );
+    let (r, seen, _) = run(k, vec![], b.clone()).await;
+    assert_eq!(r.unwrap(), Action::requeue(Duration::from_millis(500)));
+    assert!(b.calls().is_empty(), "nothing created yet: {:?}", b.calls());
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(seen[0].path, format!("{KT_PATH}/status"));
+    assert_eq!(seen[0].body["status"]["topicId"], serde_json::Value::Null);
+}
