@@ -4,6 +4,13 @@ that matters to kube-rs shimmed.
 
 Usage: python3 kmock_server.py PORT   (serves until killed; prints "ready")
 
+Test control (not Kubernetes): POST /_shim/hold {"suffix": S, "contains": C}
+makes the next write whose path ends with S and whose body contains C hang
+unapplied (a client
+killed while it waits is a client killed before that write);
+GET /_shim/held answers how many writes hang; POST /_shim/release drops
+them (each answered 503, never applied).
+
 kmock gaps (issue 15) and what this does about them:
 * it sets no resourceVersion: every create and update here stamps a
   increasing metadata.resourceVersion into the stored object (so watch
@@ -87,7 +94,44 @@ class Emulator(kmock.KubernetesEmulator):
     _rv = itertools.count(1)
     _writes: asyncio.Lock | None = None
 
+    _holds: list | None = None
+    _held: list | None = None
+
+    async def _shim(self, request):
+        """The test-control endpoints (see the module docstring)."""
+        if self._holds is None:
+            self._holds, self._held = [], []
+        path = request.url.path
+        if path == "/_shim/hold":
+            self._holds.append({"suffix": request.data["suffix"],
+                                "contains": request.data.get("contains", "")})
+            return aiohttp.web.json_response({})
+        if path == "/_shim/held":
+            return aiohttp.web.json_response({"held": len(self._held)})
+        if path == "/_shim/release":
+            for ev in self._held:
+                ev.set()
+            self._held.clear()
+            return aiohttp.web.json_response({})
+        return failure(404, "NotFound", path)
+
+    async def _hold(self, request):
+        """Hang this write if a hold matches it; True if it was held."""
+        for h in self._holds or []:
+            body = request.body.decode(errors="replace")
+            if request.url.path.endswith(h["suffix"]) and h["contains"] in body:
+                self._holds.remove(h)
+                ev = asyncio.Event()
+                self._held.append(ev)
+                await ev.wait()
+                return True
+        return False
+
     async def _handle(self, request):
+        if request.url.path.startswith("/_shim/"):
+            return await self._shim(request)
+        if request.method != enums.method.GET and await self._hold(request):
+            return failure(503, "ServiceUnavailable", "held by the test, never applied")
         # The resourceVersion check and the write it admits are one step:
         # kmock's own lock can yield between them, and two PUTs naming the
         # same version would then both win (leader election relies on

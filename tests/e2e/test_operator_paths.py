@@ -170,3 +170,58 @@ def test_operator_invalid_spec_is_a_condition(broker, kube_api, tmp_path):
         raise
     finally:
         op.stop()
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("killed_before", [1, 2], ids=["forget-id-patch", "ready-patch"])
+# serde_json writes compact JSON: the patch bodies as the operator sends them.
+def test_reclaim_converges_when_the_operator_is_killed_between_its_writes(
+        broker, kube_api, tmp_path, killed_before):
+    """kill -9 between the writes of a reclaim: the operator is held at a
+    status patch of the resource (1: the reclaim's "forget the old id"
+    patch, its DeleteTopics already done; 2: the Ready patch recording the
+    new incarnation, its CreateTopics already done),
+    killed there, and a restarted operator (same pod name: a container
+    restart) converges — without reclaiming the incarnation it created."""
+    api = kube_api
+    create_topic(broker.bootstrap, "orders", partitions=2)
+    theirs = stamp_id(broker, "orders")
+    old = str(uuid.uuid4())
+    create_kafkatopic(api, "orders", {"partitions": 3}, status={
+        "topicName": "orders", "topicId": old, "partitions": 3, "observedGeneration": 1})
+    api.call("PATCH", f"{BASE}/orders", {"metadata": {"finalizers": ["kaas.io/topic-deletion"]}}, MERGE)
+    api.call("POST", "/_shim/hold", {"suffix": "/kafkatopics/orders/status", "contains": {
+        1: '"topicId":null', 2: '"reason":"Ready"'}[killed_before]})
+    first = Operator(api, broker, tmp_path, "first", POD_NAME="op", **FAST)
+    second = None
+    try:
+        wait_until(lambda: api.call("GET", "/_shim/held")["held"] == 1, 60,
+                   what=f"the operator at status patch {killed_before}")
+        assert stamp_id(broker, "orders") != theirs, "reclaim's DeleteTopics not yet done"
+        first.proc.kill()
+        first.proc.wait(10)
+        api.call("POST", "/_shim/release")
+        created = stamp_id(broker, "orders")
+        assert (created is None) == (killed_before == 1)
+        second = Operator(api, broker, tmp_path, "second", POD_NAME="op", **FAST)
+        obj = wait_until(lambda: ready(api.get("orders")) == ("True", "Ready") and api.get("orders"),
+                         60, what="orders Ready after the restart")
+        new = obj["status"]["topicId"]
+        assert new not in (old, theirs)
+        assert stamp_id(broker, "orders") == new
+        if created is not None:
+            assert new == created, "the incarnation created before the kill was replaced"
+        # Settled: the new incarnation stays (resyncs every 2 s).
+        time.sleep(5)
+        assert stamp_id(broker, "orders") == new
+        assert "reclaimed a previous incarnation" not in second.log_path.read_text(), second.log()
+    except BaseException:
+        print(first.log())
+        if second is not None:
+            print(second.log())
+        raise
+    finally:
+        api.call("POST", "/_shim/release")
+        first.stop()
+        if second is not None:
+            second.stop()
