@@ -9,5 +9,6 @@
 
 pub mod admin;
 pub mod crd;
+pub mod lease;
 pub mod metrics;
 pub mod reconcile;

@@ -14,6 +14,7 @@ struct Inner {
     ok: u64,
     errors: BTreeMap<&'static str, u64>,
     status_writes: u64,
+    leader: bool,
     buckets: [u64; BUCKETS.len()],
     count: u64,
     sum: f64,
@@ -49,6 +50,11 @@ impl Metrics {
             .status_writes += 1;
     }
 
+    /// Whether this replica holds the lease (reconciles) now.
+    pub fn set_leader(&self, leader: bool) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).leader = leader;
+    }
+
     /// Prometheus text exposition.
     pub fn render(&self) -> String {
         let m = self.0.lock().unwrap_or_else(|p| p.into_inner());
@@ -66,6 +72,9 @@ impl Metrics {
         out += "# HELP kaas_operator_status_writes_total Status patches sent (only on change).\n";
         out += "# TYPE kaas_operator_status_writes_total counter\n";
         out += &format!("kaas_operator_status_writes_total {}\n", m.status_writes);
+        out += "# HELP kaas_operator_leader 1 while this replica holds the lease and reconciles.\n";
+        out += "# TYPE kaas_operator_leader gauge\n";
+        out += &format!("kaas_operator_leader {}\n", u8::from(m.leader));
         out += "# HELP kaas_operator_reconcile_duration_seconds Reconcile duration.\n";
         out += "# TYPE kaas_operator_reconcile_duration_seconds histogram\n";
         for (i, b) in BUCKETS.iter().enumerate() {
@@ -136,5 +145,8 @@ mod tests {
         assert!(t.contains("kaas_operator_reconcile_duration_seconds_bucket{le=\"0.005\"} 1"));
         assert!(t.contains("kaas_operator_reconcile_duration_seconds_count 2"));
         assert!(t.contains("kaas_operator_status_writes_total 1"));
+        assert!(t.contains("kaas_operator_leader 0"));
+        m.set_leader(true);
+        assert!(m.render().contains("kaas_operator_leader 1"));
     }
 }

@@ -19,6 +19,7 @@
 
 use crate::admin::{Admin, AdminError};
 use crate::crd::{Condition, KafkaTopic, KafkaTopicStatus, FINALIZER};
+use crate::lease::{Fence, NotLeader};
 use crate::metrics::Metrics;
 use kaas_volume::topic_dir::{self, TopicStamp};
 use kube::api::{Api, Patch, PatchParams};
@@ -49,6 +50,9 @@ pub struct Context {
     pub resync: Duration,
     /// Consecutive failures per resource (uid), for the back-off.
     pub failures: std::sync::Mutex<std::collections::HashMap<String, u32>>,
+    /// Checked before every write (Kafka admin request or API patch): a
+    /// replica whose lease ran out writes nothing (see `lease`).
+    pub fence: Fence,
 }
 
 /// Back-off after the `n`th consecutive failure: 1 s doubling, capped at 5 min.
@@ -100,6 +104,15 @@ pub enum Step {
         name: String,
         /// the incarnation on the volume
         id: uuid::Uuid,
+    },
+    /// The incarnation this resource recorded (`status.topicId`) is gone
+    /// from the volume (deleted outside, or a reclaim interrupted between
+    /// its DeleteTopics and its status patch): forget the id, then look
+    /// again. Before any create, so the incarnation created next is
+    /// recorded as this resource's own and never reclaimed as another's.
+    Forget {
+        /// the recorded id that is gone
+        id: String,
     },
     /// CreateTopics, then look again.
     Create {
@@ -250,10 +263,13 @@ pub fn decide(kt: &KafkaTopic, all: &[Arc<KafkaTopic>], vol: &Volume) -> Step {
             ),
             base,
         ),
-        Volume::Absent => Step::Create {
-            name,
-            partitions: kt.spec.partitions,
-            configs: kt.spec.config.clone(),
+        Volume::Absent => match prev.topic_id {
+            Some(id) => Step::Forget { id },
+            None => Step::Create {
+                name,
+                partitions: kt.spec.partitions,
+                configs: kt.spec.config.clone(),
+            },
         },
         Volume::Stamped(s) => {
             let id = s.topic_id.to_string();
@@ -385,6 +401,9 @@ pub enum Error {
     /// Reading a stamp.
     #[error("volume: {0}")]
     Volume(#[from] std::io::Error),
+    /// The lease ran out: the write was withheld.
+    #[error("{0}")]
+    NotLeader(#[from] NotLeader),
 }
 
 impl Error {
@@ -395,6 +414,7 @@ impl Error {
             Error::Admin(AdminError::Transport(_)) => "kafka_transport",
             Error::Admin(_) => "kafka",
             Error::Volume(_) => "volume",
+            Error::NotLeader(_) => "not_leader",
         }
     }
 }
@@ -449,6 +469,7 @@ async fn reconcile_inner(kt: &KafkaTopic, ctx: &Context) -> Result<Action, Error
         Step::AddFinalizer => {
             let mut fins = kt.finalizers().to_vec();
             fins.push(FINALIZER.to_owned());
+            ctx.fence.check()?;
             patch_finalizers(&api, kt, fins).await?;
             Ok(again)
         }
@@ -459,10 +480,12 @@ async fn reconcile_inner(kt: &KafkaTopic, ctx: &Context) -> Result<Action, Error
                 .filter(|f| *f != FINALIZER)
                 .cloned()
                 .collect();
+            ctx.fence.check()?;
             patch_finalizers(&api, kt, fins).await?;
             Ok(Action::await_change())
         }
         Step::Delete(topic) => {
+            ctx.fence.check()?;
             ctx.admin.delete_topic(&topic).await?;
             tracing::info!(topic = %topic, "deleted through DeleteTopics");
             Ok(again)
@@ -470,12 +493,17 @@ async fn reconcile_inner(kt: &KafkaTopic, ctx: &Context) -> Result<Action, Error
         Step::Reclaim { name, id } => {
             // Answered once the directory no longer holds `id` (or an
             // error, and the reconcile is retried with back-off).
+            ctx.fence.check()?;
             ctx.admin.delete_incarnation(&name, id).await?;
             tracing::warn!(topic = %name, %id, "reclaimed a previous incarnation's directory through DeleteTopics");
-            let patch = serde_json::json!({ "status": { "topicId": null, "partitions": null } });
-            api.patch_status(&kt.name_any(), &patch_params(), &Patch::Merge(&patch))
-                .await?;
-            ctx.metrics.status_write();
+            // Killed here, the next reconcile finds the directory absent
+            // and the old id recorded: Step::Forget finishes this.
+            forget_id(&api, kt, ctx).await?;
+            Ok(again)
+        }
+        Step::Forget { id } => {
+            tracing::info!(topic = %name, %id, "the recorded incarnation is gone: forgetting its id before creating anew");
+            forget_id(&api, kt, ctx).await?;
             Ok(again)
         }
         Step::Create {
@@ -483,6 +511,7 @@ async fn reconcile_inner(kt: &KafkaTopic, ctx: &Context) -> Result<Action, Error
             partitions,
             configs,
         } => {
+            ctx.fence.check()?;
             match ctx.admin.create_topic(&name, partitions, &configs).await {
                 Ok(()) => tracing::info!(topic = %name, partitions, "created through CreateTopics"),
                 Err(AdminError::Kafka { code, message }) if is_spec_error(code) => {
@@ -499,6 +528,7 @@ async fn reconcile_inner(kt: &KafkaTopic, ctx: &Context) -> Result<Action, Error
             Ok(again)
         }
         Step::Grow { name, partitions } => {
+            ctx.fence.check()?;
             match ctx.admin.create_partitions(&name, partitions).await {
                 Ok(()) => Ok(again),
                 Err(AdminError::NotSupported(k)) => {
@@ -508,6 +538,7 @@ async fn reconcile_inner(kt: &KafkaTopic, ctx: &Context) -> Result<Action, Error
             }
         }
         Step::Alter { name, set, removed } => {
+            ctx.fence.check()?;
             match ctx.admin.alter_configs(&name, &set, &removed).await {
                 Ok(()) => Ok(again),
                 Err(AdminError::NotSupported(k)) => {
@@ -518,6 +549,16 @@ async fn reconcile_inner(kt: &KafkaTopic, ctx: &Context) -> Result<Action, Error
         }
         Step::Status(s) => write_status(&api, kt, s, ctx).await,
     }
+}
+
+/// Clear `status.topicId` (and the partition count read with it).
+async fn forget_id(api: &Api<KafkaTopic>, kt: &KafkaTopic, ctx: &Context) -> Result<(), Error> {
+    let patch = serde_json::json!({ "status": { "topicId": null, "partitions": null } });
+    ctx.fence.check()?;
+    api.patch_status(&kt.name_any(), &patch_params(), &Patch::Merge(&patch))
+        .await?;
+    ctx.metrics.status_write();
+    Ok(())
 }
 
 /// Every patch names the operator as its field manager.
@@ -591,6 +632,7 @@ async fn write_status(
     let next = settle(&prev, next, &now);
     if next != prev {
         let patch = serde_json::json!({ "status": next });
+        ctx.fence.check()?;
         api.patch_status(&kt.name_any(), &patch_params(), &Patch::Merge(&patch))
             .await?;
         ctx.metrics.status_write();

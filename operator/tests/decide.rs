@@ -341,6 +341,11 @@ fn apply(world: &mut Option<KafkaTopic>, b: &FakeBrokers, step: &Step) {
             s.topic_id = None;
             s.partitions = None;
         }
+        Step::Forget { .. } => {
+            let s = k.status.get_or_insert_with(Default::default);
+            s.topic_id = None;
+            s.partitions = None;
+        }
         Step::Create {
             name,
             partitions,
@@ -454,4 +459,123 @@ fn recreated_resource_gets_a_new_incarnation() {
         !b.data.join("orders/0.marker").exists(),
         "old incarnation's files inherited"
     );
+}
+
+/// The writes one step makes, in order: a reclaim is two (DeleteTopics by
+/// id, then the status patch forgetting the id), every other step one.
+fn writes(step: &Step) -> usize {
+    match step {
+        Step::Reclaim { .. } => 2,
+        _ => 1,
+    }
+}
+
+/// Apply the first `n` writes of `step` (all of them when `n >= writes`).
+fn apply_partly(world: &mut Option<KafkaTopic>, b: &FakeBrokers, step: &Step, n: usize) {
+    match step {
+        Step::Reclaim { name, id } if n < 2 => {
+            if n == 1 {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .build()
+                    .unwrap();
+                use kaas_operator::admin::Admin;
+                rt.block_on(b.delete_incarnation(name, *id)).unwrap();
+            }
+        }
+        _ if n == 0 => {}
+        _ => apply(world, b, step),
+    }
+}
+
+/// The ids DeleteTopics named (reclaims) and the plain deletes.
+fn deletes(b: &FakeBrokers) -> Vec<String> {
+    b.calls()
+        .into_iter()
+        .filter(|c| c.starts_with("DeleteTopics"))
+        .collect()
+}
+
+/// Catches: a reclaim interrupted between its DeleteTopics and its status
+/// patch (operator killed) leaving the old id in the status, so the
+/// restarted operator creates a new incarnation and then reclaims — deletes
+/// — that one too (clients may already have written to it).
+#[test]
+fn reclaim_converges_after_a_crash_between_every_write() {
+    let start = |b: &FakeBrokers| {
+        let outside = b.client_creates("orders", 3);
+        let w = Some(owning(
+            finalized(kt("orders", 0, 3)),
+            "00000000-0000-0000-0000-000000000001",
+        ));
+        (outside, w)
+    };
+    // The writes of an uninterrupted run.
+    let total = {
+        let d = tempfile::tempdir().unwrap();
+        let b = FakeBrokers::new(d.path().to_path_buf());
+        let (_, mut w) = start(&b);
+        run_until_stable(&mut w, &b, 20)
+            .iter()
+            .map(writes)
+            .sum::<usize>()
+    };
+    assert!(total >= 4, "reclaim (2), create, status: {total}");
+    for crash_after in 0..=total {
+        let d = tempfile::tempdir().unwrap();
+        let b = FakeBrokers::new(d.path().to_path_buf());
+        let (outside, mut w) = start(&b);
+        // Run until `crash_after` writes went out, possibly mid-step: the
+        // process dies there, its memory is gone.
+        let mut done = 0;
+        while done < crash_after {
+            let k = w.clone().unwrap();
+            let step = decide(&k, &[Arc::new(k.clone())], &vol(&b, "orders"));
+            let n = writes(&step).min(crash_after - done);
+            apply_partly(&mut w, &b, &step, n);
+            done += n;
+        }
+        // A restarted operator finishes.
+        run_until_stable(&mut w, &b, 20);
+        let st = w.unwrap().status.unwrap();
+        let now = b.stamp_id("orders").expect("a topic");
+        assert_ne!(now, outside, "crash after {crash_after}");
+        assert_eq!(
+            st.topic_id.as_deref(),
+            Some(now.as_str()),
+            "crash after {crash_after}"
+        );
+        assert_eq!(
+            st.conditions[0].reason, "Ready",
+            "crash after {crash_after}"
+        );
+        assert_eq!(
+            deletes(&b),
+            vec![format!("DeleteTopics orders {outside}")],
+            "crash after {crash_after}: only the previous incarnation is deleted"
+        );
+    }
+}
+
+/// Catches: a topic deleted outside the operator (a client's DeleteTopics)
+/// re-created by the resource and then reclaimed as "another incarnation".
+#[test]
+fn a_topic_deleted_outside_is_recreated_once_never_reclaimed() {
+    let (_d, b) = brokers();
+    let mut w = Some(kt("orders", 0, 3));
+    run_until_stable(&mut w, &b, 20);
+    let first = b.stamp_id("orders").unwrap();
+    // A client deletes the topic.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    use kaas_operator::admin::Admin;
+    rt.block_on(b.delete_topic("orders")).unwrap();
+    let before = deletes(&b).len();
+    run_until_stable(&mut w, &b, 20);
+    let now = b.stamp_id("orders").expect("re-created");
+    assert_ne!(now, first);
+    assert_eq!(deletes(&b).len(), before, "{:?}", b.calls());
+    let st = w.unwrap().status.unwrap();
+    assert_eq!(st.topic_id.as_deref(), Some(now.as_str()));
+    assert_eq!(st.conditions[0].reason, "Ready");
 }

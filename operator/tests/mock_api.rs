@@ -7,6 +7,7 @@ mod common;
 use common::*;
 use http::{Request, Response};
 use kaas_operator::crd::{KafkaTopic, FINALIZER};
+use kaas_operator::lease::Fence;
 use kaas_operator::metrics::Metrics;
 use kaas_operator::reconcile::{error_policy, reconcile, Context, Error};
 use kaas_protocol::kafka_protocol::messages::ApiKey;
@@ -33,6 +34,16 @@ async fn run(
     kt: KafkaTopic,
     others: Vec<KafkaTopic>,
     b: Arc<FakeBrokers>,
+) -> (Result<Action, Error>, Vec<Seen>, Arc<Context>) {
+    run_fenced(kt, others, b, Fence::unfenced()).await
+}
+
+/// [`run`] with the leader-election fence `fence`.
+async fn run_fenced(
+    kt: KafkaTopic,
+    others: Vec<KafkaTopic>,
+    b: Arc<FakeBrokers>,
+    fence: Fence,
 ) -> (Result<Action, Error>, Vec<Seen>, Arc<Context>) {
     let (svc, handle) = mock::pair::<Request<Body>, Response<Body>>();
     let obj = kt.clone();
@@ -76,6 +87,7 @@ async fn run(
         metrics: Arc::new(Metrics::default()),
         resync: Duration::from_secs(300),
         failures: Default::default(),
+        fence,
     });
     let r = reconcile(Arc::new(kt), ctx.clone()).await;
     server.abort();
@@ -290,4 +302,80 @@ async fn alter_configs_not_served_is_not_supported() {
         "NotSupported"
     );
     let _ = ApiKey::IncrementalAlterConfigs;
+}
+
+/// A replica whose lease ran out (or was never acquired) writes nothing:
+/// no Kafka admin request, no API patch, for every kind of step.
+#[tokio::test]
+async fn a_replica_without_the_lease_writes_nothing() {
+    let (_d, b) = setup();
+    let id = b.client_creates("taken", 3);
+    let expired = Fence::elected();
+    expired.set(Some(std::time::Instant::now()));
+    let cases = vec![
+        kt("orders", 0, 3),                                  // AddFinalizer
+        finalized(kt("orders", 0, 3)),                       // Create
+        finalized(kt("taken", 0, 3)),                        // Status
+        owning(finalized(kt("taken", 0, 6)), &id),           // Grow
+        deleting(owning(finalized(kt("taken", 0, 3)), &id)), // Delete
+        owning(
+            finalized(kt("taken", 0, 3)),
+            "00000000-0000-0000-0000-000000000001",
+        ), // Reclaim
+    ];
+    for k in cases {
+        for fence in [expired.clone(), Fence::elected()] {
+            let (r, seen, ctx) = run_fenced(k.clone(), vec![], b.clone(), fence).await;
+            let err = r.expect_err("a write went out without the lease");
+            assert_eq!(err.reason(), "not_leader");
+            assert!(seen.is_empty(), "{seen:?}");
+            assert!(b.calls().is_empty(), "{:?}", b.calls());
+            assert!(ctx
+                .metrics
+                .render()
+                .contains("kaas_operator_reconcile_errors_total{reason=\"not_leader\"} 1"));
+        }
+    }
+    assert_eq!(b.stamp_id("taken"), Some(id));
+    assert_eq!(b.stamp_id("orders"), None);
+}
+
+#[tokio::test]
+async fn reclaim_deletes_by_id_then_forgets_the_recorded_id() {
+    let (_d, b) = setup();
+    let outside = b.client_creates("orders", 3);
+    let k = owning(
+        finalized(kt("orders", 0, 3)),
+        "00000000-0000-0000-0000-000000000001",
+    );
+    let (r, seen, _) = run(k, vec![], b.clone()).await;
+    assert_eq!(r.unwrap(), Action::requeue(Duration::from_millis(500)));
+    assert_eq!(b.calls(), vec![format!("DeleteTopics orders {outside}")]);
+    assert_eq!(b.stamp_id("orders"), None);
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(
+        (seen[0].method.as_str(), seen[0].path.as_str()),
+        ("PATCH", format!("{KT_PATH}/status").as_str())
+    );
+    assert_eq!(
+        seen[0].body["status"],
+        serde_json::json!({"topicId": null, "partitions": null})
+    );
+}
+
+/// The recorded incarnation is gone (deleted outside, or a reclaim killed
+/// between its two writes): the id is forgotten before anything is created.
+#[tokio::test]
+async fn a_gone_incarnation_is_forgotten_before_a_create() {
+    let (_d, b) = setup();
+    let k = owning(
+        finalized(kt("orders", 0, 3)),
+        "00000000-0000-0000-0000-000000000001",
+    );
+    let (r, seen, _) = run(k, vec![], b.clone()).await;
+    assert_eq!(r.unwrap(), Action::requeue(Duration::from_millis(500)));
+    assert!(b.calls().is_empty(), "nothing created yet: {:?}", b.calls());
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(seen[0].path, format!("{KT_PATH}/status"));
+    assert_eq!(seen[0].body["status"]["topicId"], serde_json::Value::Null);
 }

@@ -10,7 +10,8 @@
   control-plane volume at KAAS_CLUSTER_DIR, env and flags that `kaas broker`
   really has (parsed from its --help), ports wired to the listeners, broker
   id from the pod ordinal, grace period above the shutdown timeout;
-* values.schema.json refusals (a claim without ReadWriteMany, two operators);
+* values.schema.json refusals (a claim without ReadWriteMany, lease timings
+  under which two operators could lead at once);
 * the brokers as the chart runs them: the rendered StatefulSet's command,
   args and env, with the pod's name and ordinal substituted and the mount
   paths and addresses mapped onto temp dirs and loopback, started as real
@@ -168,7 +169,9 @@ def test_every_values_file_is_exercised():
 @pytest.mark.parametrize("setting", [
     "storage.data.accessModes={ReadWriteOnce}",
     "storage.controlPlane.accessModes={ReadWriteOncePod}",
-    "operator.replicas=2",
+    "operator.replicas=-1",
+    "operator.leaderElection.renewDeadlineMs=15000",  # == the 15 s lease duration
+    "operator.leaderElection.retryMs=10000",  # == the renew deadline
     "broker.terminationGracePeriodSeconds=15",  # == the 15 s shutdown timeout
     "storage.data.mountPath=relative/path",
 ])
@@ -293,25 +296,53 @@ def test_substrate_check_is_on_by_default():
     assert [i["name"] for i in sts["spec"]["template"]["spec"]["initContainers"]] == ["substrate-check"]
 
 
-def test_operator_least_privilege_and_single_replica():
+def test_operator_least_privilege_and_leader_election():
     docs = render()
     assert not objs(docs, "ClusterRole") and not objs(docs, "ClusterRoleBinding")
     role = one(docs, "Role")
+    dep = one(docs, "Deployment")
     for rule in role["rules"]:
         assert "*" not in rule["verbs"] and "*" not in rule["resources"]
-        assert "delete" not in rule["verbs"] and "create" not in rule["verbs"] or rule["resources"] == ["events"]
+        assert "delete" not in rule["verbs"]
+        assert "create" not in rule["verbs"] or rule["resources"] in (["events"], ["leases"])
         assert not set(rule["resources"]) & {"secrets", "pods", "persistentvolumeclaims"}
-    dep = one(docs, "Deployment")
-    assert dep["spec"]["replicas"] == 1 and dep["spec"]["strategy"]["type"] == "Recreate"
     c = dep["spec"]["template"]["spec"]["containers"][0]
+    env = env_map(c)
+    # Leader election: the Lease is created, then read and renewed by name
+    # only; the holder identity is the pod's name.
+    lease = [r for r in role["rules"] if r["resources"] == ["leases"]]
+    assert all(r["apiGroups"] == ["coordination.k8s.io"] for r in lease)
+    assert {v for r in lease for v in r["verbs"]} == {"create", "get", "update"}
+    named = next(r for r in lease if "get" in r["verbs"])
+    assert named["resourceNames"] == [env["KAAS_OPERATOR_LEASE_NAME"]["value"]]
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    dur = int(env["KAAS_OPERATOR_LEASE_DURATION_SECONDS"]["value"]) * 1000
+    renew = int(env["KAAS_OPERATOR_LEASE_RENEW_DEADLINE_MS"]["value"])
+    assert int(env["KAAS_OPERATOR_LEASE_RETRY_MS"]["value"]) < renew < dur
+    assert dep["spec"]["replicas"] == 1
+    two = one(render(sets=("operator.replicas=2",)), "Deployment")
+    assert two["spec"]["replicas"] == 2
     # The operator reads stamps only: every mount read-only.
     assert c["volumeMounts"] and all(m.get("readOnly") for m in c["volumeMounts"])
-    env = env_map(c)
     svc = next(s for s in objs(docs, "Service") if s["metadata"]["name"] == f"{RELEASE}-kaas")
     assert env["KAAS_BOOTSTRAP"]["value"].startswith(f"{RELEASE}-kaas.{NAMESPACE}.svc.")
     assert env["KAAS_BOOTSTRAP"]["value"].endswith(f":{svc['spec']['ports'][0]['port']}")
     sts = one(docs, "StatefulSet")
     assert env["KAAS_CLUSTER_DIR"] == env_map(broker_container(sts))["KAAS_CLUSTER_DIR"]
+
+
+def test_operator_env_names_are_real_flags():
+    """Every env var the chart gives the operator is one `kaas-operator`
+    reads (from its --help), so a renamed flag cannot go unnoticed."""
+    op = kaas_bin().parent / "kaas-operator"
+    if not op.exists():
+        pytest.skip(f"{op} not built (cargo build --release -p kaas-operator)")
+    out = subprocess.run([str(op), "--help"], capture_output=True, text=True, timeout=30,
+                         check=True).stdout
+    # KAAS_LOG is the log filter, read before the flags are parsed.
+    known = set(re.findall(r"\[env: ([A-Z0-9_]+)=", out)) | {"KAAS_LOG"}
+    c = one(render(), "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert set(env_map(c)) <= known, set(env_map(c)) - known
 
 
 def test_chart_crd_is_the_committed_crdgen_output():

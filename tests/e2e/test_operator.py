@@ -94,29 +94,64 @@ def kube_api(tmp_path):
     p.wait(10)
 
 
-@pytest.mark.timeout(120)
-def test_operator_loop_against_in_memory_api_server(broker, kube_api, tmp_path):
-    op = operator_bin()
-    api = kube_api
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "kmock",
-        "clusters": [{"name": "kmock", "cluster": {"server": api.url}}],
-        "users": [{"name": "u", "user": {}}],
-        "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "u", "namespace": NS}}],
-    }))
+LEASE = "/apis/coordination.k8s.io/v1/namespaces/ns/leases"
+
+
+class Operator:
+    """One `kaas-operator` process against `api` and `broker`: its own
+    kubeconfig, metrics port and log (tmp_path/<name>.log)."""
+
+    def __init__(self, api: Api, broker, tmp_path: Path, name: str = "operator", **env: str):
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(json.dumps({
+            "apiVersion": "v1", "kind": "Config", "current-context": "kmock",
+            "clusters": [{"name": "kmock", "cluster": {"server": api.url}}],
+            "users": [{"name": "u", "user": {}}],
+            "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "u",
+                                                       "namespace": NS}}],
+        }))
+        self.name = name
+        self.mport = free_port()
+        self.log_path = tmp_path / f"{name}.log"
+        with open(self.log_path, "w") as log:
+            self.proc = subprocess.Popen([str(operator_bin())], stdout=log, stderr=subprocess.STDOUT, env={
+                "PATH": os.environ.get("PATH", ""), "KUBECONFIG": str(kubeconfig),
+                "KAAS_WATCH_NAMESPACE": NS, "KAAS_BOOTSTRAP": broker.bootstrap,
+                "KAAS_DATA_DIR": str(broker.data_dir),
+                "KAAS_OPERATOR_METRICS_LISTEN": f"127.0.0.1:{self.mport}",
+                "KAAS_LOG": "info,kaas_operator=debug", **env})
+
+    def log(self) -> str:
+        return self.log_path.read_text()[-4000:]
+
+    def metric(self, name: str) -> float:
+        return metric(self.mport, name)
+
+    def reconciles(self) -> float:
+        return self.metric("kaas_operator_reconcile_duration_seconds_count")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+def create_kafkatopic(api: Api, name: str, spec: dict, **extra) -> None:
     # kmock knows a resource once it holds an object of it: create first.
     api.call("POST", BASE, {"apiVersion": "kaas.io/v1alpha1", "kind": "KafkaTopic",
-                            "metadata": {"name": "orders", "namespace": NS},
-                            "spec": {"partitions": 3}})
-    mport = free_port()
-    log = open(tmp_path / "operator.log", "w")
-    proc = subprocess.Popen([str(op)], stdout=log, stderr=subprocess.STDOUT, env={
-        "PATH": os.environ.get("PATH", ""), "KUBECONFIG": str(kubeconfig),
-        "KAAS_WATCH_NAMESPACE": NS, "KAAS_BOOTSTRAP": broker.bootstrap,
-        "KAAS_DATA_DIR": str(broker.data_dir), "KAAS_OPERATOR_METRICS_LISTEN": f"127.0.0.1:{mport}",
-        "KAAS_LOG": "info,kaas_operator=debug"})
-    oplog = lambda: (tmp_path / "operator.log").read_text()[-4000:]  # noqa: E731
+                            "metadata": {"name": name, "namespace": NS}, "spec": spec, **extra})
+
+
+@pytest.mark.timeout(120)
+def test_operator_loop_against_in_memory_api_server(broker, kube_api, tmp_path):
+    api = kube_api
+    create_kafkatopic(api, "orders", {"partitions": 3})
+    op = Operator(api, broker, tmp_path)
+    proc, mport, oplog = op.proc, op.mport, op.log
     try:
         obj = wait_until(lambda: ready(api.get("orders")) == ("True", "Ready") and api.get("orders"),
                          30, what="orders Ready")
@@ -153,8 +188,7 @@ def test_operator_loop_against_in_memory_api_server(broker, kube_api, tmp_path):
         print(oplog())
         raise
     finally:
-        proc.terminate()
-        proc.wait(10)
+        op.stop()
 
 
 def test_kmock_shims_conflict_and_no_op(kube_api):
@@ -175,3 +209,34 @@ def test_kmock_shims_conflict_and_no_op(kube_api):
         api.call("PATCH", f"{BASE}/t", {"metadata": {"resourceVersion": rv}, "spec": {"partitions": 3}}, merge)
     assert e.value.code == 409
     assert api.get("t")["spec"]["partitions"] == 2
+
+
+def test_kmock_serves_leases_with_optimistic_concurrency(kube_api):
+    """Leader election's API: a Lease is created once (a second create is
+    409), read, replaced (PUT) naming the resourceVersion read, and a PUT
+    naming a stale one is 409 — exactly one of two racing writers wins."""
+    api = kube_api
+    assert api.call("GET", f"{LEASE}/l") is None
+    body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "l", "namespace": NS},
+            "spec": {"holderIdentity": "a", "leaseDurationSeconds": 15}}
+    api.call("POST", LEASE, body)
+    with pytest.raises(urllib.error.HTTPError) as e:
+        api.call("POST", LEASE, body)
+    assert e.value.code == 409
+    got = api.call("GET", f"{LEASE}/l")
+    rv = got["metadata"]["resourceVersion"]
+    assert got["spec"]["holderIdentity"] == "a"
+    # Replace: fields absent from the body are gone (not merged).
+    new = {**got, "spec": {"holderIdentity": "b"}}
+    put = api.call("PUT", f"{LEASE}/l", new)
+    assert put["spec"] == {"holderIdentity": "b"}
+    assert put["metadata"]["resourceVersion"] != rv
+    assert put["metadata"]["uid"] == got["metadata"]["uid"]
+    with pytest.raises(urllib.error.HTTPError) as e:
+        api.call("PUT", f"{LEASE}/l", {**got, "spec": {"holderIdentity": "c"}})
+    assert e.value.code == 409
+    assert api.call("GET", f"{LEASE}/l")["spec"]["holderIdentity"] == "b"
+    # A PUT of a missing object is 404 (the real server creates nothing).
+    assert api.call("PUT", f"{LEASE}/missing", {**body, "metadata": {"name": "missing"}}) is None
+    assert api.call("GET", f"{LEASE}/missing") is None
