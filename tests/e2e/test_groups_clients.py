@@ -541,6 +541,8 @@ def storm_worker(addr, topic: str, groups: list[str], stop, counts, idx: int) ->
                 bad += 1
             done += 1
             inflight[i] -= 1
+        # Published as it goes, so the test can wait for the storm to start.
+        counts[idx] = done if bad == 0 else -bad
     counts[idx] = done if bad == 0 else -bad
     for s in socks:
         s.close()
@@ -588,6 +590,9 @@ def test_commit_storm_leaves_unrelated_produce_and_fetch_latency_bounded(broker,
     for p in procs:
         p.start()
     try:
+        # Spawned interpreters take seconds to start on a loaded machine:
+        # measure only once every worker has commits answered.
+        wait_until(lambda: all(c != 0 for c in counts), 60, what="every storm worker committing")
         time.sleep(1.0)  # the storm is on
         t0 = time.monotonic()
         during = produce_fetch_latencies(broker, quiet, 150)
