@@ -181,6 +181,7 @@ pub fn run(args: BrokerArgs) -> anyhow::Result<()> {
             std::time::Duration::from_secs(1),
         );
         tokio::task::spawn_local(crate::http::serve(metrics, broker.clone(), files));
+        crate::http::lag::start_remote_refresh(Arc::downgrade(&broker));
         tracing::info!(
             listen = %args.listen,
             metrics = %args.metrics_listen,

@@ -158,6 +158,56 @@ def test_consumer_lag_in_metrics_and_actors_json(broker, topic_name):
     broker.assert_no_panic()
 
 
+@pytest.mark.slow
+def test_consumer_lag_of_partitions_led_by_other_brokers(broker_factory, topic_name):
+    """Three brokers: the group's coordinator leads only some of the topic's
+    partitions. Its lag (in /metrics and /api/actors) still covers every
+    partition: the high watermarks of the others are read from their
+    leaders (ListOffsets, refreshed every second), none left unknown.
+    Before that, two thirds of the partitions were unknown and the lag
+    counted only the coordinator's own."""
+    from cluster import FAST, bootstrap, create_everywhere, leaders
+    bs = broker_factory.cluster(3, FAST + ["--group-shards", "8"])
+    parts = 6
+    create_everywhere(bs, topic_name, parts)
+    produce(bootstrap(bs), topic_name, 20 * parts, parts)  # 20 per partition
+    group = f"lag-remote-{uuid.uuid4().hex[:8]}"
+    c = group_consumer(bootstrap(bs), group)
+    # Commit p on partition p: lag 20 - p each, 105 in all.
+    c.commit(offsets=[TopicPartition(topic_name, p, p) for p in range(parts)],
+             asynchronous=False)
+    c.close()
+    want = {(topic_name,): 105, **{(topic_name, p): 20 - p for p in range(parts)}}
+
+    # The coordinator is the broker whose metrics carry the group.
+    deadline = time.monotonic() + 30
+    while True:
+        got = {b.broker_id: lag_series(b.metrics(), group) for b in bs}
+        coord = [i for i, g in got.items() if g]
+        if len(coord) == 1 and got[coord[0]] == want:
+            break
+        assert time.monotonic() < deadline, f"lag per broker {got}, want {want} on one"
+        time.sleep(0.2)
+    coordinator = next(b for b in bs if b.broker_id == coord[0])
+    led = leaders(bs, topic_name)
+    assert any(l != coordinator.broker_id for l in led.values()), \
+        f"the coordinator {coordinator.broker_id} leads every partition {led}: nothing tested"
+    text = coordinator.metrics()
+    assert "kaas_consumer_lag_unknown_partitions 0" in text
+    url = coordinator.metrics_url.rsplit("/", 1)[0] + "/api/actors?kind=group_coordinator&limit=1000"
+    doc = json.load(urllib.request.urlopen(url, timeout=5))
+    [e] = [t for a in doc["actors"] for t in a["consumer_lag"]["topics"] if t["group"] == group]
+    assert (e["lag"], e["unknown_partitions"]) == (105, 0), e
+    assert [(p["partition"], p["committed"], p["high_watermark"]) for p in e["partitions"]] \
+        == [(p, p, 20) for p in range(parts)]
+
+    # More records on every partition: the remote high watermarks follow.
+    produce(bootstrap(bs), topic_name, 10 * parts, parts, start=20 * parts)
+    want = {(topic_name,): 165, **{(topic_name, p): 30 - p for p in range(parts)}}
+    wait_until(lambda: lag_series(coordinator.metrics(), group) == want, 15,
+               what=f"lag {want} on the coordinator")
+
+
 # ---------------------------------------------------------------------------
 # repeated refusals: logged once per interval per peer, not per request
 # ---------------------------------------------------------------------------
@@ -491,8 +541,8 @@ def storm_worker(addr, topic: str, groups: list[str], stop, counts, idx: int) ->
                 bad += 1
             done += 1
             inflight[i] -= 1
-            if bad == 0:
-                counts[idx] = done  # progress, so the test knows the storm is on
+        # Published as it goes, so the test can wait for the storm to start.
+        counts[idx] = done if bad == 0 else -bad
     counts[idx] = done if bad == 0 else -bad
     for s in socks:
         s.close()
@@ -540,10 +590,10 @@ def test_commit_storm_leaves_unrelated_produce_and_fetch_latency_bounded(broker,
     for p in procs:
         p.start()
     try:
-        # The storm is on once every worker has its commits answered (a
-        # spawned interpreter can take seconds to start on a loaded host).
-        wait_until(lambda: all(c != 0 for c in counts), timeout=60,
-                   what="every storm worker to have a commit answered")
+        # Spawned interpreters take seconds to start on a loaded machine:
+        # measure only once every worker has commits answered.
+        wait_until(lambda: all(c != 0 for c in counts), 60, what="every storm worker committing")
+        time.sleep(1.0)  # the storm is on
         t0 = time.monotonic()
         during = produce_fetch_latencies(broker, quiet, 150)
         storm_s = time.monotonic() - t0

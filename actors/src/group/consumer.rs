@@ -322,6 +322,26 @@ struct Member {
     session_until: Duration,
     /// Revocation deadline while `UnrevokedPartitions`.
     revoke_until: Option<Duration>,
+    /// KIP-1251 assignment epochs: the member epoch at which each partition
+    /// it owns was given to it. Runtime only: after a takeover every
+    /// partition counts as given at the loaded epoch (commits must then
+    /// carry that epoch, Kafka's strict rule, until the member moves on).
+    assigned_since: BTreeMap<(Uuid, i32), i32>,
+}
+
+impl Member {
+    /// Bring `assigned_since` in line with `rec.assigned`: partitions given
+    /// just now are given at the current epoch, those kept keep theirs.
+    fn sync_assigned_since(&mut self) {
+        let assigned = &self.rec.assigned;
+        self.assigned_since
+            .retain(|(t, p), _| assigned.get(t).is_some_and(|s| s.contains(p)));
+        for (t, ps) in assigned {
+            for &p in ps {
+                self.assigned_since.entry((*t, p)).or_insert(self.rec.epoch);
+            }
+        }
+    }
 }
 
 struct Group {
@@ -497,6 +517,7 @@ impl ConsumerGroups {
                                 rec: m.clone(),
                                 session_until: now + cfg.session_timeout,
                                 revoke_until,
+                                assigned_since: BTreeMap::new(),
                             },
                         )
                     })
@@ -566,15 +587,25 @@ impl ConsumerGroups {
         }])
     }
 
-    /// Kafka's `ConsumerGroup.validateOffsetCommit`: a commit with epoch < 0
-    /// is an admin commit, taken only while the group is empty; otherwise
-    /// the member must exist (UNKNOWN_MEMBER_ID) and its epoch be the
-    /// current one (STALE_MEMBER_EPOCH, either way, as Kafka answers).
+    /// Kafka's `ConsumerGroup.validateOffsetCommit` with KIP-1251's
+    /// assignment epochs: a commit with epoch < 0 is an admin commit, taken
+    /// only while the group is empty; otherwise the member must exist
+    /// (UNKNOWN_MEMBER_ID) and its epoch be the current one, or an older one
+    /// at which it already owned every partition committed
+    /// (`assignment epoch <= epoch <= member epoch`), else STALE_MEMBER_EPOCH.
+    ///
+    /// Why the older epoch: the member's epoch moves when the coordinator
+    /// answers a heartbeat, and a commit the client sent before that answer
+    /// arrived carries the old one. Kafka's Java client (4.x) fails a
+    /// `commitSync` on STALE_MEMBER_EPOCH instead of retrying, so the strict
+    /// rule broke every rebalance of a Java consumer that commits after
+    /// each poll (tests/e2e/test_java_client.py).
     pub fn validate_commit(
         &self,
         group: &str,
         member_id: &str,
         epoch: i32,
+        partitions: &[(&str, i32)],
     ) -> Result<(), ResponseError> {
         let Some(g) = self.groups.get(group) else {
             return Ok(());
@@ -586,8 +617,28 @@ impl ConsumerGroups {
             .members
             .get(member_id)
             .ok_or(ResponseError::UnknownMemberId)?;
-        if epoch != m.rec.epoch {
+        if epoch == m.rec.epoch {
+            return Ok(());
+        }
+        if epoch > m.rec.epoch || epoch < 0 {
             return Err(ResponseError::StaleMemberEpoch);
+        }
+        for &(topic, p) in partitions {
+            let since = g
+                .rec
+                .topics
+                .get(topic)
+                .filter(|t| m.rec.assigned.get(&t.id).is_some_and(|s| s.contains(&p)))
+                .map(|t| {
+                    m.assigned_since
+                        .get(&(t.id, p))
+                        .copied()
+                        .unwrap_or(m.rec.epoch)
+                });
+            match since {
+                Some(since) if since <= epoch => {}
+                _ => return Err(ResponseError::StaleMemberEpoch),
+            }
         }
         Ok(())
     }
@@ -836,6 +887,7 @@ impl ConsumerGroups {
                             },
                             session_until: now + cfg.session_timeout,
                             revoke_until: None,
+                            assigned_since: BTreeMap::new(),
                         },
                     );
                     changed_group = true;
@@ -943,6 +995,7 @@ impl ConsumerGroups {
         let reconciled = reconcile(&mut m.rec, target_epoch, owned.as_ref(), |t, p| {
             owners.get(&(t, p)).is_none_or(|o| *o == member_id)
         });
+        m.sync_assigned_since();
         if m.rec.state == MemberState::UnrevokedPartitions {
             if !was_unrevoked || m.revoke_until.is_none() {
                 m.revoke_until = Some(now + rebalance_timeout(&m.rec));

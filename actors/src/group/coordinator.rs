@@ -691,8 +691,13 @@ impl Handler<CommitOffsets> for GroupCoordinator {
         };
         let valid = if s.consumer.contains(&m.group_id) {
             // KIP-848: generation_id carries the member epoch.
+            let partitions: Vec<(&str, i32)> = m
+                .offsets
+                .iter()
+                .map(|o| (o.topic.as_str(), o.partition))
+                .collect();
             s.consumer
-                .validate_commit(&m.group_id, &m.member_id, m.generation_id)
+                .validate_commit(&m.group_id, &m.member_id, m.generation_id, &partitions)
         } else {
             s.groups.validate_commit(
                 &m.group_id,

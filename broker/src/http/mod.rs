@@ -19,7 +19,7 @@
 mod api;
 mod assets;
 mod files;
-mod lag;
+pub(crate) mod lag;
 
 pub use files::{ClusterFiles, Sampler};
 

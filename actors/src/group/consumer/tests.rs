@@ -383,22 +383,50 @@ fn epochs_are_fenced_and_a_lost_response_is_tolerated() {
         .0,
         ResponseError::FencedMemberEpoch
     );
-    // Offset commits: the current epoch only.
-    assert_eq!(f.groups.validate_commit("g", "a", 2), Ok(()));
+    // Offset commits: the current epoch, or (KIP-1251) an older one at
+    // which the member already owned every partition committed: a's commit
+    // sent before the answer that moved it from epoch 1 to 2.
+    let kept: Vec<i32> = a3.assignment.as_ref().unwrap()[&tid(1)]
+        .iter()
+        .copied()
+        .collect();
+    let not_a: i32 = (0..4).find(|p| !kept.contains(p)).unwrap();
+    assert_eq!(f.groups.validate_commit("g", "a", 2, &[]), Ok(()));
     assert_eq!(
-        f.groups.validate_commit("g", "a", 1),
+        f.groups.validate_commit("g", "a", 2, &[("t", not_a)]),
+        Ok(()),
+        "the current epoch is not checked per partition (Kafka's case 1)"
+    );
+    assert_eq!(
+        f.groups.validate_commit("g", "a", 1, &[("t", kept[0])]),
+        Ok(())
+    );
+    assert_eq!(
+        f.groups
+            .validate_commit("g", "a", 1, &[("t", kept[0]), ("t", not_a)]),
+        Err(ResponseError::StaleMemberEpoch),
+        "an old epoch for a partition the member does not own"
+    );
+    assert_eq!(
+        f.groups.validate_commit("g", "a", 1, &[("other", 0)]),
+        Err(ResponseError::StaleMemberEpoch),
+        "an old epoch for a topic outside the group"
+    );
+    assert_eq!(
+        f.groups.validate_commit("g", "a", 0, &[("t", kept[0])]),
+        Err(ResponseError::StaleMemberEpoch),
+        "an epoch older than the partition's assignment"
+    );
+    assert_eq!(
+        f.groups.validate_commit("g", "a", 3, &[]),
         Err(ResponseError::StaleMemberEpoch)
     );
     assert_eq!(
-        f.groups.validate_commit("g", "a", 3),
-        Err(ResponseError::StaleMemberEpoch)
-    );
-    assert_eq!(
-        f.groups.validate_commit("g", "x", 2),
+        f.groups.validate_commit("g", "x", 2, &[]),
         Err(ResponseError::UnknownMemberId)
     );
     assert_eq!(
-        f.groups.validate_commit("g", "", -1),
+        f.groups.validate_commit("g", "", -1, &[]),
         Err(ResponseError::UnknownMemberId),
         "an admin commit only while the group is empty"
     );
@@ -636,9 +664,74 @@ fn leave_releases_and_delete_needs_an_empty_group() {
     assert_eq!(left.member_epoch, -1);
     assert!(a.member_epoch > 0);
     assert_eq!(f.group().state, "Empty");
-    assert_eq!(f.groups.validate_commit("g", "", -1), Ok(()));
+    assert_eq!(f.groups.validate_commit("g", "", -1, &[]), Ok(()));
     assert!(f.groups.delete("g").is_ok());
     assert!(!f.groups.contains("g"));
+}
+
+/// KIP-1251 assignment epochs: after b leaves, a takes b's partitions at a
+/// new epoch; a commit a sent with its previous epoch is taken for what it
+/// owned then and refused for what it was given only at the new epoch. A
+/// new owner of the shard knows no assignment epochs: it takes the current
+/// epoch only (Kafka's strict rule), never less than before.
+#[test]
+fn a_commit_with_the_previous_epoch_is_taken_for_partitions_owned_then() {
+    let mut f = Fixture::new(4);
+    let mut members = BTreeMap::new();
+    for id in ["a", "b"] {
+        let j = f.join(id);
+        members.insert(id.to_string(), (j.member_epoch, j.assignment.unwrap()));
+    }
+    converge(&mut f, &mut members);
+    let (ea, owned_a) = members["a"].clone();
+    let (eb, owned_b) = members["b"].clone();
+    assert_eq!(count(&owned_a), 2);
+    let mine = *owned_a[&tid(1)].iter().next().unwrap();
+    let bs = *owned_b[&tid(1)].iter().next().unwrap();
+    f.hb(ConsumerHeartbeat {
+        group_id: "g".into(),
+        member_id: "b".into(),
+        member_epoch: -1,
+        ..Default::default()
+    })
+    .unwrap();
+    let now = f.beat("a", ea, &owned_a);
+    assert!(now.member_epoch > ea && now.member_epoch > eb);
+    assert_eq!(count(now.assignment.as_ref().unwrap()), 4);
+    let e = now.member_epoch;
+    let g = f.groups.validate_commit("g", "a", ea, &[("t", mine)]);
+    assert_eq!(g, Ok(()), "owned at the previous epoch");
+    assert_eq!(
+        f.groups
+            .validate_commit("g", "a", ea, &[("t", mine), ("t", bs)]),
+        Err(ResponseError::StaleMemberEpoch),
+        "b's partition was given to a only at epoch {e}"
+    );
+    assert_eq!(f.groups.validate_commit("g", "a", e, &[("t", bs)]), Ok(()));
+    assert_eq!(
+        f.groups.validate_commit("g", "a", e + 1, &[("t", mine)]),
+        Err(ResponseError::StaleMemberEpoch),
+        "an epoch from the future"
+    );
+    // A takeover: the new owner rebuilds the member without assignment
+    // epochs, so only the current epoch commits.
+    let mut durable = StoredGroups::new();
+    for r in &f.log {
+        apply(&mut durable, r);
+    }
+    let state = ShardState {
+        consumer: durable,
+        ..ShardState::default()
+    };
+    f.groups = ConsumerGroups::load(&state, ConsumerConfig::default(), f.clock.clone());
+    assert_eq!(
+        f.groups.validate_commit("g", "a", ea, &[("t", mine)]),
+        Err(ResponseError::StaleMemberEpoch)
+    );
+    assert_eq!(
+        f.groups.validate_commit("g", "a", e, &[("t", mine)]),
+        Ok(())
+    );
 }
 
 /// The consumer records through the shard log with a crash at every

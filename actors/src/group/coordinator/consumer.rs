@@ -386,6 +386,18 @@ mod tests {
             })
             .sum();
         assert_eq!(total, 4);
+        // A partition a owns, at its epoch before the takeover: the new
+        // owner knows no assignment epochs (KIP-1251), so the strict rule.
+        let mine = *again
+            .assignment
+            .as_ref()
+            .unwrap()
+            .values()
+            .next()
+            .unwrap()
+            .iter()
+            .next()
+            .unwrap();
         let stale = next
             .addr
             .send(crate::group::messages::CommitOffsets {
@@ -394,7 +406,13 @@ mod tests {
                 instance_id: None,
                 generation_id: 1,
                 retention_ms: None,
-                offsets: Vec::new(),
+                offsets: vec![crate::group::messages::CommitOffset {
+                    topic: "t".into(),
+                    partition: mine,
+                    offset: 1,
+                    leader_epoch: -1,
+                    metadata: None,
+                }],
             })
             .await
             .unwrap();
