@@ -10,16 +10,17 @@ end offsets and resumes from them with no loss and no duplicate.
 
 Run against one broker (both substrates) and a 3-broker cluster (so the
 coordinator, the partition leaders and the client's bootstrap broker are
-usually different brokers). tests/java/fetch.sh (run by .ci/run) fetches the
-client and compiles the program; the tests skip only when java/javac is
-missing.
+usually different brokers). tests/java/fetch.sh provides the client (a jar
+named by KAAS_KAFKA_CLIENTS_JAR, or Maven Central when reachable) and
+compiles the program; the tests skip, saying why, when no JDK, slf4j or
+kafka-clients jar is available — as on this project's CI machines, which
+reach no Maven repository.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 import uuid
@@ -40,11 +41,11 @@ GROUP_ARGS = ["--group-shards", "8", "--group-initial-rebalance-delay-ms", "300"
 
 @pytest.fixture(scope="module")
 def java_classpath() -> str:
-    if shutil.which("java") is None or shutil.which("javac") is None:
-        pytest.skip("java/javac missing (.ci/apt-packages.txt installs openjdk-17-jdk-headless)")
     # fetch.sh is idempotent: with the jar and classes in place it only checks.
     r = subprocess.run(["bash", str(JAVA_DIR / "fetch.sh")], capture_output=True, text=True,
                        env={**os.environ, "PYTHON": sys.executable}, timeout=300)
+    if r.returncode == 3:
+        pytest.skip(r.stderr.strip() or "java client unavailable")
     assert r.returncode == 0, f"tests/java/fetch.sh failed:\n{r.stdout}\n{r.stderr}"
     return ":".join([str(JAVA_DIR / "classes"), str(JAVA_DIR / "lib" / "kafka-clients.jar"), *SLF4J])
 

@@ -1,60 +1,52 @@
 #!/usr/bin/env bash
-# Fetch the official Java Kafka client (kafka-clients) for
+# Provide the official Java Kafka client (kafka-clients) for
 # tests/e2e/test_java_client.py and compile tests/java/src against it.
 #
-# Why not Maven: this project's machines and CI reach crates.io, PyPI, npm
-# and Debian only; Maven Central is not among them. The one registry
-# package found that carries kafka-clients 4.x unshaded is the PyPI wheel
-# atoti-server-kafka: its plugin.jar bundles org.apache.kafka:kafka-clients
-# 4.2.1 (Apache-2.0 classes, unrenamed) with lz4. The wheel is downloaded
-# with pip (--no-deps, never installed), checked against a pinned sha256,
-# and only its jar is kept. slf4j and the JDK come from Debian
-# (libslf4j-java, openjdk-17-jdk-headless in .ci/apt-packages.txt).
+# Where the jar comes from, in order:
+#   1. $KAAS_KAFKA_CLIENTS_JAR — a kafka-clients 4.x jar you provide;
+#   2. Maven Central (repo1.maven.org), checked against the .sha1 published
+#      beside it — when that host is reachable.
+# This project's CI machines reach crates.io, PyPI, npm and Debian only, so
+# there the script exits 3 and the Java tests skip, saying why. (A PyPI
+# wheel that bundles kafka-clients exists, but its licence is "free for
+# non-commercial use": not a dependency this project takes.)
+# slf4j comes from Debian (libslf4j-java), the JDK from the machine.
 #
 # Output (gitignored): tests/java/lib/kafka-clients.jar, tests/java/classes/.
 # Idempotent: a re-run with both up to date does no network and no javac.
+# Exit codes: 0 ready, 3 unavailable here (skip), anything else a failure.
 set -euo pipefail
 cd "$(dirname "$0")"
 
-WHEEL_SPEC="atoti-server-kafka==6.2.2"
-WHEEL_FILE="atoti_server_kafka-6.2.2-py3-none-any.whl"
-WHEEL_SHA256="c1dfa79b21908d467ff31cc95ac021d3e5f950ae3a4a5e825421c5fca06bab1d"
 KAFKA_VERSION="4.2.1"
+CENTRAL="https://repo1.maven.org/maven2/org/apache/kafka/kafka-clients/$KAFKA_VERSION"
 SLF4J_JARS="/usr/share/java/slf4j-api.jar:/usr/share/java/slf4j-simple.jar"
-PY="${PYTHON:-python3}"
 
-mkdir -p lib .cache
-if [ ! -s lib/kafka-clients.jar ]; then
-    if [ ! -s ".cache/$WHEEL_FILE" ]; then
-        # --python-version: the wheel is pure Python (py3-none-any) but says
-        # Requires-Python >= 3.12; it is only unpacked, never installed.
-        "$PY" -m pip download -q --disable-pip-version-check --no-deps \
-            --only-binary=:all: --python-version 3.12 -d .cache "$WHEEL_SPEC"
-    fi
-    echo "$WHEEL_SHA256  .cache/$WHEEL_FILE" | sha256sum -c --quiet
-    "$PY" - ".cache/$WHEEL_FILE" lib/kafka-clients.jar "$KAFKA_VERSION" <<'PYEOF'
-import io, os, sys, zipfile
-wheel, out, want = sys.argv[1:4]
-with zipfile.ZipFile(wheel) as w:
-    data = w.read("_atoti_server_kafka/__resources__/plugin.jar")
-props = zipfile.ZipFile(io.BytesIO(data)).read("kafka/kafka-version.properties").decode()
-got = dict(l.split("=", 1) for l in props.split() if "=" in l).get("version")
-if got != want:
-    sys.exit(f"the wheel's jar holds kafka-clients {got}, expected {want}")
-with open(out + ".tmp", "wb") as f:
-    f.write(data)
-os.replace(out + ".tmp", out)
-PYEOF
-fi
+unavailable() { echo "java client unavailable: $*" >&2; exit 3; }
 
+command -v java >/dev/null && command -v javac >/dev/null || unavailable "java/javac missing"
 for j in ${SLF4J_JARS//:/ }; do
-    [ -s "$j" ] || { echo "$j missing: apt-get install libslf4j-java" >&2; exit 1; }
+    [ -s "$j" ] || unavailable "$j missing (Debian: libslf4j-java)"
 done
 
-# Compile when a source is newer than the stamp (or there is no stamp).
-if [ ! -e classes/.stamp ] || [ -n "$(find src -name '*.java' -newer classes/.stamp)" ]; then
+mkdir -p lib
+if [ -n "${KAAS_KAFKA_CLIENTS_JAR:-}" ]; then
+    [ -s "$KAAS_KAFKA_CLIENTS_JAR" ] || { echo "KAAS_KAFKA_CLIENTS_JAR=$KAAS_KAFKA_CLIENTS_JAR: no such jar" >&2; exit 1; }
+    cmp -s "$KAAS_KAFKA_CLIENTS_JAR" lib/kafka-clients.jar 2>/dev/null \
+        || cp "$KAAS_KAFKA_CLIENTS_JAR" lib/kafka-clients.jar
+elif [ ! -s lib/kafka-clients.jar ]; then
+    curl -sf --max-time 5 -o /dev/null "$CENTRAL/kafka-clients-$KAFKA_VERSION.jar.sha1" \
+        || unavailable "Maven Central not reachable; set KAAS_KAFKA_CLIENTS_JAR to a kafka-clients 4.x jar"
+    curl -sf --max-time 120 -o lib/kafka-clients.jar.tmp "$CENTRAL/kafka-clients-$KAFKA_VERSION.jar"
+    sha1="$(curl -sf --max-time 10 "$CENTRAL/kafka-clients-$KAFKA_VERSION.jar.sha1" | cut -c1-40)"
+    echo "$sha1  lib/kafka-clients.jar.tmp" | sha1sum -c --quiet
+    mv lib/kafka-clients.jar.tmp lib/kafka-clients.jar
+fi
+
+# Compile when a source or the jar is newer than the stamp (or no stamp).
+if [ ! -e classes/.stamp ] || [ -n "$(find src lib -newer classes/.stamp -type f)" ]; then
     rm -rf classes && mkdir -p classes
     javac -nowarn -d classes -cp "lib/kafka-clients.jar:$SLF4J_JARS" src/*.java
     touch classes/.stamp
 fi
-echo "java client ready: kafka-clients $KAFKA_VERSION, classpath tests/java/classes:tests/java/lib/kafka-clients.jar:$SLF4J_JARS"
+echo "java client ready: classpath tests/java/classes:tests/java/lib/kafka-clients.jar:$SLF4J_JARS"
