@@ -21,3 +21,4 @@ pub mod server;
 pub mod state;
 pub mod substrate_cmd;
 pub mod txn_markers;
+pub mod txn_verify;

@@ -809,6 +809,32 @@ impl Handler<AddTxnPartitions> for TxnCoordinator {
     }
 }
 
+impl Handler<VerifyTxnPartitions> for TxnCoordinator {
+    type Result = ResponseFuture<CoordReply<Result<Vec<bool>, ResponseError>>>;
+    fn handle(&mut self, m: VerifyTxnPartitions, ctx: &mut Context<Self>) -> Self::Result {
+        if matches!(self.phase, Phase::Idle) {
+            return ready(Ok(Err(ResponseError::InvalidProducerIdMapping)));
+        }
+        let s = match self.serving() {
+            Ok(s) => s,
+            Err(e) => return ready(Err(e)),
+        };
+        match TxnMachine::verify(
+            &s.view,
+            &m.transactional_id,
+            m.producer_id,
+            m.producer_epoch,
+            &m.partitions,
+        ) {
+            Err(e) => ready(Ok(Err(e))),
+            // The view may hold an AddPartitions not yet fsynced: "added"
+            // is said only once it is durable, as AddPartitionsToTxn's
+            // own answer.
+            Ok(v) => self.answer(None, Ok(v), ctx),
+        }
+    }
+}
+
 impl Handler<EndTxn> for TxnCoordinator {
     type Result = ResponseFuture<CoordReply<Result<(), ResponseError>>>;
     fn handle(&mut self, m: EndTxn, ctx: &mut Context<Self>) -> Self::Result {
@@ -900,6 +926,7 @@ impl Handler<StopTxnCoordinator> for TxnCoordinator {
 crate::instrumented!(
     TxnCoordinator: InitTxnProducer,
     AddTxnPartitions,
+    VerifyTxnPartitions,
     EndTxn,
     DescribeTxns,
     ListTxns,
