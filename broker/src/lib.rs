@@ -21,4 +21,3 @@ pub mod server;
 pub mod state;
 pub mod substrate_cmd;
 pub mod txn_markers;
-pub mod txn_verify;

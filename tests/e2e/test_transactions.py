@@ -305,6 +305,59 @@ def test_offsets_in_a_transaction_fencing_and_admin_answers(broker, topic_name):
 
 
 @pytest.mark.broker_args("--transactional-id-expiration-ms", "1500")
+DELETE_GROUPS = 42
+
+
+def delete_groups(addr, groups: list[str]) -> dict[str, int]:
+    """DeleteGroups v1: group -> error code."""
+    body = w.i32(len(groups)) + b"".join(w.string(g) for g in groups)
+    r = call(addr, DELETE_GROUPS, 1, body, False)
+    r.i32()
+    return {r.string(): r.i16() for _ in range(r.i32())}
+
+
+def test_delete_groups_drops_offsets_a_transaction_still_holds(broker, topic_name):
+    """A transaction sends offsets for a group (TxnOffsetCommit: pending);
+    the group is deleted before the transaction commits; the COMMIT marker
+    must not revive the deleted group's offsets — neither those it had
+    committed before nor those only the transaction held (Kafka's
+    `deleteAllOffsets` tombstones pending-only keys too)."""
+    create_topic(broker.bootstrap, topic_name, 2)
+    a = broker.addr
+    txn = f"tx-{uuid.uuid4().hex[:8]}"
+    group = txn
+    pid, epoch = init_retrying(a, txn)
+    # First transaction: partition 0's offset is committed.
+    assert add_offsets(a, txn, pid, epoch, group) == NONE
+    assert set(txn_offset_commit(a, txn, group, pid, epoch, {(topic_name, 0): 5}).values()) == {0}
+    assert end_txn(a, txn, pid, epoch, commit=True) == NONE
+    wait_state(a, txn, "CompleteCommit")
+    assert offset_fetch(a, group, topic_name, [0, 1], True) == {0: (5, 0), 1: (-1, 0)}
+    # Second transaction: offsets for both partitions, partition 1's held
+    # only by the transaction.
+    assert add_offsets(a, txn, pid, epoch, group) == NONE
+    errs = txn_offset_commit(a, txn, group, pid, epoch, {(topic_name, 0): 6, (topic_name, 1): 7})
+    assert set(errs.values()) == {NONE}, errs
+    assert delete_groups(a, [group]) == {group: NONE}
+    assert end_txn(a, txn, pid, epoch, commit=True) == NONE
+    wait_state(a, txn, "CompleteCommit")
+    assert offset_fetch(a, group, topic_name, [0, 1], False) == {0: (-1, 0), 1: (-1, 0)}, \
+        "the commit marker revived a deleted group's offsets"
+    # And after a restart (the state rebuilt from the shard's log).
+    broker.restart()
+    wait_until(lambda: offset_fetch_or_none(broker.addr, group, topic_name, [0, 1]) is not None,
+               timeout=30, what="the group shard serving again")
+    assert offset_fetch(broker.addr, group, topic_name, [0, 1], False) == {0: (-1, 0), 1: (-1, 0)}
+
+
+def offset_fetch_or_none(addr, group, topic, partitions):
+    try:
+        got = offset_fetch(addr, group, topic, partitions, False)
+    except (AssertionError, OSError):
+        return None
+    return got if all(err == 0 for _, err in got.values()) else None
+
+
 def test_a_timed_out_transaction_is_aborted_and_an_idle_id_expires(broker, topic_name):
     a = broker.addr
     txn = f"tx-{uuid.uuid4().hex[:8]}"

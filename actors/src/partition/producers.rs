@@ -632,7 +632,10 @@ impl TxnVerifications {
             if !transactional || pid < 0 {
                 continue;
             }
-            if states.get(pid).is_some_and(|e| e.txn_first_offset.is_some()) {
+            if states
+                .get(pid)
+                .is_some_and(|e| e.txn_first_offset.is_some())
+            {
                 continue;
             }
             match opening {
@@ -1151,10 +1154,7 @@ mod tests {
         v.appended([1].into_iter());
         assert!(v.is_empty());
         // The common path: the open transaction needs no second look.
-        assert_eq!(
-            v.admit(&s, [(1, 0, true)].into_iter(), None),
-            Admission::Go
-        );
+        assert_eq!(v.admit(&s, [(1, 0, true)].into_iter(), None), Admission::Go);
         // The marker closes it; a verification obtained before the marker
         // no longer opens a new one.
         s.apply_marker(1, 0, 0, 20);

@@ -14,7 +14,7 @@
 //! (WriteTxnMarkers). KIP-890 part 1: when a batch would open a
 //! transaction at the partition, the leader answers `TxnUnverified`, this
 //! handler asks the coordinator whether the partition is in the
-//! transaction (`crate::txn_verify`) and appends again with the leader's
+//! transaction (`txn::verify`) and appends again with the leader's
 //! token; not in it is INVALID_TXN_STATE and nothing is written. The
 //! verification runs in the dispatch phase, so the appends of one
 //! connection stay in request order.
@@ -215,7 +215,9 @@ pub async fn handle(b: &Arc<Broker>, v: i16, r: ProduceRequest) -> Reply<Produce
                 (records, infos, -1)
             };
             if txn_id.is_none() && infos.iter().any(|i| i.is_transactional()) {
-                slots.push(fail(ResponseError::TransactionalIdAuthorizationFailed.into()));
+                slots.push(fail(
+                    ResponseError::TransactionalIdAuthorizationFailed.into(),
+                ));
                 continue;
             }
             let append = |verified| AppendBatches {
@@ -233,7 +235,7 @@ pub async fn handle(b: &Arc<Broker>, v: i16, r: ProduceRequest) -> Reply<Produce
             {
                 let id = txn_id.as_deref().unwrap_or_default();
                 let checked = if b.args.transaction_partition_verification_enable {
-                    crate::txn_verify::verify(
+                    super::txn::verify::verify(
                         b,
                         id,
                         producer_id,

@@ -10,7 +10,7 @@
 //! `verify_only`, checked without a write (a partition leader asking
 //! whether a partition is in the transaction before it writes the
 //! transaction's first batch there: INVALID_TXN_STATE if not; see
-//! `crate::txn_verify`). v5 (KIP-890 part 2, TRANSACTION_ABORTABLE) is not
+//! `super::verify`). v5 (KIP-890 part 2, TRANSACTION_ABORTABLE) is not
 //! advertised.
 
 use super::super::Reply;

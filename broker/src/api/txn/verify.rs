@@ -49,17 +49,36 @@ pub async fn verify(
         partitions: vec![(topic.to_owned(), partition)],
     };
     let code = match b.txn_coordinator(transactional_id) {
-        Ok(_) => match crate::api::txn::ask(b, transactional_id, msg()).await {
+        Ok(_) => match super::ask(b, transactional_id, msg()).await {
             Ok(Ok(v)) if v.first() == Some(&true) => 0,
             Ok(Ok(_)) => ResponseError::InvalidTxnState.code(),
             Ok(Err(e)) => e.code(),
             Err(e) => e.code(),
         },
-        Err(_) => remote(b, transactional_id, producer_id, producer_epoch, topic, partition).await,
+        Err(_) => {
+            remote(
+                b,
+                transactional_id,
+                producer_id,
+                producer_epoch,
+                topic,
+                partition,
+            )
+            .await
+        }
     };
     let out = for_producer(code);
     if out != 0 {
-        tracing::debug!(transactional_id, producer_id, producer_epoch, topic, partition, coordinator_code = code, code = out, "transactional produce not verified");
+        tracing::debug!(
+            transactional_id,
+            producer_id,
+            producer_epoch,
+            topic,
+            partition,
+            coordinator_code = code,
+            code = out,
+            "transactional produce not verified"
+        );
     }
     match ResponseError::try_from_code(out) {
         None => Ok(()),
@@ -85,7 +104,13 @@ async fn remote(
     let Some(peer) = a.brokers.iter().find(|x| x.id == owner && owner >= 0) else {
         return ResponseError::CoordinatorNotAvailable.code();
     };
-    let req = request(transactional_id, producer_id, producer_epoch, topic, partition);
+    let req = request(
+        transactional_id,
+        producer_id,
+        producer_epoch,
+        topic,
+        partition,
+    );
     match b
         .peers
         .send(&peer.host, peer.port, VERIFY_VERSION, &req)
@@ -169,7 +194,11 @@ mod tests {
         assert_eq!(for_producer(0), 0);
         assert_eq!(for_producer(48), 48, "INVALID_TXN_STATE passes");
         assert_eq!(for_producer(49), 49, "INVALID_PRODUCER_ID_MAPPING passes");
-        assert_eq!(for_producer(90), 47, "PRODUCER_FENCED -> INVALID_PRODUCER_EPOCH");
+        assert_eq!(
+            for_producer(90),
+            47,
+            "PRODUCER_FENCED -> INVALID_PRODUCER_EPOCH"
+        );
         for c in [13, 14, 15, 16, 51] {
             assert_eq!(for_producer(c), 19, "{c} -> NOT_ENOUGH_REPLICAS");
         }
