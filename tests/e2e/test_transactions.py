@@ -304,7 +304,6 @@ def test_offsets_in_a_transaction_fencing_and_admin_answers(broker, topic_name):
     assert offset_fetch(broker.addr, group, topic_name, [0, 1], True) == {0: (5, 0), 1: (7, 0)}
 
 
-@pytest.mark.broker_args("--transactional-id-expiration-ms", "1500")
 DELETE_GROUPS = 42
 
 
@@ -358,6 +357,7 @@ def offset_fetch_or_none(addr, group, topic, partitions):
     return got if all(err == 0 for _, err in got.values()) else None
 
 
+@pytest.mark.broker_args("--transactional-id-expiration-ms", "1500")
 def test_a_timed_out_transaction_is_aborted_and_an_idle_id_expires(broker, topic_name):
     a = broker.addr
     txn = f"tx-{uuid.uuid4().hex[:8]}"
