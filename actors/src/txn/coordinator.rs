@@ -224,6 +224,10 @@ pub struct TxnCoordinator {
     /// previous transaction was being completed, by id: retried as soon
     /// as it completes (see [`PARK_ADDS_FOR`]).
     parked_adds: HashMap<String, Vec<(AddTxnPartitions, AddReply)>>,
+    /// The ticket of each id's last state record appended by this owner:
+    /// a verification (KIP-890) answers at once when it is durable, and
+    /// otherwise waits for the fsync like every answer.
+    written: HashMap<String, Ticket>,
     stop_waiters: Vec<oneshot::Sender<()>>,
     stopping: bool,
     /// A state-changing request came while probing: open when done.
@@ -284,6 +288,7 @@ impl TxnCoordinator {
             to_drive: VecDeque::new(),
             driving: HashSet::new(),
             parked_adds: HashMap::new(),
+            written: HashMap::new(),
             stop_waiters: Vec::new(),
             stopping: false,
             open_wanted: false,
@@ -429,6 +434,14 @@ impl TxnCoordinator {
     fn persist(&mut self, m: TxnMeta, ctx: &mut Context<Self>) -> Option<Ticket> {
         let preparing = m.status.preparing();
         let t = self.append(&[TxnRecord::Txn(m.clone())], ctx)?;
+        self.written.insert(m.transactional_id.clone(), t);
+        if self.written.len() > 4096 {
+            // Only tickets not yet durable matter; the rest go.
+            if let Phase::Serving(s) = &self.phase {
+                let durable = s.log.durable();
+                self.written.retain(|_, t| *t > durable);
+            }
+        }
         if preparing {
             self.to_drive.push_back((t, m));
         }
@@ -919,8 +932,23 @@ impl Handler<VerifyTxnPartitions> for TxnCoordinator {
             Err(e) => ready(Ok(Err(e))),
             // The view may hold an AddPartitions not yet fsynced: "added"
             // is said only once it is durable, as AddPartitionsToTxn's
-            // own answer.
-            Ok(v) => self.answer(None, Ok(v), ctx),
+            // own answer. Usually it is (the client produces after that
+            // answer): then at once, not after the fsync of whatever else
+            // the shard is writing.
+            Ok(v) => {
+                let durable = s.log.durable();
+                let pending = self
+                    .written
+                    .get(&m.transactional_id)
+                    .is_some_and(|t| *t > durable);
+                if pending {
+                    self.answer(None, Ok(v), ctx)
+                } else if self.lease_ok() {
+                    ready(Ok(Ok(v)))
+                } else {
+                    ready(Err(CoordinatorError::NotCoordinator))
+                }
+            }
         }
     }
 }
