@@ -71,6 +71,18 @@ pub struct BrokerArgs {
         default_value_t = 604_800_000
     )]
     pub transactional_id_expiration_ms: i64,
+    /// transaction.partition.verification.enable (KIP-890 part 1): a
+    /// partition leader asks the transaction coordinator whether the
+    /// partition is in the producer's transaction before writing the
+    /// transaction's first batch there. `false` only for tests that play
+    /// the coordinator themselves (as Kafka's flag).
+    #[arg(
+        long,
+        env = "KAAS_TRANSACTION_PARTITION_VERIFICATION_ENABLE",
+        default_value_t = true,
+        action = clap::ArgAction::Set
+    )]
+    pub transaction_partition_verification_enable: bool,
     /// Partitions of auto-created topics (num.partitions).
     #[arg(long, env = "KAAS_DEFAULT_PARTITIONS", default_value_t = 1)]
     pub default_partitions: i32,
@@ -283,6 +295,15 @@ mod tests {
         let mut argv = vec!["kaas"];
         argv.extend_from_slice(extra);
         Cli::try_parse_from(argv).unwrap().args
+    }
+
+    #[test]
+    fn transaction_verification_is_on_unless_turned_off() {
+        assert!(args(&[]).transaction_partition_verification_enable);
+        assert!(
+            !args(&["--transaction-partition-verification-enable", "false"])
+                .transaction_partition_verification_enable
+        );
     }
 
     #[test]

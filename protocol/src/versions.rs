@@ -23,9 +23,10 @@ use kafka_protocol::messages::{ApiKey, ApiVersionsResponse};
 ///   a broker without tiered storage may ignore.
 /// * Metadata v13 adds a top-level error code (KIP-1102); we stop at 12.
 /// * Transaction APIs (coordinator side) stop below KIP-890 part 2 /
-///   TRANSACTION_ABORTABLE: AddPartitionsToTxn v4+ (broker verification),
-///   AddOffsetsToTxn / EndTxn / TxnOffsetCommit v4+; ListTransactions v2
-///   (id pattern).
+///   TRANSACTION_ABORTABLE: AddPartitionsToTxn v5, AddOffsetsToTxn /
+///   EndTxn / TxnOffsetCommit v4+; ListTransactions v2 (id pattern).
+///   AddPartitionsToTxn v4 is the broker-to-broker `verify_only` batch of
+///   KIP-890 part 1, which the brokers send each other and serve.
 /// * Group APIs: OffsetCommit v9 / OffsetFetch v9 carry KIP-848 member
 ///   epochs (checked for consumer-protocol groups; librdkafka 2.16 sends v9
 ///   with `group.protocol=consumer`), FindCoordinator v5+ a transaction
@@ -71,7 +72,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeProducers, 0, 0),
     (ApiKey::ConsumerGroupHeartbeat, 0, 1),
     (ApiKey::ConsumerGroupDescribe, 0, 1),
-    (ApiKey::AddPartitionsToTxn, 0, 3),
+    (ApiKey::AddPartitionsToTxn, 0, 4),
     (ApiKey::AddOffsetsToTxn, 0, 3),
     (ApiKey::EndTxn, 0, 3),
     (ApiKey::TxnOffsetCommit, 0, 3),

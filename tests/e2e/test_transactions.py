@@ -304,6 +304,59 @@ def test_offsets_in_a_transaction_fencing_and_admin_answers(broker, topic_name):
     assert offset_fetch(broker.addr, group, topic_name, [0, 1], True) == {0: (5, 0), 1: (7, 0)}
 
 
+DELETE_GROUPS = 42
+
+
+def delete_groups(addr, groups: list[str]) -> dict[str, int]:
+    """DeleteGroups v1: group -> error code."""
+    body = w.i32(len(groups)) + b"".join(w.string(g) for g in groups)
+    r = call(addr, DELETE_GROUPS, 1, body, False)
+    r.i32()
+    return {r.string(): r.i16() for _ in range(r.i32())}
+
+
+def test_delete_groups_drops_offsets_a_transaction_still_holds(broker, topic_name):
+    """A transaction sends offsets for a group (TxnOffsetCommit: pending);
+    the group is deleted before the transaction commits; the COMMIT marker
+    must not revive the deleted group's offsets — neither those it had
+    committed before nor those only the transaction held (Kafka's
+    `deleteAllOffsets` tombstones pending-only keys too)."""
+    create_topic(broker.bootstrap, topic_name, 2)
+    a = broker.addr
+    txn = f"tx-{uuid.uuid4().hex[:8]}"
+    group = txn
+    pid, epoch = init_retrying(a, txn)
+    # First transaction: partition 0's offset is committed.
+    assert add_offsets(a, txn, pid, epoch, group) == NONE
+    assert set(txn_offset_commit(a, txn, group, pid, epoch, {(topic_name, 0): 5}).values()) == {0}
+    assert end_txn(a, txn, pid, epoch, commit=True) == NONE
+    wait_state(a, txn, "CompleteCommit")
+    assert offset_fetch(a, group, topic_name, [0, 1], True) == {0: (5, 0), 1: (-1, 0)}
+    # Second transaction: offsets for both partitions, partition 1's held
+    # only by the transaction.
+    assert add_offsets(a, txn, pid, epoch, group) == NONE
+    errs = txn_offset_commit(a, txn, group, pid, epoch, {(topic_name, 0): 6, (topic_name, 1): 7})
+    assert set(errs.values()) == {NONE}, errs
+    assert delete_groups(a, [group]) == {group: NONE}
+    assert end_txn(a, txn, pid, epoch, commit=True) == NONE
+    wait_state(a, txn, "CompleteCommit")
+    assert offset_fetch(a, group, topic_name, [0, 1], False) == {0: (-1, 0), 1: (-1, 0)}, \
+        "the commit marker revived a deleted group's offsets"
+    # And after a restart (the state rebuilt from the shard's log).
+    broker.restart()
+    wait_until(lambda: offset_fetch_or_none(broker.addr, group, topic_name, [0, 1]) is not None,
+               timeout=30, what="the group shard serving again")
+    assert offset_fetch(broker.addr, group, topic_name, [0, 1], False) == {0: (-1, 0), 1: (-1, 0)}
+
+
+def offset_fetch_or_none(addr, group, topic, partitions):
+    try:
+        got = offset_fetch(addr, group, topic, partitions, False)
+    except (AssertionError, OSError):
+        return None
+    return got if all(err == 0 for _, err in got.values()) else None
+
+
 @pytest.mark.broker_args("--transactional-id-expiration-ms", "1500")
 def test_a_timed_out_transaction_is_aborted_and_an_idle_id_expires(broker, topic_name):
     a = broker.addr
@@ -535,3 +588,143 @@ def test_consume_transform_produce_exactly_once_through_coordinator_kill9(broker
             continue
     out = read_values(boot, dst, "read_committed", n, timeout=60)
     assert sorted(int(v) for v in out) == list(range(n)), "each input exactly once"
+
+
+# ---------------------------------------------------------------------------
+# KIP-890 part 1: the partition leader verifies with the coordinator
+# ---------------------------------------------------------------------------
+
+
+def end_offsets(addr, topic: str, partition: int) -> tuple[int, int]:
+    """(high watermark, last stable offset) of one partition."""
+    hw = w.list_offsets_v7(addr, topic, partition, w.LATEST_TIMESTAMP, isolation_level=0)
+    lso = w.list_offsets_v7(addr, topic, partition, w.LATEST_TIMESTAMP,
+                            isolation_level=w.READ_COMMITTED)
+    assert hw.error_code == lso.error_code == 0, (hw, lso)
+    return hw.offset, lso.offset
+
+
+def produce_txn_raw(addr, topic: str, partition: int, txn: str | None, pid: int,
+                    epoch: int, seq: int, values=(b"v",)) -> w.ProducePartitionResult:
+    return w.produce_raw(addr, topic, partition, w.txn_batch(list(values), pid, epoch, seq),
+                         transactional_id=txn)
+
+
+def check_unverified_produce_refused(coord_addr, leader_addr, topic: str, txn: str) -> None:
+    """The KIP-890 part 1 checks, with the coordinator at `coord_addr` and
+    the leader of `topic`'s partitions 0 and 1 at `leader_addr`."""
+    pid, epoch = init_retrying(coord_addr, txn)
+    assert add_partitions(coord_addr, txn, pid, epoch, {topic: [0]}) == {(topic, 0): NONE}
+
+    # Partition 1 was never added to the transaction: refused, nothing written.
+    r = produce_txn_raw(leader_addr, topic, 1, txn, pid, epoch, 0)
+    assert r.error_code == INVALID_TXN_STATE, r
+    assert end_offsets(leader_addr, topic, 1) == (0, 0), "nothing appended"
+    assert w.fetch_raw(leader_addr, 10, topic, 1, 0).records == b""
+    # A transactional batch without a transactional id is refused (Kafka:
+    # TRANSACTIONAL_ID_AUTHORIZATION_FAILED), also nothing written.
+    r = produce_txn_raw(leader_addr, topic, 1, None, pid, epoch, 0)
+    assert r.error_code == 53, r
+    # A transactional id the coordinator does not know.
+    r = produce_txn_raw(leader_addr, topic, 1, txn + "-other", pid, epoch, 0)
+    assert r.error_code == INVALID_PRODUCER_ID_MAPPING, r
+    assert end_offsets(leader_addr, topic, 1) == (0, 0)
+
+    # Partition 0 was added: its first batch is verified and written, the
+    # next one goes through on the open transaction.
+    r = produce_txn_raw(leader_addr, topic, 0, txn, pid, epoch, 0, [b"a", b"b"])
+    assert (r.error_code, r.base_offset) == (NONE, 0), r
+    r = produce_txn_raw(leader_addr, topic, 0, txn, pid, epoch, 2)
+    assert (r.error_code, r.base_offset) == (NONE, 2), r
+    assert end_offsets(leader_addr, topic, 0) == (3, 0), "the transaction holds the LSO"
+    assert end_txn(coord_addr, txn, pid, epoch, commit=True) == NONE
+    wait_state(coord_addr, txn, "CompleteCommit")
+    wait_until(lambda: end_offsets(leader_addr, topic, 0) == (4, 4), timeout=20,
+               what="the commit marker written and the LSO past it")
+
+    # A late batch after the commit (the hanging-transaction case KIP-890
+    # closes): the coordinator has no ongoing transaction, so the leader
+    # refuses it and the LSO is not held.
+    r = produce_txn_raw(leader_addr, topic, 0, txn, pid, epoch, 3)
+    assert r.error_code == INVALID_TXN_STATE, r
+    assert end_offsets(leader_addr, topic, 0) == (4, 4), "no transaction left hanging"
+
+    # The next transaction adds partition 1 and may write there.
+    assert add_partitions(coord_addr, txn, pid, epoch, {topic: [1]}) == {(topic, 1): NONE}
+    r = produce_txn_raw(leader_addr, topic, 1, txn, pid, epoch, 0)
+    assert (r.error_code, r.base_offset) == (NONE, 0), r
+    assert end_txn(coord_addr, txn, pid, epoch, commit=False) == NONE
+    wait_state(coord_addr, txn, "CompleteAbort")
+
+
+@pytest.mark.needs_txn_partition
+def test_produce_to_a_partition_not_in_the_transaction_is_refused(broker, topic_name):
+    """KIP-890 part 1: a transactional Produce for a partition the
+    transaction never added is INVALID_TXN_STATE (48) and appends nothing;
+    so is a late batch after the transaction's commit; the added partition
+    is verified once and written."""
+    create_topic(broker.bootstrap, topic_name, 2)
+    check_unverified_produce_refused(broker.addr, broker.addr, topic_name,
+                                     f"tx-{uuid.uuid4().hex[:8]}")
+
+
+@pytest.mark.needs_txn_partition
+def test_verification_asks_a_coordinator_on_another_broker(broker_factory, topic_name):
+    """Three brokers, the transaction coordinator on one broker and the
+    partitions' leader on another: the leader verifies over AddPartitionsToTxn
+    v4 `verify_only` (broker to broker) with the same answers; a
+    confluent-kafka transactional producer writing to every partition (so
+    to leaders other than its coordinator) commits."""
+    from cluster import create_everywhere, wait_leaders
+    brokers = broker_factory.cluster(3, ["--group-shards", "8"])
+    by_id = {b.broker_id: b for b in brokers}
+    create_everywhere(brokers, topic_name, 6)
+    led = wait_leaders(brokers, topic_name, 6, set(by_id))
+    # Two partitions led by one broker, and a transactional id whose
+    # coordinator is another broker.
+    leader_id = None
+    for b in by_id:
+        ps = sorted(p for p, l in led.items() if l == b)
+        if len(ps) >= 2:
+            leader_id = b
+            break
+    assert leader_id is not None, led
+    txn = None
+    for i in range(200):
+        cand = f"tx-{i}-{uuid.uuid4().hex[:6]}"
+        node = -1
+
+        def found():
+            nonlocal node
+            node = find_coordinator(brokers[0].addr, cand, 1)
+            return node in by_id
+        wait_until(found, timeout=30, what="a coordinator")
+        if node != leader_id:
+            txn = cand
+            break
+    assert txn is not None
+    coord = by_id[node]
+    leader = by_id[leader_id]
+    two = sorted(p for p, l in led.items() if l == leader_id)[:2]
+    pid, epoch = init_retrying(coord.addr, txn)
+    assert add_partitions(coord.addr, txn, pid, epoch,
+                          {topic_name: [two[0]]}) == {(topic_name, two[0]): NONE}
+    r = produce_txn_raw(leader.addr, topic_name, two[1], txn, pid, epoch, 0)
+    assert r.error_code == INVALID_TXN_STATE, r
+    assert end_offsets(leader.addr, topic_name, two[1]) == (0, 0), "nothing appended"
+    r = produce_txn_raw(leader.addr, topic_name, two[0], txn, pid, epoch, 0)
+    assert (r.error_code, r.base_offset) == (NONE, 0), r
+    assert end_txn(coord.addr, txn, pid, epoch, commit=True) == NONE
+    wait_state(coord.addr, txn, "CompleteCommit")
+
+    # A real transactional producer over all six partitions.
+    boot = ",".join(b.bootstrap for b in brokers)
+    p = txn_producer(boot, f"ck-{uuid.uuid4().hex[:8]}")
+    p.init_transactions(30)
+    for round_ in range(3):
+        p.begin_transaction()
+        for i in range(60):
+            p.produce(topic_name, value=b"%d-%d" % (round_, i), partition=i % 6)
+        p.commit_transaction(30)
+    got = read_values(boot, topic_name, "read_committed", 181, timeout=30)
+    assert len(got) == 181, len(got)

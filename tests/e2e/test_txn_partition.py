@@ -6,8 +6,11 @@ aborted transactions — which real clients (confluent-kafka, kafka-python)
 use to drop the aborted records — and an open transaction survives kill -9
 of its leader and a takeover. DescribeProducers shows the state.
 
-The coordinator half (InitProducerId with a transactional.id, EndTxn, ...)
-is another branch's; these tests need only idempotent producer ids.
+These tests play the coordinator themselves with idempotent producer ids,
+so the brokers run with KIP-890 verification off
+(`--transaction-partition-verification-enable false`, Kafka's
+`transaction.partition.verification.enable`): no coordinator knows these
+transactions. The verification is tested in test_transactions.py.
 """
 
 from __future__ import annotations
@@ -21,6 +24,9 @@ from cluster import FAST, create_everywhere, leaders, wait_leaders
 from conftest import client_conf, create_topic, wait_until
 
 FETCH_V = 10
+
+NO_VERIFY = ["--transaction-partition-verification-enable", "false"]
+pytestmark = pytest.mark.broker_args(*NO_VERIFY)
 
 
 def lso(addr, topic: str, level: int = kw.READ_COMMITTED) -> int:
@@ -231,7 +237,7 @@ def test_kill9_of_the_leader_mid_transaction(broker_factory, topic_name):
     rebuilds the open transaction (snapshot + log tail), so the LSO is still
     held and DescribeProducers shows it; the ABORT marker sent to the new
     leader closes it, and read_committed drops it."""
-    bs = broker_factory.cluster(2, FAST)
+    bs = broker_factory.cluster(2, FAST + NO_VERIFY)
     create_everywhere(bs, topic_name, 1)
     by_id = {b.broker_id: b for b in bs}
     leader = by_id[leaders(bs, topic_name)[0]]

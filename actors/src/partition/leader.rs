@@ -20,6 +20,7 @@ use super::messages::{
     AppendBatches, AppendTicket, DeleteRecordsBefore, EnforceRetention, GetProducers,
     PartitionError, ProducerInfo, SetLogConfig, StopLeader, WriteTxnMarker,
 };
+use super::producers::{Admission, TxnVerifications};
 use super::reader::PartitionReader;
 use crate::clock::{self, SharedClock};
 use crate::cluster::lease::{Lease, LeaseGuard};
@@ -110,6 +111,9 @@ pub struct PartitionLeader {
     /// answer it would have had the open run inline, never "recovering" for
     /// a partition that is about to serve. Bounded by [`MAX_PARKED`].
     parked: VecDeque<(Parked, oneshot::Sender<AppendResult>)>,
+    /// Transaction verifications in flight (KIP-890 part 1); in memory
+    /// only: a new leader verifies again.
+    verifications: TxnVerifications,
 }
 
 /// A write held while the partition opens.
@@ -251,6 +255,7 @@ impl PartitionLeader {
             opening: false,
             stop_waiters: Vec::new(),
             parked: VecDeque::new(),
+            verifications: TxnVerifications::new(),
         });
         PartitionHandle {
             addr: Mailbox::new(addr, stats),
@@ -550,8 +555,16 @@ impl PartitionLeader {
     }
 
     fn append(&mut self, msg: AppendBatches, ctx: &mut Context<Self>) -> AppendResult {
+        let txn = msg.infos.iter().any(|b| b.is_transactional());
+        if txn {
+            self.admit(&msg)?;
+        }
         let r = self.gate.append(&msg.records, &msg.infos, msg.wait_durable);
         let ticket = self.refusal(r, ctx)?;
+        if txn {
+            self.verifications
+                .appended(msg.infos.iter().map(|b| b.producer_id));
+        }
         telemetry::global()
             .produce_bytes
             .fetch_add(msg.records.len() as u64, Ordering::Relaxed);
@@ -559,9 +572,42 @@ impl PartitionLeader {
         Ok(ticket)
     }
 
+    /// KIP-890 part 1: may these transactional batches be written, or
+    /// must the caller verify with the coordinator first (see
+    /// [`TxnVerifications`])? A partition not open yet admits nothing
+    /// here; the append itself then answers why.
+    fn admit(&mut self, msg: &AppendBatches) -> Result<(), PartitionError> {
+        let Some(log) = self.gate.log() else {
+            return Ok(());
+        };
+        let batches = msg
+            .infos
+            .iter()
+            .map(|b| (b.producer_id, b.producer_epoch, b.is_transactional()));
+        match self
+            .verifications
+            .admit(log.producers(), batches, msg.verified)
+        {
+            Admission::Go => Ok(()),
+            Admission::Verify {
+                producer_id,
+                producer_epoch,
+                token,
+            } => Err(PartitionError::TxnUnverified {
+                producer_id,
+                producer_epoch,
+                token,
+            }),
+            Admission::Refuse => Err(PartitionError::InvalidTxnState(
+                "the partition's transaction could not be verified".into(),
+            )),
+        }
+    }
+
     fn marker(&mut self, msg: WriteTxnMarker, ctx: &mut Context<Self>) -> AppendResult {
         let r = self.gate.append_marker(&msg);
         let ticket = self.refusal(r, ctx)?;
+        self.verifications.ended(msg.producer_id);
         tracing::debug!(topic = %self.spec.topic, partition = self.spec.partition, producer_id = msg.producer_id, commit = msg.commit, offset = ticket.base_offset, "transaction marker written");
         self.kick_sync(ctx);
         Ok(ticket)
@@ -796,6 +842,7 @@ mod tests {
                 records,
                 infos,
                 wait_durable: true,
+                verified: None,
             })
             .await
             .unwrap()?;

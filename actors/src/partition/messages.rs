@@ -35,6 +35,19 @@ pub enum PartitionError {
     /// nothing was written.
     #[error("{0}")]
     CoordinatorFenced(String),
+    /// A transactional batch would open a transaction here: the caller
+    /// asks the transaction coordinator whether the partition is in the
+    /// producer's transaction (KIP-890 part 1) and appends again with
+    /// `token` in [`AppendBatches::verified`]. Nothing was written.
+    #[error("producer {producer_id} epoch {producer_epoch}: transaction to be verified")]
+    TxnUnverified {
+        /// The producer opening a transaction.
+        producer_id: i64,
+        /// The epoch its batch carries.
+        producer_epoch: i16,
+        /// The verification's token.
+        token: u64,
+    },
 }
 
 /// Append validated batches. Replies once the bytes are written (not yet
@@ -48,6 +61,10 @@ pub struct AppendBatches {
     pub infos: Vec<BatchInfo>,
     /// Whether the caller wants a durability notification (acks != 0).
     pub wait_durable: bool,
+    /// The token of a transaction verification the caller completed for
+    /// these batches (after [`PartitionError::TxnUnverified`]); `None` on
+    /// a first attempt.
+    pub verified: Option<u64>,
 }
 
 impl MessageName for AppendBatches {

@@ -558,6 +558,146 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// KIP-890 part 1 at the partition leader: a transactional batch that
+/// would *open* a transaction here (its producer has none open) is written
+/// only after the transaction coordinator confirmed that the partition is
+/// in the producer's ongoing transaction. Without that check a produce
+/// request delayed past its transaction's marker opens a transaction no
+/// coordinator knows of, which holds the last stable offset forever (a
+/// "hanging transaction").
+///
+/// Kafka keeps a `VerificationGuard` per producer in its producer state
+/// manager; this is the same idea, in memory only (a new leader has none
+/// and verifies again): [`Self::admit`] hands out a token for the producer
+/// when verification is needed, the caller asks the coordinator and
+/// retries the append with the token, and the token is honoured only while
+/// it is still the producer's — a marker for the producer in between
+/// ([`Self::ended`]) withdraws it, so a verification that predates the end
+/// of the transaction it verified cannot open a new one. Batches of a
+/// producer whose transaction is already open here are admitted without
+/// asking (the common path: only a transaction's first batch per partition
+/// pays the round trip).
+#[derive(Debug, Default)]
+pub struct TxnVerifications {
+    /// Producer id → the token of its verification in flight.
+    pending: HashMap<i64, u64>,
+    next: u64,
+}
+
+/// Tokens kept at most; beyond, the oldest are not told apart and all are
+/// withdrawn (their appends are refused INVALID_TXN_STATE, which a client
+/// answers by aborting; only reachable with this many producers verifying
+/// at once on one partition).
+pub const MAX_PENDING_VERIFICATIONS: usize = 4096;
+
+/// What [`TxnVerifications::admit`] decided for one append.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// Write it: no batch opens a transaction, or the one that does was
+    /// verified under a token still valid.
+    Go,
+    /// Ask the coordinator whether the partition is in the transaction of
+    /// (`producer_id`, `producer_epoch`), then append again with `token`.
+    Verify {
+        /// The producer opening a transaction here.
+        producer_id: i64,
+        /// The epoch its batch carries.
+        producer_epoch: i16,
+        /// Pass it back with the retried append.
+        token: u64,
+    },
+    /// The token given is no longer the producer's (a marker came in
+    /// between, or a newer verification replaced it), or more than one
+    /// producer would open a transaction in one append: INVALID_TXN_STATE.
+    Refuse,
+}
+
+impl TxnVerifications {
+    /// No verification in flight.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Decide for the batches of one append, `(producer id, epoch,
+    /// transactional)` in write order, against `states`; `verified` is the
+    /// token of a verification the caller completed for this append.
+    pub fn admit(
+        &mut self,
+        states: &ProducerStates,
+        batches: impl Iterator<Item = (i64, i16, bool)>,
+        verified: Option<u64>,
+    ) -> Admission {
+        let mut opening: Option<(i64, i16)> = None;
+        for (pid, epoch, transactional) in batches {
+            if !transactional || pid < 0 {
+                continue;
+            }
+            if states
+                .get(pid)
+                .is_some_and(|e| e.txn_first_offset.is_some())
+            {
+                continue;
+            }
+            match opening {
+                None => opening = Some((pid, epoch)),
+                Some((p, _)) if p == pid => {}
+                Some(_) => return Admission::Refuse,
+            }
+        }
+        let Some((producer_id, producer_epoch)) = opening else {
+            return Admission::Go;
+        };
+        match verified {
+            Some(t) if self.pending.get(&producer_id) == Some(&t) => Admission::Go,
+            Some(_) => Admission::Refuse,
+            None => {
+                if !self.pending.contains_key(&producer_id)
+                    && self.pending.len() >= MAX_PENDING_VERIFICATIONS
+                {
+                    self.pending.clear();
+                }
+                let next = &mut self.next;
+                let token = *self.pending.entry(producer_id).or_insert_with(|| {
+                    *next += 1;
+                    *next
+                });
+                Admission::Verify {
+                    producer_id,
+                    producer_epoch,
+                    token,
+                }
+            }
+        }
+    }
+
+    /// An append admitted with [`Admission::Go`] was written: its
+    /// producers' transactions are open here now, their tokens are spent.
+    pub fn appended(&mut self, producer_ids: impl Iterator<Item = i64>) {
+        if self.pending.is_empty() {
+            return;
+        }
+        for p in producer_ids {
+            self.pending.remove(&p);
+        }
+    }
+
+    /// A marker of `producer_id` was written: a verification in flight
+    /// for it predates the end of the transaction it checked.
+    pub fn ended(&mut self, producer_id: i64) {
+        self.pending.remove(&producer_id);
+    }
+
+    /// Verifications in flight.
+    pub fn len(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Whether none is in flight.
+    pub fn is_empty(&self) -> bool {
+        self.pending.is_empty()
+    }
+}
+
 /// The sequence checks of a batch that is not a duplicate, against the
 /// producer's current entry (Kafka's `checkProducerEpoch` + `checkSequence`).
 fn check_one(e: &ProducerEntry, b: &Incoming) -> Result<(), SequenceError> {
@@ -966,6 +1106,71 @@ mod tests {
         assert_eq!(live.apply_marker(4, 0, 1, 10), Some(6));
         assert_eq!(rebuilt.apply_marker(4, 0, 1, 10), Some(6));
         assert_eq!(live, rebuilt);
+    }
+
+    /// Catches: a transactional produce for a partition never added to
+    /// the transaction written without asking the coordinator (KIP-890
+    /// part 1), a verification honoured after the marker that ended its
+    /// transaction, and the common path (transaction already open here)
+    /// paying a verification.
+    #[test]
+    fn opening_a_transaction_needs_a_verification_that_no_marker_outdated() {
+        let mut s = ProducerStates::new();
+        let mut v = TxnVerifications::new();
+        // Plain and idempotent batches never need one.
+        assert_eq!(
+            v.admit(&s, [(-1, -1, false), (3, 0, false)].into_iter(), None),
+            Admission::Go
+        );
+        // The first transactional batch of producer 1 here: verify.
+        let Admission::Verify {
+            producer_id: 1,
+            producer_epoch: 0,
+            token,
+        } = v.admit(&s, [(1, 0, true)].into_iter(), None)
+        else {
+            panic!("a batch opening a transaction must be verified");
+        };
+        // A concurrent request shares the verification in flight.
+        assert_eq!(
+            v.admit(&s, [(1, 0, true)].into_iter(), None),
+            Admission::Verify {
+                producer_id: 1,
+                producer_epoch: 0,
+                token
+            }
+        );
+        // A forged or stale token is refused.
+        assert_eq!(
+            v.admit(&s, [(1, 0, true)].into_iter(), Some(token + 100)),
+            Admission::Refuse
+        );
+        // Verified: written, and the transaction is open here.
+        assert_eq!(
+            v.admit(&s, [(1, 0, true)].into_iter(), Some(token)),
+            Admission::Go
+        );
+        put(&mut s, txn(1, 0, 0, 1, 10)).unwrap();
+        v.appended([1].into_iter());
+        assert!(v.is_empty());
+        // The common path: the open transaction needs no second look.
+        assert_eq!(v.admit(&s, [(1, 0, true)].into_iter(), None), Admission::Go);
+        // The marker closes it; a verification obtained before the marker
+        // no longer opens a new one.
+        s.apply_marker(1, 0, 0, 20);
+        let Admission::Verify { token, .. } = v.admit(&s, [(1, 0, true)].into_iter(), None) else {
+            panic!("a closed transaction must be verified again");
+        };
+        v.ended(1);
+        assert_eq!(
+            v.admit(&s, [(1, 0, true)].into_iter(), Some(token)),
+            Admission::Refuse
+        );
+        // Two producers opening transactions in one append: refused.
+        assert_eq!(
+            v.admit(&s, [(5, 0, true), (6, 0, true)].into_iter(), None),
+            Admission::Refuse
+        );
     }
 }
 

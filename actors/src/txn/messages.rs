@@ -58,6 +58,22 @@ pub struct AddTxnPartitions {
 }
 message!(AddTxnPartitions => Result<(), ResponseError>, "add_txn_partitions");
 
+/// AddPartitionsToTxn v4 `verify_only` (KIP-890 part 1): whether each
+/// partition is in the producer's ongoing transaction. Answered once the
+/// state it read is durable; writes nothing.
+#[derive(Debug)]
+pub struct VerifyTxnPartitions {
+    /// The transactional id.
+    pub transactional_id: String,
+    /// Producer id.
+    pub producer_id: i64,
+    /// Producer epoch.
+    pub producer_epoch: i16,
+    /// (topic, partition) to check.
+    pub partitions: Vec<(String, i32)>,
+}
+message!(VerifyTxnPartitions => Result<Vec<bool>, ResponseError>, "verify_txn_partitions");
+
 /// EndTxn: answered once the Prepare* decision is durable.
 #[derive(Debug)]
 pub struct EndTxn {

@@ -441,6 +441,32 @@ impl TxnMachine {
         Ok(Some(m))
     }
 
+    /// AddPartitionsToTxn v4 `verify_only` (KIP-890 part 1, a partition
+    /// leader asking before it writes a transaction's first batch): for
+    /// each partition, whether it is in the producer's ongoing
+    /// transaction (`false`: INVALID_TXN_STATE). Writes nothing. The
+    /// request-wide errors are Kafka's `handleVerifyPartitionsInTransaction`:
+    /// an unknown id or another producer id is INVALID_PRODUCER_ID_MAPPING,
+    /// another epoch PRODUCER_FENCED, a transaction being decided
+    /// CONCURRENT_TRANSACTIONS.
+    pub fn verify(
+        state: &TxnState,
+        txn_id: &str,
+        pid: i64,
+        epoch: i16,
+        partitions: &[(String, i32)],
+    ) -> Result<Vec<bool>, TxnError> {
+        let cur = Self::current(state, txn_id, pid, epoch)?;
+        if cur.status.preparing() {
+            return Err(ResponseError::ConcurrentTransactions);
+        }
+        let ongoing = cur.status == TxnStatus::Ongoing;
+        Ok(partitions
+            .iter()
+            .map(|p| ongoing && cur.partitions.contains(p))
+            .collect())
+    }
+
     /// EndTxn: `Ok(None)` answers success without a write (a retry of a
     /// completed end, or an empty transaction).
     pub fn end(
@@ -604,6 +630,46 @@ mod tests {
         assert_eq!(
             TxnMachine::add_partitions(&st, "nope", 7, 1, &[tp("a", 0)], 2),
             Err(ResponseError::InvalidProducerIdMapping)
+        );
+    }
+
+    /// Catches: verification answering "added" for a partition the
+    /// transaction never added, for a transaction already decided, or for
+    /// a fenced epoch (KIP-890 part 1).
+    #[test]
+    fn verify_only_says_which_partitions_the_ongoing_transaction_holds() {
+        let mut st = TxnState::default();
+        init(&mut st, "t", 5);
+        // Nothing added yet: no partition verifies.
+        assert_eq!(
+            TxnMachine::verify(&st, "t", 5, 0, &[tp("a", 0)]),
+            Ok(vec![false])
+        );
+        let m = TxnMachine::add_partitions(&st, "t", 5, 0, &[tp("a", 0)], 10)
+            .unwrap()
+            .unwrap();
+        apply(&mut st, m);
+        assert_eq!(
+            TxnMachine::verify(&st, "t", 5, 0, &[tp("a", 0), tp("a", 1)]),
+            Ok(vec![true, false])
+        );
+        assert_eq!(
+            TxnMachine::verify(&st, "t", 5, 1, &[tp("a", 0)]),
+            Err(ResponseError::ProducerFenced)
+        );
+        assert_eq!(
+            TxnMachine::verify(&st, "t", 6, 0, &[tp("a", 0)]),
+            Err(ResponseError::InvalidProducerIdMapping)
+        );
+        assert_eq!(
+            TxnMachine::verify(&st, "u", 5, 0, &[tp("a", 0)]),
+            Err(ResponseError::InvalidProducerIdMapping)
+        );
+        let m = TxnMachine::end(&st, "t", 5, 0, true, 20).unwrap().unwrap();
+        apply(&mut st, m);
+        assert_eq!(
+            TxnMachine::verify(&st, "t", 5, 0, &[tp("a", 0)]),
+            Err(ResponseError::ConcurrentTransactions)
         );
     }
 

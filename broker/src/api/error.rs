@@ -104,6 +104,10 @@ impl From<&PartitionError> for ApiError {
             PartitionError::InvalidProducerEpoch(_) => ResponseError::InvalidProducerEpoch,
             PartitionError::InvalidTxnState(_) => ResponseError::InvalidTxnState,
             PartitionError::CoordinatorFenced(_) => ResponseError::TransactionCoordinatorFenced,
+            // Only seen by a caller that did not verify (the produce path
+            // verifies and appends again): the partition is not known to
+            // be in the transaction.
+            PartitionError::TxnUnverified { .. } => ResponseError::InvalidTxnState,
         })
     }
 }

@@ -6,18 +6,24 @@
 //! from v7 (KIP-110: older requests get UNSUPPORTED_COMPRESSION_TYPE for
 //! that partition, as Kafka answers); `log_start_offset` from v5.
 //!
-//! Transactional batches (KIP-98) are accepted from a producer with an id:
-//! the partition's producer state opens its transaction at the first one
-//! and the last stable offset stays there until the coordinator's marker
-//! (WriteTxnMarkers). The coordinator is not asked whether it registered
-//! the partition in the transaction (KIP-890 part 1 verification is not
-//! done; see README).
+//! Transactional batches (KIP-98) are accepted from a producer with an id
+//! in a request naming its transactional id (else
+//! TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as Kafka): the partition's
+//! producer state opens its transaction at the first one and the last
+//! stable offset stays there until the coordinator's marker
+//! (WriteTxnMarkers). KIP-890 part 1: when a batch would open a
+//! transaction at the partition, the leader answers `TxnUnverified`, this
+//! handler asks the coordinator whether the partition is in the
+//! transaction (`txn::verify`) and appends again with the leader's
+//! token; not in it is INVALID_TXN_STATE and nothing is written. The
+//! verification runs in the dispatch phase, so the appends of one
+//! connection stay in request order.
 
 use super::error::{ApiError, NONE};
 use super::{locate, Reply, TopicRef};
 use crate::state::{Broker, ProduceLimits};
 use futures::FutureExt;
-use kaas_actors::partition::messages::{AppendBatches, AppendTicket};
+use kaas_actors::partition::messages::{AppendBatches, AppendTicket, PartitionError};
 use kaas_protocol::batch::validate_batches;
 use kaas_protocol::kafka_protocol::messages::produce_response::{
     PartitionProduceResponse, TopicProduceResponse,
@@ -148,6 +154,7 @@ pub async fn handle(b: &Arc<Broker>, v: i16, r: ProduceRequest) -> Reply<Produce
         0
     };
     let refuse_all = refuse_all(&r);
+    let txn_id: Option<String> = r.transactional_id.as_ref().map(|t| t.0.to_string());
     let mut topics: Vec<(TopicProduceResponse, Vec<Slot>)> = Vec::new();
     for td in r.topic_data {
         let mut tr = TopicProduceResponse::default();
@@ -207,15 +214,45 @@ pub async fn handle(b: &Arc<Broker>, v: i16, r: ProduceRequest) -> Reply<Produce
             } else {
                 (records, infos, -1)
             };
-            let sent = leader
-                .handle
-                .addr
-                .send(AppendBatches {
-                    records,
-                    infos,
-                    wait_durable: acks != 0,
-                })
-                .await;
+            if txn_id.is_none() && infos.iter().any(|i| i.is_transactional()) {
+                slots.push(fail(
+                    ResponseError::TransactionalIdAuthorizationFailed.into(),
+                ));
+                continue;
+            }
+            let append = |verified| AppendBatches {
+                records: records.clone(),
+                infos: infos.clone(),
+                wait_durable: acks != 0,
+                verified,
+            };
+            let mut sent = leader.handle.addr.send(append(None)).await;
+            if let Ok(Err(PartitionError::TxnUnverified {
+                producer_id,
+                producer_epoch,
+                token,
+            })) = sent
+            {
+                let id = txn_id.as_deref().unwrap_or_default();
+                let checked = if b.args.transaction_partition_verification_enable {
+                    super::txn::verify::verify(
+                        b,
+                        id,
+                        producer_id,
+                        producer_epoch,
+                        &leader.name,
+                        pd.index,
+                    )
+                    .await
+                } else {
+                    Ok(())
+                };
+                if let Err(e) = checked {
+                    slots.push(fail(e.into()));
+                    continue;
+                }
+                sent = leader.handle.addr.send(append(Some(token))).await;
+            }
             match sent {
                 Ok(Ok(t)) => slots.push(Slot::Waiting(
                     pd.index,

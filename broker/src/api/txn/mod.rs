@@ -7,7 +7,8 @@
 //! answers that change state resolve once the change is durable.
 //!
 //! The partition side (WriteTxnMarkers, control batches, read_committed)
-//! has its own modules here.
+//! has its own modules here, and `verify` the partition leader's question
+//! to the coordinator before a transaction's first batch (KIP-890 part 1).
 
 pub mod add_offsets_to_txn;
 pub mod add_partitions_to_txn;
@@ -16,6 +17,7 @@ pub mod describe_transactions;
 pub mod end_txn;
 pub mod list_transactions;
 pub mod txn_offset_commit;
+pub mod verify;
 pub mod write_txn_markers;
 
 use super::error::ApiError;
