@@ -359,9 +359,11 @@ fn stamp_topic(data: &Path, n: i32) {
 }
 
 fn on_disk(cluster: &Path) -> Assignment {
-    super::records::read_json(real().as_ref(), &cluster.join(ASSIGNMENT))
+    let a = super::history::read_current(real().as_ref(), cluster)
         .unwrap()
-        .unwrap()
+        .assignment;
+    assert!(a.version > 0, "no assignment published");
+    a
 }
 
 /// (leader, epoch) of every partition of `t`.
@@ -773,9 +775,8 @@ fn an_idle_controller_does_not_reread_every_topic() {
         );
         let mut pass = || {
             clock.advance(TIMING.poll);
-            if let Ok(Some(v)) =
-                super::records::read_json::<Assignment>(real().as_ref(), &cluster.join(ASSIGNMENT))
-            {
+            if let Ok(c) = super::history::read_current(real().as_ref(), &cluster) {
+                let v = c.assignment;
                 s1.state.lock().unwrap().applied = (v.controller_epoch, v.version);
             }
             m1.beat();
