@@ -1049,7 +1049,9 @@ fn creating_n_topics_writes_o_of_n_bytes() {
 /// broker while the successor had given it to another), and watchers
 /// applying anything but the one linear history. The deposed controller
 /// is paused *inside* the create of its next version — after every lease
-/// check it makes — and resumes after the successor has published.
+/// check it makes — and resumes after the successor has published. Its
+/// own clock stands still meanwhile, so its lease still looks valid to it:
+/// the exclusive create alone must stop it.
 #[test]
 fn a_deposed_controllers_delayed_publish_never_reaches_a_watcher() {
     let d = tempfile::tempdir().unwrap();
@@ -1057,8 +1059,9 @@ fn a_deposed_controllers_delayed_publish_never_reaches_a_watcher() {
     let data = d.path().to_path_buf();
     stamp_topic(&data, 6);
     let clock = FakeClock::new();
+    let clock0 = FakeClock::new();
     let (s0, s1, s2) = (
-        shared(&cluster, 0, 100, &clock),
+        shared(&cluster, 0, 100, &clock0),
         shared(&cluster, 1, 101, &clock),
         shared(&cluster, 2, 102, &clock),
     );
@@ -1088,6 +1091,7 @@ fn a_deposed_controllers_delayed_publish_never_reaches_a_watcher() {
     assert!(c0.tick());
     for _ in 0..10 {
         clock.advance(TIMING.poll);
+        clock0.advance(TIMING.poll);
         m0.beat();
         m1.beat();
         m2.beat();
@@ -1137,6 +1141,7 @@ fn a_deposed_controllers_delayed_publish_never_reaches_a_watcher() {
     assert!(!wrote, "the deposed controller published nothing");
     for _ in 0..30 {
         clock.advance(TIMING.poll);
+        clock0.advance(TIMING.poll);
         m0.beat();
         m1.beat();
         m2.beat();
