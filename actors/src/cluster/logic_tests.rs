@@ -863,9 +863,11 @@ fn stamp_named(data: &Path, name: &str, id: u128, n: i32) {
 #[derive(Clone, Default)]
 struct Tap {
     bytes: Arc<std::sync::atomic::AtomicU64>,
-    /// (armed, arrived, released)
-    gate: Arc<(std::sync::Mutex<(bool, bool, bool)>, std::sync::Condvar)>,
+    gate: Arc<(std::sync::Mutex<Gate>, std::sync::Condvar)>,
 }
+
+/// (armed, arrived, released)
+type Gate = (bool, bool, bool);
 
 struct TapFile {
     inner: Arc<dyn kaas_volume::fs::WriteFile>,
