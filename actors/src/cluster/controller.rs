@@ -644,7 +644,7 @@ impl ControllerState {
         let mut folded = 0;
         loop {
             let n = l.prev.version + 1;
-            match history::probe(fs.as_ref(), &cluster_dir, n)? {
+            match history::probe_fresh(fs.as_ref(), &cluster_dir, n)? {
                 Probe::Found(d) => {
                     if d.controller_epoch > l.epoch {
                         return Ok(CatchUp::Deposed);

@@ -90,6 +90,30 @@ pub fn probe(r: &(impl Reader + ?Sized), cluster: &Path, n: u64) -> io::Result<P
     }
 }
 
+/// [`probe`], and when that finds nothing, a look at the directory listing
+/// for `n`: an NFS client caches "no such file" (`lookupcache=all`, the
+/// default), so a version another host created can stay invisible to a
+/// plain open until the directory's cached attributes expire; a listing
+/// fetched from the server primes the name. The listing only makes the
+/// exact open look again — it is never taken as "this is the newest".
+pub fn probe_fresh(r: &(impl Reader + ?Sized), cluster: &Path, n: u64) -> io::Result<Probe> {
+    match probe(r, cluster, n)? {
+        Probe::Absent => {}
+        found => return Ok(found),
+    }
+    let listed = match r.list_dir(&history_dir(cluster)) {
+        Ok(names) => names.iter().any(|x| parse_assignment_version(x) == Some(n)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => false,
+        Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => false,
+        Err(e) => return Err(e),
+    };
+    if listed {
+        probe(r, cluster, n)
+    } else {
+        Ok(Probe::Absent)
+    }
+}
+
 /// Version `n` from its bytes: only the enveloped format (a plain-JSON
 /// file is not a version), and only if it names itself `n`.
 fn decode_version(n: u64, b: &[u8]) -> Option<AssignmentDelta> {
@@ -146,7 +170,7 @@ pub fn fold_forward(
 ) -> io::Result<(usize, Option<u64>)> {
     let mut applied = 0;
     while applied < limit {
-        match probe(r, cluster, a.version + 1)? {
+        match probe_fresh(r, cluster, a.version + 1)? {
             Probe::Found(d) => {
                 d.apply_to(a);
                 applied += 1;

@@ -3,8 +3,10 @@
 //! what gives close-to-open freshness; there is no inotify across hosts):
 //! it starts from the checkpoint, then folds versions `v+1`, `v+2` … strictly
 //! in order, stopping before a torn one (never applied). An idle poll costs
-//! one failed open of `v+1` and one open of `v` (still there: nothing was
-//! pruned past us; gone: restart from the checkpoint). It makes this broker
+//! one failed open of `v+1`, a listing of the history directory (an NFS
+//! client caches "no such file"; the listing primes a name another host
+//! created) and one open of `v` (still there: nothing was pruned past us;
+//! gone: restart from the checkpoint). It makes this broker
 //! lead exactly what the newest version grants to its current incarnation: it
 //! stops leaders it lost (awaiting their final fsync and close), starts the
 //! ones it gained, feeds the metadata cache, and only then reports the
@@ -162,7 +164,8 @@ impl WatcherState {
             },
         };
         // A version ahead of ours: fold it (and whatever follows).
-        if let Probe::Found(d) = history::probe(self.fs.as_ref(), &cluster, cur.version + 1)? {
+        if let Probe::Found(d) = history::probe_fresh(self.fs.as_ref(), &cluster, cur.version + 1)?
+        {
             let a = Arc::make_mut(&mut cur);
             d.apply_to(a);
             history::fold_forward(self.fs.as_ref(), &cluster, a, 10_000)?;
