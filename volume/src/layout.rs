@@ -17,6 +17,7 @@
 //!     cluster-id
 //!     assignment.json                      assignment checkpoint (the whole map at its version)
 //!     assignment/v-<n:012>.json            assignment version n: a delta (O_EXCL, CRC-headed)
+//!     assignment/head                      the newest version number (a hint; temp → rename)
 //!     brokers/<id>.json
 //!     controller/epoch-<n:010>.json
 //!     producer-ids/block-<n:012>.json
@@ -243,6 +244,12 @@ pub fn parse_doc_version(name: &str) -> Option<u64> {
     }
     digits.parse().ok()
 }
+
+/// The assignment history's head, inside [`ASSIGNMENT_HISTORY_DIR`]: the
+/// newest version number, rewritten (temp → rename) after each version is
+/// durable. A hint for readers on NFS (a fixed name is close-to-open fresh;
+/// a new name can hide behind a cached "no such file"), never the truth.
+pub const ASSIGNMENT_HEAD: &str = "head";
 
 /// `v-<n:012>.json`: version `n` of the assignment history (in
 /// [`ASSIGNMENT_HISTORY_DIR`]).

@@ -121,6 +121,8 @@ struct Leading {
     checkpoints: std::collections::VecDeque<(u64, Duration)>,
     /// Versions below this are pruned.
     pruned_below: u64,
+    /// The version the head was last written with.
+    head: u64,
     topics: HashMap<String, (TopicInfo, Duration)>,
     /// Coordinator shards, once `group-shards.json` was read (0 before).
     shards: u32,
@@ -376,6 +378,7 @@ impl ControllerState {
             last_publish: self.clock.now(),
             checkpoints: Default::default(),
             pruned_below: 0,
+            head: 0,
             topics: HashMap::new(),
             shards: 0,
         });
@@ -843,6 +846,13 @@ impl ControllerState {
         let cluster_dir = self.cluster_dir().to_path_buf();
         let now = self.clock.now();
         let l = self.leading.as_mut().expect("leading");
+        if l.head < l.prev.version {
+            // Every version up to `prev` is durable (published, or read).
+            match history::write_head(l.term.fs(), &cluster_dir, l.prev.version) {
+                Ok(()) => l.head = l.prev.version,
+                Err(e) => tracing::debug!(error = %e, "assignment head not written; will retry"),
+            }
+        }
         let behind = l.prev.version > l.checkpoint;
         let due = behind
             && (l.delta_bytes >= l.checkpoint_len.max(CHECKPOINT_MIN_BYTES)

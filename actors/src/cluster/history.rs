@@ -22,6 +22,14 @@
 //!   only, and only when no one else can complete it (see the controller).
 //!   A late write by its creator then lands in the replaced inode, not
 //!   under the name.
+//! * **Head** ([`write_head`], [`read_head`]): after each version is
+//!   durable the controller rewrites `assignment/head` (temp → rename) with
+//!   its number. Readers on other hosts poll that fixed name (close-to-open
+//!   fresh) and open a version only once the head says it exists: on NFS a
+//!   "no such file" answer is cached for the directory's attribute lifetime,
+//!   so probing `v+1` before it exists would hide it for seconds. The head is
+//!   only a hint — every version is still read by exact name and checked —
+//!   and a stale head only delays.
 //! * **Checkpoint** ([`write_checkpoint`]): temp → fsync → rename, written
 //!   only after the version it carries is durable in the history, so it is
 //!   never newer than the history. A file from before the history existed
@@ -44,7 +52,8 @@
 use super::records::{Assignment, AssignmentDelta};
 use kaas_volume::fs::{write_atomic, Fs};
 use kaas_volume::layout::{
-    assignment_version, parse_assignment_version, ASSIGNMENT, ASSIGNMENT_HISTORY_DIR,
+    assignment_version, parse_assignment_version, ASSIGNMENT, ASSIGNMENT_HEAD,
+    ASSIGNMENT_HISTORY_DIR,
 };
 use kaas_volume::versioned::{decode, encode, Reader};
 use std::io;
@@ -231,6 +240,28 @@ pub fn publish(fs: &dyn Fs, cluster: &Path, bytes: &[u8], version: u64) -> io::R
 /// (temp → fsync → same-directory rename → directory fsync).
 pub fn repair(fs: &dyn Fs, cluster: &Path, bytes: &[u8], version: u64) -> io::Result<()> {
     write_atomic(fs, &version_path(cluster, version), bytes)
+}
+
+/// Rewrite the head with `version` (temp → fsync → rename); only once that
+/// version is durable.
+pub fn write_head(fs: &dyn Fs, cluster: &Path, version: u64) -> io::Result<()> {
+    write_atomic(
+        fs,
+        &history_dir(cluster).join(ASSIGNMENT_HEAD),
+        format!("{version}\n").as_bytes(),
+    )
+}
+
+/// The head's version number, if there is a (readable) head.
+pub fn read_head(r: &(impl Reader + ?Sized), cluster: &Path) -> io::Result<Option<u64>> {
+    match r.read_file(&history_dir(cluster).join(ASSIGNMENT_HEAD)) {
+        Ok(b) => Ok(std::str::from_utf8(&b)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 /// Write the checkpoint (temp → fsync → rename). Only for an assignment

@@ -1273,10 +1273,16 @@ fn crash_at_every_step_of_an_assignment_publish() {
         saw_old |= cur.assignment == a1;
         saw_new |= cur.assignment == a2;
         saw_torn |= cur.torn.is_some();
-        // A fresh watcher applies v1 or v2 whole, never a torn version.
+        // A fresh watcher applies v1 or v2 whole, never a torn version (v2
+        // only once the head names it: a crash before the head write leaves
+        // it to the next controller).
         let mut w = WatcherState::new(real(), s2.clone());
         let a = w.poll().expect("applies");
-        assert_eq!(*a.assignment, cur.assignment, "step {n}");
+        assert!(
+            *a.assignment == a1 || *a.assignment == cur.assignment,
+            "step {n}: {:?}",
+            a.assignment
+        );
         w.done(&a);
         let v2_before = std::fs::read(super::history::version_path(&cluster, 2)).ok();
         // Broker 1 is dead; broker 2 takes over and gets past whatever the

@@ -2,11 +2,10 @@
 //! ([`super::history`]) by exact name every poll (re-opening each time is
 //! what gives close-to-open freshness; there is no inotify across hosts):
 //! it starts from the checkpoint, then folds versions `v+1`, `v+2` … strictly
-//! in order, stopping before a torn one (never applied). An idle poll costs
-//! one failed open of `v+1`, a listing of the history directory (an NFS
-//! client caches "no such file"; the listing primes a name another host
-//! created) and one open of `v` (still there: nothing was pruned past us;
-//! gone: restart from the checkpoint). It makes this broker
+//! in order up to the history's head, stopping before a torn one (never
+//! applied). An idle poll costs one read of the tiny `assignment/head` (a
+//! fixed name, close-to-open fresh; a version is opened only once the head
+//! names it, so an NFS client never caches "no such file" for it). It makes this broker
 //! lead exactly what the newest version grants to its current incarnation: it
 //! stops leaders it lost (awaiting their final fsync and close), starts the
 //! ones it gained, feeds the metadata cache, and only then reports the
@@ -149,13 +148,16 @@ impl WatcherState {
     }
 
     /// The newest assignment the history gives: the one folded so far,
-    /// moved forward through every complete version after it (in order;
-    /// a torn one stops the fold until it is complete). Falls back to the
-    /// checkpoint when there is nothing folded yet, or when our own version
-    /// is gone (pruned: versions are removed lowest first, so while it
-    /// exists every later one does) — taking the checkpoint only if newer.
+    /// moved forward through every complete version up to the head (in
+    /// order; a torn one stops the fold until it is complete). A version is
+    /// opened only once the head names it, so no "no such file" for it is
+    /// ever cached (NFS). Falls back to the checkpoint when there is nothing
+    /// folded yet, or when the next version is gone (pruned past us:
+    /// versions are removed lowest first) or the history has no head (a
+    /// checkpoint-only cluster) — taking the checkpoint only if newer.
     fn follow(&mut self) -> std::io::Result<Option<Arc<Assignment>>> {
         let cluster = self.shared.cluster_dir.clone();
+        let fs = self.fs.clone();
         let mut cur = match self.current.clone() {
             Some(c) => c,
             None => match self.checkpoint()? {
@@ -163,20 +165,46 @@ impl WatcherState {
                 None => Arc::new(Assignment::default()),
             },
         };
-        // A version ahead of ours: fold it (and whatever follows).
-        if let Probe::Found(d) = history::probe_fresh(self.fs.as_ref(), &cluster, cur.version + 1)?
-        {
-            let a = Arc::make_mut(&mut cur);
-            d.apply_to(a);
-            history::fold_forward(self.fs.as_ref(), &cluster, a, 10_000)?;
-        } else if cur.version > 0
-            && !kaas_volume::fs::exists(
-                self.fs.as_ref(),
-                &history::version_path(&cluster, cur.version),
-            )?
-        {
-            // Not in the history (pruned past us, or a checkpoint-only
-            // cluster): the checkpoint, if it is newer.
+        let head = history::read_head(fs.as_ref(), &cluster)?;
+        let mut stuck = false;
+        match head {
+            Some(h) if h > cur.version => {
+                let mut a = (*cur).clone();
+                let from = a.version;
+                while a.version < h {
+                    match history::probe(fs.as_ref(), &cluster, a.version + 1)? {
+                        Probe::Found(d) => d.apply_to(&mut a),
+                        Probe::Torn => break,
+                        Probe::Absent => {
+                            stuck = a.version == from;
+                            break;
+                        }
+                    }
+                }
+                if a.version > from {
+                    cur = Arc::new(a);
+                }
+            }
+            Some(_) => {}
+            // No head (yet): a checkpoint-only cluster, or a head write
+            // that failed; probe (with a listing) and check the checkpoint.
+            None => {
+                if let Probe::Found(d) =
+                    history::probe_fresh(fs.as_ref(), &cluster, cur.version + 1)?
+                {
+                    let a = Arc::make_mut(&mut cur);
+                    d.apply_to(a);
+                    history::fold_forward(fs.as_ref(), &cluster, a, 10_000)?;
+                } else {
+                    stuck = cur.version == 0
+                        || !kaas_volume::fs::exists(
+                            fs.as_ref(),
+                            &history::version_path(&cluster, cur.version),
+                        )?;
+                }
+            }
+        }
+        if stuck {
             if let Some(c) = self.checkpoint()? {
                 if c.newer_than(cur.controller_epoch, cur.version) {
                     cur = c;
