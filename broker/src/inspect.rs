@@ -291,8 +291,24 @@ pub fn inspect(fs: &ReadFs, data: &Path, cluster: &Path, only_topic: Option<&str
         .read(&cluster.join(layout::CLUSTER_ID))
         .ok()
         .map(|b| String::from_utf8_lossy(&b).trim().to_owned());
-    let assignment: Option<Assignment> =
-        json_file(fs, &cluster.join(layout::ASSIGNMENT), &mut problems);
+    // The checkpoint folded forward through the history (a torn newest
+    // version is reported, not applied).
+    let assignment: Option<Assignment> = match kaas_actors::cluster::history::read_current(
+        fs, cluster,
+    ) {
+        Ok(c) => {
+            if let Some(v) = c.torn {
+                problems.push(format!(
+                        "assignment version {v} is torn (being written, or its writer died; the controller completes it)"
+                    ));
+            }
+            (c.assignment.version > 0 || c.assignment.controller_epoch > 0).then_some(c.assignment)
+        }
+        Err(e) => {
+            problems.push(format!("assignment: {e}"));
+            None
+        }
+    };
     let brokers = read_brokers(fs, cluster, &mut problems);
     let controller_epochs = read_controller_epochs(fs, cluster, &mut problems);
     let mut topics = Vec::new();
@@ -513,7 +529,10 @@ impl Report {
                 }
             }
             None => {
-                let _ = writeln!(o, "  (no assignment.json)");
+                let _ = writeln!(
+                    o,
+                    "  (no assignment: no assignment.json, no assignment/ history)"
+                );
             }
         }
         let _ = writeln!(o, "\n== topics");

@@ -3,14 +3,50 @@ acknowledged-record ledger producer and its read-back check."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
+from pathlib import Path
 
 from conftest import client_conf, consume_all, create_topic, producer_conf
 
 LEASE_MS, GRACE_MS = 1500, 500
 FAST = ["--lease-ms", str(LEASE_MS), "--lease-grace-ms", str(GRACE_MS),
         "--heartbeat-ms", "200", "--poll-ms", "100"]
+
+
+def read_assignment(cluster_dir: Path) -> dict:
+    """The newest assignment, as a broker's watcher sees it: the checkpoint
+    (`assignment.json`, absent on a fresh cluster) folded forward through
+    the history (`assignment/v-<n:012>.json`, each a delta on the version
+    before it), probing v+1, v+2 … by exact name. A torn version (its header's
+    length does not match its body) ends the fold, as it does for brokers."""
+    try:
+        a = json.loads((cluster_dir / "assignment.json").read_text())
+    except FileNotFoundError:
+        a = {"controller_epoch": 0, "controller_id": 0, "version": 0,
+             "brokers": [], "topics": {}, "coordinators": []}
+    while True:
+        n = a["version"] + 1
+        try:
+            raw = (cluster_dir / "assignment" / f"v-{n:012d}.json").read_bytes()
+        except FileNotFoundError:
+            return a
+        head, _, body = raw.partition(b"\n")
+        parts = head.split(b" ")
+        if len(parts) != 4 or parts[0] != b"kaas-versioned" or int(parts[1]) != n \
+                or int(parts[3]) != len(body):
+            return a
+        d = json.loads(body)
+        for k in ("controller_epoch", "controller_id", "version"):
+            a[k] = d[k]
+        if "brokers" in d:
+            a["brokers"] = d["brokers"]
+        for name in d.get("removed", []):
+            a["topics"].pop(name, None)
+        a["topics"].update(d.get("topics", {}))
+        if "coordinators" in d:
+            a["coordinators"] = d["coordinators"]
 
 
 def bootstrap(brokers) -> str:

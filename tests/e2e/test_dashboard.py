@@ -23,7 +23,7 @@ import pytest
 from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 
-from cluster import FAST, Ledger, bootstrap, create_everywhere, wait_leaders
+from cluster import FAST, Ledger, bootstrap, create_everywhere, read_assignment as fold_assignment, wait_leaders
 from conftest import create_topic, kaas_bin, producer_conf, wait_until
 
 
@@ -55,7 +55,7 @@ def all_actors(b, kind: str = "") -> list[dict]:
 
 
 def read_assignment(data_dir: Path) -> dict:
-    return json.loads((data_dir / "__cluster" / "assignment.json").read_text())
+    return fold_assignment(data_dir / "__cluster")
 
 
 class Load(threading.Thread):

@@ -36,4 +36,5 @@ def test_port_in_use_exits_before_joining(tmp_path):
     # Nothing published: no liveness record, no assignment granting it anything.
     assert not (data / "__cluster" / "brokers" / "0.json").exists(), r.stderr
     assert not (data / "__cluster" / "assignment.json").exists(), r.stderr
+    assert not (data / "__cluster" / "assignment").exists(), r.stderr
     assert "panicked" not in r.stderr

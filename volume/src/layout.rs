@@ -15,7 +15,9 @@
 //!   .deleted-<id>/                         a deleted topic being removed
 //!   __cluster/                             (or KAAS_CLUSTER_DIR)
 //!     cluster-id
-//!     assignment.json
+//!     assignment.json                      assignment checkpoint (the whole map at its version)
+//!     assignment/v-<n:012>.json            assignment version n: a delta (O_EXCL, CRC-headed)
+//!     assignment/head                      the newest version number (a hint; temp → rename)
 //!     brokers/<id>.json
 //!     controller/epoch-<n:010>.json
 //!     producer-ids/block-<n:012>.json
@@ -59,8 +61,13 @@ pub const TEMP_PREFIX: &str = ".tmp-";
 pub const SUBSTRATE_SCRATCH_PREFIX: &str = ".kaas-substrate-check-";
 /// The cluster id, inside the cluster directory.
 pub const CLUSTER_ID: &str = "cluster-id";
-/// The assignment, inside the cluster directory.
+/// The assignment checkpoint, inside the cluster directory: the whole map
+/// as of the version it carries (written temp → rename; before the history
+/// existed, the only assignment file).
 pub const ASSIGNMENT: &str = "assignment.json";
+/// The assignment history, inside the cluster directory: one
+/// `v-<n:012>.json` per version ([`assignment_version`]).
+pub const ASSIGNMENT_HISTORY_DIR: &str = "assignment";
 /// Directory of liveness records, inside the cluster directory.
 pub const BROKERS_DIR: &str = "brokers";
 /// Directory of controller epoch claims, inside the cluster directory.
@@ -238,6 +245,23 @@ pub fn parse_doc_version(name: &str) -> Option<u64> {
     digits.parse().ok()
 }
 
+/// The assignment history's head, inside [`ASSIGNMENT_HISTORY_DIR`]: the
+/// newest version number, rewritten (temp → rename) after each version is
+/// durable. A hint for readers on NFS (a fixed name is close-to-open fresh;
+/// a new name can hide behind a cached "no such file"), never the truth.
+pub const ASSIGNMENT_HEAD: &str = "head";
+
+/// `v-<n:012>.json`: version `n` of the assignment history (in
+/// [`ASSIGNMENT_HISTORY_DIR`]).
+pub fn assignment_version(n: u64) -> String {
+    doc_version(n)
+}
+
+/// Inverse of [`assignment_version`].
+pub fn parse_assignment_version(name: &str) -> Option<u64> {
+    parse_doc_version(name)
+}
+
 /// `v-<n:012>.json`: version `n` of the client quotas (in [`QUOTAS_DIR`]).
 pub fn quotas_version(n: u64) -> String {
     doc_version(n)
@@ -362,6 +386,13 @@ impl Layout {
     /// `<cluster>/assignment.json`.
     pub fn assignment(&self) -> PathBuf {
         self.cluster.join(ASSIGNMENT)
+    }
+
+    /// `<cluster>/assignment/v-<n:012>.json`.
+    pub fn assignment_version(&self, n: u64) -> PathBuf {
+        self.cluster
+            .join(ASSIGNMENT_HISTORY_DIR)
+            .join(assignment_version(n))
     }
 
     /// `<cluster>/brokers`.
@@ -570,5 +601,10 @@ mod tests {
         assert_eq!(l.assignment(), Path::new("/d/__cluster/assignment.json"));
         let sep = Layout::new("/d", Some("/c".into()));
         assert_eq!(sep.assignment(), Path::new("/c/assignment.json"));
+        assert_eq!(
+            sep.assignment_version(7),
+            Path::new("/c/assignment/v-000000000007.json")
+        );
+        assert_eq!(parse_assignment_version(&assignment_version(9)), Some(9));
     }
 }

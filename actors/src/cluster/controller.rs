@@ -1,5 +1,5 @@
-//! `ControllerActor`: controller election, and — while elected — the owner
-//! of `<cluster>/assignment.json`.
+//! `ControllerActor`: controller election, and — while elected — the only
+//! writer of the assignment history ([`super::history`]).
 //!
 //! Election: every broker polls the highest claim `controller/epoch-<n>`.
 //! When its holder is provably fenced — its broker record shows another
@@ -11,8 +11,11 @@
 //! or when a higher claim appears.
 //!
 //! While elected it observes every broker's record (timing `seq` changes on
-//! its own clock), scans topic stamps, runs [`plan`], and writes a new
-//! assignment version when anything changed. Nobody is declared dead before
+//! its own clock), scans topic stamps, folds every version it has not read
+//! yet into its base (a deposed controller's late version included: it
+//! plans from it, never past it), runs [`plan`], and publishes the change
+//! as the next version (O_EXCL) when anything changed. It checkpoints the
+//! whole map now and then and prunes versions well below the checkpoint. Nobody is declared dead before
 //! *this host* has watched its heartbeat stand still for lease + grace — but
 //! a candidate watches every broker record too, and carries that
 //! observation into its first pass: the successor of a dead controller has
@@ -24,10 +27,13 @@
 //! [`ControllerActor`] is the actix glue that polls it and nudges the
 //! watcher.
 
+use super::history::{self, Probe, Published};
 use super::lease::LeaseGuard;
 use super::membership::Shared;
 use super::plan::{plan_with_shards, BrokerView, TopicInfo};
-use super::records::{read_json, Assignment, BrokerRecord, ASSIGNMENT, BROKERS_DIR};
+use super::records::{
+    read_json, Assignment, AssignmentDelta, BrokerRecord, ASSIGNMENT, BROKERS_DIR,
+};
 use super::watcher::{AssignmentWatcher, PollNow};
 use crate::clock::SharedClock;
 use crate::cluster::election::{
@@ -62,6 +68,23 @@ fn refresh_due(name: &str, at: Duration) -> Duration {
     at + half + Duration::from_millis(h.finish() % half.as_millis().max(1) as u64)
 }
 
+/// The checkpoint is rewritten once the versions published since it add
+/// up to its own size (at least this much): checkpoint bytes stay within a
+/// constant factor of version bytes, so creating N topics costs O(N) bytes
+/// in all, not O(N²).
+const CHECKPOINT_MIN_BYTES: usize = 64 * 1024;
+/// …or once nothing was published for this long (an idle cluster's
+/// checkpoint is current, so a starting reader folds nothing).
+const CHECKPOINT_QUIET: Duration = Duration::from_secs(2);
+/// Versions are pruned only below a checkpoint that has been in place this
+/// long, and only this many versions below it: a slow reader is never
+/// stranded (and one that is restarts from the checkpoint).
+const PRUNE_AFTER: Duration = Duration::from_secs(60);
+/// See [`PRUNE_AFTER`].
+const PRUNE_KEEP: u64 = 64;
+/// Versions a pass folds at most before planning (the rest next pass).
+const FOLD_LIMIT: usize = 100_000;
+
 struct Observed {
     record: BrokerRecord,
     /// When a read first returned this (seq, incarnation): after the read,
@@ -73,17 +96,33 @@ struct Observed {
 }
 
 struct Leading {
-    /// The capability `assignment.json` is written through; dropped on
+    /// The capability the history is written through; dropped on
     /// resignation.
     term: ControllerTerm,
     epoch: i32,
     incarnation: u64,
+    /// The history folded up to its newest complete version.
     prev: Assignment,
-    /// `prev` as its file holds it (the bytes we wrote or read): a pass
-    /// that reads the same bytes back skips parsing and comparing the
-    /// whole assignment (most of an idle controller's CPU at 10,000
-    /// partitions). Empty: unknown, always parse.
-    prev_bytes: Vec<u8>,
+    /// A version we tried to publish and got an error for: it may exist
+    /// torn. If so it is completed with exactly these bytes (any reader
+    /// sees the same content either way).
+    pending: Option<(u64, Vec<u8>)>,
+    /// A torn version someone else created, and since when (our clock).
+    torn_since: Option<(u64, Duration)>,
+    /// The checkpoint's version, as far as we know.
+    checkpoint: u64,
+    /// Its size, and the bytes of versions published since.
+    checkpoint_len: usize,
+    delta_bytes: usize,
+    /// When we last published.
+    last_publish: Duration,
+    /// Checkpoints written (version, when), oldest first, not yet pruned
+    /// below.
+    checkpoints: std::collections::VecDeque<(u64, Duration)>,
+    /// Versions below this are pruned.
+    pruned_below: u64,
+    /// The version the head was last written with.
+    head: u64,
     topics: HashMap<String, (TopicInfo, Duration)>,
     /// Coordinator shards, once `group-shards.json` was read (0 before).
     shards: u32,
@@ -190,7 +229,8 @@ impl ControllerState {
         }
     }
 
-    /// The file this controller writes while elected.
+    /// The checkpoint this controller writes while elected (beside the
+    /// history directory).
     pub fn assignment_path(&self) -> PathBuf {
         self.cluster_dir().join(ASSIGNMENT)
     }
@@ -304,9 +344,20 @@ impl ControllerState {
 
     fn elected(&mut self, term: ControllerTerm) -> std::io::Result<bool> {
         let (epoch, incarnation) = (term.epoch(), term.incarnation());
-        let prev = read_json::<Assignment>(self.fs.as_ref(), &self.cluster_dir().join(ASSIGNMENT))?
-            .unwrap_or_default();
+        // The checkpoint folded forward; a torn version at the end is
+        // handled by the first pass.
+        let current = history::read_current(self.fs.as_ref(), self.cluster_dir())?;
+        let prev = current.assignment;
         tracing::info!(epoch, version = prev.version, "elected controller");
+        // Temps of a repair or checkpoint that died before its rename.
+        if let Err(e) = kaas_volume::fs::remove_stale_temps(
+            term.fs(),
+            &history::history_dir(self.cluster_dir()),
+        ) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                tracing::debug!(error = %e, "stale assignment temps not removed");
+            }
+        }
         // Temps of notice posts that died before their rename (only the
         // controller removes anything there).
         if let Err(e) = kaas_volume::topic_notice::remove_stale_temps(term.fs(), self.cluster_dir())
@@ -319,7 +370,15 @@ impl ControllerState {
             epoch,
             incarnation,
             prev,
-            prev_bytes: Vec::new(),
+            pending: None,
+            torn_since: None,
+            checkpoint: current.checkpoint,
+            checkpoint_len: 0,
+            delta_bytes: 0,
+            last_publish: self.clock.now(),
+            checkpoints: Default::default(),
+            pruned_below: 0,
+            head: 0,
             topics: HashMap::new(),
             shards: 0,
         });
@@ -575,9 +634,78 @@ impl ControllerState {
         Ok(out)
     }
 
+    /// Fold every complete version after `prev` into it (ours that landed
+    /// despite an error, or a deposed controller's that won a number before
+    /// our first version: we plan from it, never past it). Returns whether
+    /// to plan now, and the torn version to complete by repair, if any.
+    fn catch_up(&mut self) -> std::io::Result<CatchUp> {
+        let cluster_dir = self.cluster_dir().to_path_buf();
+        let dead_after = self.shared.timing.dead_after();
+        let now = self.clock.now();
+        let fs = self.fs.clone();
+        let l = self.leading.as_mut().expect("leading");
+        let mut folded = 0;
+        loop {
+            let n = l.prev.version + 1;
+            match history::probe_fresh(fs.as_ref(), &cluster_dir, n)? {
+                Probe::Found(d) => {
+                    if d.controller_epoch > l.epoch {
+                        return Ok(CatchUp::Deposed);
+                    }
+                    if d.controller_epoch < l.epoch {
+                        tracing::warn!(
+                            version = n,
+                            controller_epoch = d.controller_epoch,
+                            "a deposed controller's version landed; planning from it"
+                        );
+                    }
+                    d.apply_to(&mut l.prev);
+                    l.pending = None;
+                    l.torn_since = None;
+                    folded += 1;
+                    if folded >= FOLD_LIMIT {
+                        return Ok(CatchUp::Wait);
+                    }
+                }
+                Probe::Torn => {
+                    if let Some((_, bytes)) = l.pending.as_ref().filter(|(v, _)| *v == n) {
+                        // Our own create that failed before its write
+                        // completed: complete it with the same bytes.
+                        history::repair(l.term.fs(), &cluster_dir, bytes, n)?;
+                        continue;
+                    }
+                    // Someone else's create: a controller of an earlier
+                    // epoch (a later one would have deposed us), whose lease
+                    // had lapsed before we won. Give a write in flight lease
+                    // + grace more on our clock, then complete it ourselves.
+                    let since = match l.torn_since {
+                        Some((v, s)) if v == n => s,
+                        _ => {
+                            l.torn_since = Some((n, now));
+                            now
+                        }
+                    };
+                    if now.saturating_sub(since) >= dead_after {
+                        return Ok(CatchUp::Plan { repair: Some(n) });
+                    }
+                    return Ok(CatchUp::Wait);
+                }
+                Probe::Absent => return Ok(CatchUp::Plan { repair: None }),
+            }
+        }
+    }
+
     fn lead(&mut self) -> std::io::Result<bool> {
         let brokers = self.observe()?;
         let mut topics = self.scan_topics()?;
+        let repair_at = match self.catch_up()? {
+            CatchUp::Deposed => {
+                self.resign("a newer controller published a version");
+                return Ok(false);
+            }
+            CatchUp::Wait => return Ok(false),
+            CatchUp::Plan { repair } => repair,
+        };
         // A topic whose directory vanished without our delete (removed by
         // hand, or not listed for a moment) still has leaders with files
         // open: it leaves the assignment only the way a deleted one does,
@@ -599,84 +727,18 @@ impl ControllerState {
                 );
             }
         }
-        let path = self.cluster_dir().join(ASSIGNMENT);
-        let bytes = match self.fs.read(&path) {
-            Ok(b) => Some(b),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => return Err(e),
-        };
         let me = self.shared.broker_id;
         let data_dir = self.data_dir.clone();
         let fs = self.fs.clone();
         let cluster_dir = self.cluster_dir().to_path_buf();
+        let now = self.clock.now();
         let l = self.leading.as_mut().expect("leading");
         if l.shards == 0 {
             // Recorded once at cluster creation by the first broker.
             l.shards =
                 crate::group::shard::read_count(fs.as_ref(), &cluster_dir)?.map_or(0, |c| c.get());
         }
-        // The file still holds what we last wrote or read: nothing foreign,
-        // nothing to parse. (`on_disk` is then unused but for its version,
-        // which equals ours.)
-        let unchanged = !l.prev_bytes.is_empty() && bytes.as_deref() == Some(&l.prev_bytes[..]);
-        let on_disk = match (&bytes, unchanged) {
-            (Some(b), false) => serde_json::from_slice::<Assignment>(b).map_err(|e| {
-                std::io::Error::new(
-                    std::io::ErrorKind::InvalidData,
-                    format!("{}: {e}", path.display()),
-                )
-            })?,
-            _ => Assignment::default(),
-        };
-        let mut foreign = !unchanged && on_disk != l.prev;
-        if foreign && on_disk.controller_epoch > l.epoch {
-            self.resign("assignment written by a newer controller");
-            return Ok(false);
-        }
-        if foreign && on_disk.controller_epoch == l.epoch && on_disk.version > l.prev.version {
-            // Our own write, which landed although it reported an error:
-            // it is what brokers may have applied, so it is our base.
-            l.prev = on_disk.clone();
-            l.prev_bytes = bytes.clone().unwrap_or_default();
-            foreign = false;
-        }
-        // Someone else's write (a deposed controller's late rename): our
-        // version must rise past it and ours must be put back. Whoever it
-        // granted a partition we hold vacant may be leading it by now: that
-        // partition is released from them first (two-phase, like any move),
-        // then granted above their epoch. Where we have a holder of our own,
-        // the leader-epoch claims arbitrate: a grant of the same epoch to
-        // two brokers fences the second opener (see ARCHITECTURE.md for the
-        // case they do not cover).
-        let mut base = l.prev.clone();
-        base.version = base.version.max(on_disk.version);
-        if foreign {
-            let next_version = base.version + 1;
-            for (name, t) in base.topics.iter_mut() {
-                if let Some(o) = on_disk
-                    .topics
-                    .get(name)
-                    .filter(|o| o.topic_id == t.topic_id)
-                {
-                    for (e, oe) in t.partitions.iter_mut().zip(&o.partitions) {
-                        if e.leader < 0
-                            && e.releasing.is_none()
-                            && oe.leader >= 0
-                            && oe.epoch > e.epoch
-                        {
-                            e.epoch = oe.epoch;
-                            e.releasing = Some((oe.leader, oe.incarnation, next_version));
-                        }
-                    }
-                }
-            }
-            for (e, oe) in base.coordinators.iter_mut().zip(&on_disk.coordinators) {
-                if e.leader < 0 && e.releasing.is_none() && oe.leader >= 0 && oe.epoch > e.epoch {
-                    e.epoch = oe.epoch;
-                    e.releasing = Some((oe.leader, oe.incarnation, next_version));
-                }
-            }
-        }
+        let base = &l.prev;
         let list_failed = std::cell::Cell::new(false);
         let disk_epoch = |t: &str, p: i32| -> i32 {
             let dir = if t == super::records::COORDINATOR_SHARDS {
@@ -705,7 +767,7 @@ impl ControllerState {
         };
         // Never fewer shards than already granted (the count is immutable).
         let shards = l.shards.max(base.coordinators.len() as u32);
-        let planned = plan_with_shards(&base, l.epoch, me, &brokers, &topics, shards, disk_epoch);
+        let planned = plan_with_shards(base, l.epoch, me, &brokers, &topics, shards, disk_epoch);
         if list_failed.get() {
             // A new partition's starting epoch must be above what is on disk;
             // without a listing we cannot know it. Try again next poll.
@@ -713,35 +775,125 @@ impl ControllerState {
         }
         let next = match planned {
             Some(n) => n,
-            None if foreign => Assignment {
+            // A torn version to complete and nothing to change: complete
+            // it with a version that changes nothing.
+            None if repair_at.is_some() => Assignment {
+                controller_epoch: l.epoch,
+                controller_id: me,
                 version: base.version + 1,
-                ..base
+                ..base.clone()
             },
             None => {
+                self.housekeeping();
                 self.remove_vacated();
                 return Ok(false);
             }
         };
         // The controller's lease is its broker lease: check it right before
-        // the one rename that publishes the decision.
+        // publishing the decision.
         if !self.shared.lease.valid_for(l.incarnation) {
             self.resign("lease lapsed before writing the assignment");
             return Ok(false);
         }
+        let delta = AssignmentDelta::between(&l.prev, &next);
+        let bytes = history::encode_version(&delta);
         // Through the term: the guard re-checks the lease before every
-        // syscall of the write (temp create, write, fsync, rename, dir fsync).
-        let next_bytes = serde_json::to_vec(&next).expect("serializes");
-        kaas_volume::fs::write_atomic(l.term.fs(), &path, &next_bytes)?;
+        // syscall of the write (create, write, fsync, rename, dir fsync).
+        let published = match repair_at {
+            Some(n) if n == next.version => {
+                // Last look: completed meanwhile after all? Then fold it
+                // next pass instead.
+                if history::probe(fs.as_ref(), &cluster_dir, n)? != Probe::Torn {
+                    return Ok(false);
+                }
+                tracing::warn!(version = n, "completing a torn assignment version");
+                history::repair(l.term.fs(), &cluster_dir, &bytes, n).map(|_| Published::Won)
+            }
+            _ => history::publish(l.term.fs(), &cluster_dir, &bytes, next.version),
+        };
+        match published {
+            Ok(Published::Won) => {}
+            Ok(Published::Taken) => {
+                // Someone else's version: fold it next pass, plan again.
+                l.pending = None;
+                return Ok(false);
+            }
+            Err(e) => {
+                l.pending = Some((next.version, bytes));
+                return Err(e);
+            }
+        }
         tracing::info!(
             controller_epoch = next.controller_epoch,
             version = next.version,
             brokers = next.brokers.len(),
-            "assignment written"
+            bytes = bytes.len(),
+            "assignment version published"
         );
+        l.pending = None;
+        l.torn_since = None;
+        l.delta_bytes += bytes.len();
+        l.last_publish = now;
         l.prev = next;
-        l.prev_bytes = next_bytes;
+        self.housekeeping();
         self.remove_vacated();
         Ok(true)
+    }
+
+    /// Write the checkpoint when it is due, and prune versions well below
+    /// an old enough one (best effort: both are re-driven every pass).
+    fn housekeeping(&mut self) {
+        let cluster_dir = self.cluster_dir().to_path_buf();
+        let now = self.clock.now();
+        let l = self.leading.as_mut().expect("leading");
+        if l.head < l.prev.version {
+            // Every version up to `prev` is durable (published, or read).
+            match history::write_head(l.term.fs(), &cluster_dir, l.prev.version) {
+                Ok(()) => l.head = l.prev.version,
+                Err(e) => tracing::debug!(error = %e, "assignment head not written; will retry"),
+            }
+        }
+        let behind = l.prev.version > l.checkpoint;
+        let due = behind
+            && (l.delta_bytes >= l.checkpoint_len.max(CHECKPOINT_MIN_BYTES)
+                || now.saturating_sub(l.last_publish) >= CHECKPOINT_QUIET);
+        if due {
+            // `prev` is durable in the history: the checkpoint is never
+            // newer than it.
+            let bytes = serde_json::to_vec(&l.prev).expect("serializes");
+            match history::write_checkpoint(l.term.fs(), &cluster_dir, &bytes) {
+                Ok(()) => {
+                    l.checkpoint = l.prev.version;
+                    l.checkpoint_len = bytes.len();
+                    l.delta_bytes = 0;
+                    l.checkpoints.push_back((l.prev.version, now));
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "assignment checkpoint not written; will retry")
+                }
+            }
+        }
+        let mut floor = None;
+        while let Some(&(v, at)) = l.checkpoints.front() {
+            if now.saturating_sub(at) < PRUNE_AFTER {
+                break;
+            }
+            floor = Some(v);
+            l.checkpoints.pop_front();
+        }
+        if let Some(v) = floor {
+            let below = v.saturating_sub(PRUNE_KEEP);
+            if below > l.pruned_below {
+                match history::prune(l.term.fs(), &cluster_dir, below) {
+                    Ok(_) => l.pruned_below = below,
+                    Err(e) => {
+                        // Retried with the next checkpoint.
+                        l.checkpoints.push_front((v, Duration::ZERO));
+                        tracing::debug!(error = %e, "old assignment versions not pruned yet");
+                    }
+                }
+            }
+        }
     }
 
     /// The last step of a delete: rename aside (and start removing) every
@@ -774,6 +926,16 @@ impl ControllerState {
             }
         }
     }
+}
+
+/// What [`ControllerState::catch_up`] found.
+enum CatchUp {
+    /// Plan from the folded base; `repair`: the torn version to complete.
+    Plan { repair: Option<u64> },
+    /// A torn version may still be completed by its creator: wait.
+    Wait,
+    /// A newer controller published: step down.
+    Deposed,
 }
 
 /// See module docs.

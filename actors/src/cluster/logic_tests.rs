@@ -359,9 +359,11 @@ fn stamp_topic(data: &Path, n: i32) {
 }
 
 fn on_disk(cluster: &Path) -> Assignment {
-    super::records::read_json(real().as_ref(), &cluster.join(ASSIGNMENT))
+    let a = super::history::read_current(real().as_ref(), cluster)
         .unwrap()
-        .unwrap()
+        .assignment;
+    assert!(a.version > 0, "no assignment published");
+    a
 }
 
 /// (leader, epoch) of every partition of `t`.
@@ -773,9 +775,8 @@ fn an_idle_controller_does_not_reread_every_topic() {
         );
         let mut pass = || {
             clock.advance(TIMING.poll);
-            if let Ok(Some(v)) =
-                super::records::read_json::<Assignment>(real().as_ref(), &cluster.join(ASSIGNMENT))
-            {
+            if let Ok(c) = super::history::read_current(real().as_ref(), &cluster) {
+                let v = c.assignment;
                 s1.state.lock().unwrap().applied = (v.controller_epoch, v.version);
             }
             m1.beat();
@@ -836,4 +837,501 @@ fn the_watcher_parses_the_assignment_only_when_it_changed() {
     write(2);
     let next = w.poll().expect("a new version applies");
     assert_eq!(next.assignment.version, 2);
+}
+
+/// The topic `name` with `n` partitions and id `id`, stamped in `data`.
+fn stamp_named(data: &Path, name: &str, id: u128, n: i32) {
+    let stamp = crate::topic::TopicStamp {
+        topic_id: uuid::Uuid::from_u128(id),
+        name: name.into(),
+        partitions: n,
+        configs: Default::default(),
+        adopted: false,
+    };
+    std::fs::create_dir_all(data.join(name)).unwrap();
+    write_json(
+        real().as_ref(),
+        &data.join(name).join(crate::topic::STAMP),
+        &stamp,
+    )
+    .unwrap();
+}
+
+/// A seam over the real filesystem that counts the bytes written through
+/// it, and can hold the exclusive create of an assignment version (a
+/// process paused inside that syscall, after its lease check) until told.
+#[derive(Clone, Default)]
+struct Tap {
+    bytes: Arc<std::sync::atomic::AtomicU64>,
+    gate: Arc<(std::sync::Mutex<Gate>, std::sync::Condvar)>,
+}
+
+/// (armed, arrived, released)
+type Gate = (bool, bool, bool);
+
+struct TapFile {
+    inner: Arc<dyn kaas_volume::fs::WriteFile>,
+    bytes: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl kaas_volume::fs::ReadFile for TapFile {
+    fn read_at(&self, buf: &mut [u8], pos: u64) -> std::io::Result<usize> {
+        self.inner.read_at(buf, pos)
+    }
+    fn len(&self) -> std::io::Result<u64> {
+        self.inner.len()
+    }
+}
+
+impl kaas_volume::fs::WriteFile for TapFile {
+    fn write_all_at(&self, buf: &[u8], pos: u64) -> std::io::Result<()> {
+        self.bytes.fetch_add(buf.len() as u64, Ordering::Relaxed);
+        self.inner.write_all_at(buf, pos)
+    }
+    fn sync_data(&self) -> std::io::Result<()> {
+        self.inner.sync_data()
+    }
+    fn set_len(&self, len: u64) -> std::io::Result<()> {
+        self.inner.set_len(len)
+    }
+}
+
+impl Tap {
+    fn written(&self) -> u64 {
+        self.bytes.load(Ordering::Relaxed)
+    }
+    fn arm(&self) {
+        *self.gate.0.lock().unwrap() = (true, false, false);
+    }
+    fn wait_arrived(&self) {
+        let (m, cv) = &*self.gate;
+        let mut g = m.lock().unwrap();
+        while !g.1 {
+            g = cv.wait(g).unwrap();
+        }
+    }
+    fn release(&self) {
+        let (m, cv) = &*self.gate;
+        m.lock().unwrap().2 = true;
+        cv.notify_all();
+    }
+    fn wrap(&self, f: Arc<dyn kaas_volume::fs::WriteFile>) -> Arc<dyn kaas_volume::fs::WriteFile> {
+        Arc::new(TapFile {
+            inner: f,
+            bytes: self.bytes.clone(),
+        })
+    }
+}
+
+impl kaas_volume::fs::Fs for Tap {
+    fn open_read(&self, p: &Path) -> std::io::Result<Arc<dyn kaas_volume::fs::ReadFile>> {
+        RealFs.open_read(p)
+    }
+    fn create_exclusive(&self, p: &Path) -> std::io::Result<Arc<dyn kaas_volume::fs::WriteFile>> {
+        let held = p
+            .parent()
+            .is_some_and(|d| d.ends_with(kaas_volume::layout::ASSIGNMENT_HISTORY_DIR));
+        if held {
+            let (m, cv) = &*self.gate;
+            let mut g = m.lock().unwrap();
+            if g.0 {
+                g.0 = false;
+                g.1 = true;
+                cv.notify_all();
+                while !g.2 {
+                    g = cv.wait(g).unwrap();
+                }
+            }
+        }
+        RealFs.create_exclusive(p).map(|f| self.wrap(f))
+    }
+    fn open_write(&self, p: &Path) -> std::io::Result<Arc<dyn kaas_volume::fs::WriteFile>> {
+        RealFs.open_write(p).map(|f| self.wrap(f))
+    }
+    fn rename(&self, a: &Path, b: &Path) -> std::io::Result<()> {
+        RealFs.rename(a, b)
+    }
+    fn remove_file(&self, p: &Path) -> std::io::Result<()> {
+        RealFs.remove_file(p)
+    }
+    fn create_dir_all(&self, p: &Path) -> std::io::Result<()> {
+        RealFs.create_dir_all(p)
+    }
+    fn create_dir(&self, p: &Path) -> std::io::Result<()> {
+        RealFs.create_dir(p)
+    }
+    fn remove_dir(&self, p: &Path) -> std::io::Result<()> {
+        RealFs.remove_dir(p)
+    }
+    fn list(&self, d: &Path) -> std::io::Result<Vec<String>> {
+        RealFs.list(d)
+    }
+    fn is_dir(&self, p: &Path) -> bool {
+        RealFs.is_dir(p)
+    }
+    fn sync_dir(&self, d: &Path) -> std::io::Result<()> {
+        RealFs.sync_dir(d)
+    }
+}
+
+/// Every version in the history, in order: (number, delta).
+fn history_of(cluster: &Path) -> Vec<(u64, super::records::AssignmentDelta)> {
+    let mut out = Vec::new();
+    let mut n = 1;
+    loop {
+        match super::history::probe(&RealFs, cluster, n).unwrap() {
+            super::history::Probe::Found(d) => out.push((n, d)),
+            super::history::Probe::Torn => panic!("version {n} torn"),
+            super::history::Probe::Absent => return out,
+        }
+        n += 1;
+    }
+}
+
+/// Catches: a history whose cost grows with its size — the whole map
+/// rewritten per version (creating N topics wrote O(N²) bytes: 4,500
+/// topics took 8 minutes, issue 13), or checkpoints written so often that
+/// they do the same.
+#[test]
+fn creating_n_topics_writes_o_of_n_bytes() {
+    // (bytes written through the seam, bytes of the versions themselves).
+    let bytes_for = |n: usize| -> (f64, f64) {
+        let d = tempfile::tempdir().unwrap();
+        let cluster = d.path().join("__cluster");
+        let clock = FakeClock::new();
+        let s = shared(&cluster, 1, 11, &clock);
+        let mut m = beat(real(), &s);
+        let tap = Tap::default();
+        let mut c = ControllerState::new(Arc::new(tap.clone()), s.clone(), d.path().to_path_buf());
+        assert!(c.tick());
+        let start = tap.written();
+        for i in 0..n {
+            stamp_named(d.path(), &format!("topic-{i:05}"), 1000 + i as u128, 3);
+            clock.advance(TIMING.poll);
+            m.beat();
+            assert!(c.tick(), "topic {i} published");
+        }
+        // Quiet: the checkpoint catches up once.
+        run(&clock, &mut m, &mut c, Duration::from_secs(3));
+        let a = on_disk(&cluster);
+        assert_eq!(a.topics.len(), n);
+        let cp = super::history::read_checkpoint(&RealFs, &cluster)
+            .unwrap()
+            .unwrap();
+        let cp = super::history::parse_checkpoint(&cluster, &cp).unwrap();
+        assert_eq!(cp, a, "the idle checkpoint is current");
+        let versions: u64 = std::fs::read_dir(cluster.join("assignment"))
+            .unwrap()
+            .map(|e| e.unwrap().metadata().unwrap().len())
+            .sum();
+        ((tap.written() - start) as f64, versions as f64)
+    };
+    let (small, small_versions) = bytes_for(50);
+    let (large, large_versions) = bytes_for(400);
+    // A version costs what changed, whatever the map's size: the average
+    // version does not grow with the number of topics…
+    assert!(
+        large_versions / 400.0 < 1.3 * small_versions / 50.0,
+        "50 topics: {small_versions} bytes of versions, 400: {large_versions}"
+    );
+    // …and checkpoints add at most a constant factor (each is written once
+    // the versions since the last add up to its size). Together: O(N).
+    assert!(
+        large < 4.0 * large_versions,
+        "400 topics: {large} bytes written for {large_versions} bytes of versions"
+    );
+    assert!(
+        small < 4.0 * small_versions + 70_000.0,
+        "{small} for {small_versions}"
+    );
+}
+
+/// Catches: a deposed controller's publish that lands after its
+/// successor's takeover (issue 12 item 3: p1 granted at epoch 2 to one
+/// broker while the successor had given it to another), and watchers
+/// applying anything but the one linear history. The deposed controller
+/// is paused *inside* the create of its next version — after every lease
+/// check it makes — and resumes after the successor has published. Its
+/// own clock stands still meanwhile, so its lease still looks valid to it:
+/// the exclusive create alone must stop it.
+#[test]
+fn a_deposed_controllers_delayed_publish_never_reaches_a_watcher() {
+    let d = tempfile::tempdir().unwrap();
+    let cluster = d.path().join("__cluster");
+    let data = d.path().to_path_buf();
+    stamp_topic(&data, 6);
+    let clock = FakeClock::new();
+    let clock0 = FakeClock::new();
+    let (s0, s1, s2) = (
+        shared(&cluster, 0, 100, &clock0),
+        shared(&cluster, 1, 101, &clock),
+        shared(&cluster, 2, 102, &clock),
+    );
+    let (mut m0, mut m1, mut m2) = (beat(real(), &s0), beat(real(), &s1), beat(real(), &s2));
+    let tap = Tap::default();
+    let mut c0 = ControllerState::new(Arc::new(tap.clone()), s0.clone(), data.clone());
+    let mut c1 = ControllerState::new(real(), s1.clone(), data.clone());
+    let mut w1 = WatcherState::new(real(), s1.clone());
+    let mut w2 = WatcherState::new(real(), s2.clone());
+    // Every (controller epoch, version, grants) each watcher applied.
+    type Seen = Vec<(i32, u64, Vec<(i32, i32)>)>;
+    let (mut seen1, mut seen2): (Seen, Seen) = (Vec::new(), Vec::new());
+    let watch = |w: &mut WatcherState, seen: &mut Seen| {
+        if let Some(a) = w.poll() {
+            if a.lead && a.assignment.topics.contains_key("t") {
+                let x = &a.assignment;
+                if seen
+                    .last()
+                    .is_none_or(|l| (l.0, l.1) != (x.controller_epoch, x.version))
+                {
+                    seen.push((x.controller_epoch, x.version, grants(x)));
+                }
+            }
+            w.done(&a);
+        }
+    };
+    assert!(c0.tick());
+    for _ in 0..10 {
+        clock.advance(TIMING.poll);
+        clock0.advance(TIMING.poll);
+        m0.beat();
+        m1.beat();
+        m2.beat();
+        c0.tick();
+        c1.tick();
+        watch(&mut w1, &mut seen1);
+        watch(&mut w2, &mut seen2);
+    }
+    assert_eq!((c0.epoch(), c1.epoch()), (Some(1), None));
+    let last_of_0 = on_disk(&cluster).version;
+    // Broker 2 asks to leave: controller 0 plans to move its partitions and
+    // is paused inside the create of that version.
+    s2.state.lock().unwrap().shutting_down = true;
+    m2.beat();
+    tap.arm();
+    let paused = std::thread::spawn(move || {
+        let wrote = c0.tick();
+        (c0, wrote)
+    });
+    tap.wait_arrived();
+    // Broker 0 is silent from here; broker 1 takes over and publishes.
+    let mut published_by_1 = false;
+    for _ in 0..200 {
+        clock.advance(TIMING.poll);
+        m1.beat();
+        m2.beat();
+        published_by_1 |= c1.tick();
+        watch(&mut w1, &mut seen1);
+        watch(&mut w2, &mut seen2);
+        if published_by_1 {
+            break;
+        }
+    }
+    assert!(
+        published_by_1 && c1.epoch() == Some(2),
+        "successor took over"
+    );
+    let takeover = on_disk(&cluster);
+    assert_eq!(
+        takeover.version,
+        last_of_0 + 1,
+        "the successor took the next number"
+    );
+    // Controller 0 resumes inside its create: the number is taken.
+    tap.release();
+    let (mut c0, wrote) = paused.join().unwrap();
+    assert!(!wrote, "the deposed controller published nothing");
+    for _ in 0..30 {
+        clock.advance(TIMING.poll);
+        clock0.advance(TIMING.poll);
+        m0.beat();
+        m1.beat();
+        m2.beat();
+        c0.tick();
+        c1.tick();
+        watch(&mut w1, &mut seen1);
+        watch(&mut w2, &mut seen2);
+    }
+    assert_eq!(c0.epoch(), None, "the deposed controller stepped down");
+    // The history is linear: epoch 1 up to the takeover, epoch 2 after.
+    let h = history_of(&cluster);
+    for (n, v) in &h {
+        let want = if *n <= last_of_0 { 1 } else { 2 };
+        assert_eq!(v.controller_epoch, want, "version {n}: {v:?}");
+    }
+    // Every watcher applied versions of that history, in order, and
+    // nothing of epoch 1 after the takeover.
+    let mut folded = super::records::Assignment::default();
+    let mut states = std::collections::BTreeMap::new();
+    for (n, v) in &h {
+        v.apply_to(&mut folded);
+        if folded.topics.contains_key("t") {
+            states.insert(*n, (folded.controller_epoch, grants(&folded)));
+        }
+    }
+    for seen in [&seen1, &seen2] {
+        assert!(
+            seen.windows(2).all(|w| w[0].1 < w[1].1),
+            "in order: {seen:?}"
+        );
+        for (e, v, g) in seen.iter() {
+            assert_eq!(
+                states.get(v),
+                Some(&(*e, g.clone())),
+                "version {v} as applied"
+            );
+        }
+        assert!(seen.last().unwrap().0 == 2, "{seen:?}");
+    }
+}
+
+/// Catches: a publish that readers can see torn or half-applied, that is
+/// acknowledged but not durable, that leaves a version no later
+/// controller gets past (a torn one is never completed), or a recovery
+/// that rewrites a version some reader may already have applied.
+#[test]
+fn crash_at_every_step_of_an_assignment_publish() {
+    // Broker 1 is controller over `ffs` and has published v1; broker 2
+    // joins, and the next pass publishes v2 (crashing at step `crash`).
+    struct Run {
+        d: tempfile::TempDir,
+        clock: Arc<FakeClock>,
+        s2: Arc<Shared>,
+        m2: MembershipState,
+        ffs: FaultFs,
+        acked: bool,
+        steps: u64,
+    }
+    let scenario = |crash: Option<u64>| -> Run {
+        let d = tempfile::tempdir().unwrap();
+        let cluster = d.path().join("__cluster");
+        stamp_topic(d.path(), 4);
+        let clock = FakeClock::new();
+        let s1 = shared(&cluster, 1, 11, &clock);
+        let mut m1 = beat(real(), &s1);
+        let ffs = FaultFs::new();
+        let mut c1 =
+            ControllerState::new(Arc::new(ffs.clone()), s1.clone(), d.path().to_path_buf());
+        assert!(c1.tick(), "v1");
+        let s2 = shared(&cluster, 2, 22, &clock);
+        let m2 = beat(real(), &s2);
+        let start = ffs.ops();
+        if let Some(n) = crash {
+            ffs.crash_at(start + n);
+        }
+        clock.advance(TIMING.poll);
+        m1.beat();
+        let acked = c1.tick();
+        let steps = ffs.ops() - start;
+        Run {
+            d,
+            clock,
+            s2,
+            m2,
+            ffs,
+            acked,
+            steps,
+        }
+    };
+    let clean = scenario(None);
+    assert!(clean.acked, "the clean run publishes v2");
+    let cl = clean.d.path().join("__cluster");
+    let a2 = super::history::read_current(&RealFs, &cl)
+        .unwrap()
+        .assignment;
+    assert_eq!(a2.version, 2);
+    let mut a1 = super::records::Assignment::default();
+    history_of(&cl)[0].1.apply_to(&mut a1);
+    assert!(
+        clean.steps >= 4,
+        "create, write, fsync, dir fsync: {}",
+        clean.steps
+    );
+    let (mut saw_old, mut saw_new, mut saw_torn) = (false, false, false);
+    for n in 1..=clean.steps {
+        let Run {
+            d,
+            clock,
+            s2,
+            mut m2,
+            ffs,
+            acked,
+            ..
+        } = scenario(Some(n));
+        ffs.power_loss();
+        let cluster = d.path().join("__cluster");
+        let cur = super::history::read_current(&RealFs, &cluster).unwrap();
+        assert!(
+            cur.assignment == a1 || cur.assignment == a2,
+            "step {n}: neither v1 nor v2: {:?}",
+            cur.assignment
+        );
+        assert!(
+            !acked || cur.assignment == a2,
+            "step {n}: acknowledged, then lost"
+        );
+        saw_old |= cur.assignment == a1;
+        saw_new |= cur.assignment == a2;
+        saw_torn |= cur.torn.is_some();
+        // A fresh watcher applies v1 or v2 whole, never a torn version (v2
+        // only once the head names it: a crash before the head write leaves
+        // it to the next controller).
+        let mut w = WatcherState::new(real(), s2.clone());
+        let a = w.poll().expect("applies");
+        assert!(
+            *a.assignment == a1 || *a.assignment == cur.assignment,
+            "step {n}: {:?}",
+            a.assignment
+        );
+        w.done(&a);
+        let v2_before = std::fs::read(super::history::version_path(&cluster, 2)).ok();
+        // Broker 1 is dead; broker 2 takes over and gets past whatever the
+        // crash left.
+        let mut c2 = ControllerState::new(real(), s2.clone(), d.path().to_path_buf());
+        let mut done = false;
+        for _ in 0..200 {
+            clock.advance(TIMING.poll);
+            m2.beat();
+            c2.tick();
+            let now = super::history::read_current(&RealFs, &cluster).unwrap();
+            if now.torn.is_none()
+                && now.assignment.controller_epoch == 2
+                && now.assignment.topics["t"]
+                    .partitions
+                    .iter()
+                    .all(|e| e.leader == 2)
+            {
+                done = true;
+                break;
+            }
+        }
+        assert!(done, "step {n}: no convergence; ops {:?}", ffs.log());
+        let h = history_of(&cluster);
+        assert!(
+            h.len() >= 2 && h[1].1.controller_epoch >= 1,
+            "step {n}: {h:?}"
+        );
+        // A version that was whole stays exactly what it was.
+        if cur.assignment == a2 {
+            assert_eq!(
+                std::fs::read(super::history::version_path(&cluster, 2)).ok(),
+                v2_before,
+                "step {n}: a complete version rewritten"
+            );
+        }
+        // The watcher follows to the end, in order.
+        let mut last = a.assignment.version;
+        for _ in 0..5 {
+            if let Some(a) = w.poll() {
+                assert!(a.assignment.version > last, "step {n}");
+                last = a.assignment.version;
+                w.done(&a);
+            }
+        }
+        assert_eq!(last, h.last().unwrap().0, "step {n}");
+    }
+    assert!(
+        saw_old && saw_new && saw_torn,
+        "{saw_old} {saw_new} {saw_torn}"
+    );
 }

@@ -14,6 +14,7 @@
 
 pub mod controller;
 pub mod election;
+pub mod history;
 pub mod lease;
 pub mod membership;
 pub mod plan;

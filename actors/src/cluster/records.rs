@@ -2,13 +2,15 @@
 //!
 //! * `<cluster>/brokers/<id>.json` — a broker's liveness record, rewritten
 //!   (temp → fsync → rename) every heartbeat by that broker alone.
-//! * `<cluster>/assignment.json` — partition → (leader, incarnation, leader
-//!   epoch), rewritten (temp → fsync → rename) by the elected controller
-//!   alone. It carries the controller epoch and a version that rises with
-//!   every write, across controllers; readers apply only what is newer than
-//!   what they already applied.
+//! * The assignment — partition → (leader, incarnation, leader epoch) — as a
+//!   linear history written by the elected controller alone (see
+//!   [`super::history`]): `<cluster>/assignment/v-<n>.json` holds version
+//!   `n` as an [`AssignmentDelta`] on version `n - 1`, each created with
+//!   O_CREAT|O_EXCL; `<cluster>/assignment.json` is a checkpoint, the whole
+//!   [`Assignment`] as of the version it carries. Versions rise across
+//!   controllers; every number names one content forever.
 //!
-//! Both are fixed names read by exact open (close-to-open freshness), never
+//! All are fixed names read by exact open (close-to-open freshness), never
 //! discovered through a listing. The only listing is of `brokers/`, used to
 //! discover brokers that joined; a stale listing delays a join, nothing else.
 
@@ -198,6 +200,79 @@ impl Assignment {
         usize::try_from(partition)
             .ok()
             .and_then(|p| t.partitions.get(p))
+    }
+}
+
+/// One version of the assignment history: what changed from the version
+/// before it. Topics are carried whole (a topic's entry is replaced), so a
+/// version costs what changed, not the whole map: creating N topics one
+/// per version writes O(N) bytes in all.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AssignmentDelta {
+    /// Epoch of the controller that wrote it.
+    pub controller_epoch: i32,
+    /// Broker id of that controller.
+    pub controller_id: i32,
+    /// This version's number (one more than the version it applies to).
+    pub version: u64,
+    /// The live brokers, when they changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub brokers: Option<Vec<BrokerEndpoint>>,
+    /// Topics added or changed, whole.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub topics: BTreeMap<String, TopicAssignment>,
+    /// Topics that left the assignment.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub removed: Vec<String>,
+    /// The coordinator shards, when any changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coordinators: Option<Vec<PartitionAssignment>>,
+}
+
+impl AssignmentDelta {
+    /// What turns `prev` into `next` (`next.version` is the delta's).
+    pub fn between(prev: &Assignment, next: &Assignment) -> Self {
+        let topics = next
+            .topics
+            .iter()
+            .filter(|(n, t)| prev.topics.get(*n) != Some(*t))
+            .map(|(n, t)| (n.clone(), t.clone()))
+            .collect();
+        let removed = prev
+            .topics
+            .keys()
+            .filter(|n| !next.topics.contains_key(*n))
+            .cloned()
+            .collect();
+        Self {
+            controller_epoch: next.controller_epoch,
+            controller_id: next.controller_id,
+            version: next.version,
+            brokers: (prev.brokers != next.brokers).then(|| next.brokers.clone()),
+            topics,
+            removed,
+            coordinators: (prev.coordinators != next.coordinators)
+                .then(|| next.coordinators.clone()),
+        }
+    }
+
+    /// Apply to `a` (the version before this one) in place.
+    pub fn apply_to(&self, a: &mut Assignment) {
+        a.controller_epoch = self.controller_epoch;
+        a.controller_id = self.controller_id;
+        a.version = self.version;
+        if let Some(b) = &self.brokers {
+            a.brokers = b.clone();
+        }
+        for n in &self.removed {
+            a.topics.remove(n);
+        }
+        for (n, t) in &self.topics {
+            a.topics.insert(n.clone(), t.clone());
+        }
+        if let Some(c) = &self.coordinators {
+            a.coordinators = c.clone();
+        }
     }
 }
 

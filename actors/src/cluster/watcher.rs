@@ -1,7 +1,12 @@
-//! `AssignmentWatcher`: reads `<cluster>/assignment.json` by exact name
-//! every poll (re-opening it each time is what gives close-to-open
-//! freshness; there is no inotify across hosts), and makes this broker lead
-//! exactly what the newest version grants to its current incarnation: it
+//! `AssignmentWatcher`: follows the assignment history
+//! ([`super::history`]) by exact name every poll (re-opening each time is
+//! what gives close-to-open freshness; there is no inotify across hosts):
+//! it starts from the checkpoint, then folds versions `v+1`, `v+2` … strictly
+//! in order up to the history's head, stopping before a torn one (never
+//! applied). An idle poll costs one read of the tiny `assignment/head` (a
+//! fixed name, close-to-open fresh; a version is opened only once the head
+//! names it, so an NFS client never caches "no such file" for it). It makes this broker
+//! lead exactly what the newest version grants to its current incarnation: it
 //! stops leaders it lost (awaiting their final fsync and close), starts the
 //! ones it gained, feeds the metadata cache, and only then reports the
 //! version applied in its heartbeat — the controller's signal that a
@@ -15,8 +20,9 @@
 //! says what to apply); [`AssignmentWatcher`] is the actix glue that runs
 //! the [`LeaderSink`] and reports back.
 
+use super::history::{self, Probe};
 use super::membership::{HeartbeatNow, Membership, Shared};
-use super::records::{Assignment, ASSIGNMENT};
+use super::records::Assignment;
 use crate::telemetry::{ActorStats, Mailbox, MessageName};
 use actix::prelude::*;
 use futures::future::LocalBoxFuture;
@@ -60,11 +66,13 @@ pub struct WatcherState {
     busy: bool,
     failures: u64,
     ticks: u64,
-    /// The bytes last parsed and what they parsed to: an
-    /// unchanged file is re-read every poll (that is what gives
-    /// close-to-open freshness) but not re-parsed — at 10,000 partitions
-    /// the parse was most of an idle broker's CPU.
+    /// The checkpoint bytes last parsed and what they parsed to: a
+    /// checkpoint is re-read only when the history cannot be followed
+    /// (none yet, or pruned past us), and re-parsed only when it changed.
     last: Option<(Vec<u8>, Arc<Assignment>)>,
+    /// The history folded as far as it is complete (may be ahead of what
+    /// is applied while an application is in flight).
+    current: Option<Arc<Assignment>>,
     /// The assignment last applied (what a periodic re-apply applies).
     applied_assignment: Option<Arc<Assignment>>,
 }
@@ -80,6 +88,7 @@ impl WatcherState {
             failures: 0,
             ticks: 0,
             last: None,
+            current: None,
             applied_assignment: None,
         }
     }
@@ -108,8 +117,7 @@ impl WatcherState {
             }
             return None;
         }
-        let path = self.shared.cluster_dir.join(ASSIGNMENT);
-        let a = match self.read(&path) {
+        let a = match self.follow() {
             Ok(Some(a)) => a,
             Ok(None) => return None,
             Err(e) => {
@@ -130,8 +138,7 @@ impl WatcherState {
         }
         // Re-apply what was applied now and then: applying is idempotent,
         // and it restarts a leader that a failed topic deletion stopped.
-        // Never what the file holds unless it is newer: that may be a
-        // deposed controller's late, older write.
+        // Never anything not newer than what was applied.
         if self.ticks.is_multiple_of(20) {
             if let Some(prev) = self.applied_assignment.clone() {
                 return Some(self.start(prev, inc, true));
@@ -140,26 +147,90 @@ impl WatcherState {
         None
     }
 
-    /// The assignment file by exact name, parsed only when its bytes differ
-    /// from the last parse.
-    fn read(&mut self, path: &std::path::Path) -> std::io::Result<Option<Arc<Assignment>>> {
-        let bytes = match self.fs.read(path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(e),
+    /// The newest assignment the history gives: the one folded so far,
+    /// moved forward through every complete version up to the head (in
+    /// order; a torn one stops the fold until it is complete). A version is
+    /// opened only once the head names it, so no "no such file" for it is
+    /// ever cached (NFS). Falls back to the checkpoint when there is nothing
+    /// folded yet, or when the next version is gone (pruned past us:
+    /// versions are removed lowest first) or the history has no head (a
+    /// checkpoint-only cluster) — taking the checkpoint only if newer.
+    fn follow(&mut self) -> std::io::Result<Option<Arc<Assignment>>> {
+        let cluster = self.shared.cluster_dir.clone();
+        let fs = self.fs.clone();
+        let mut cur = match self.current.clone() {
+            Some(c) => c,
+            None => match self.checkpoint()? {
+                Some(c) => c,
+                None => Arc::new(Assignment::default()),
+            },
+        };
+        let head = history::read_head(fs.as_ref(), &cluster)?;
+        let mut stuck = false;
+        match head {
+            Some(h) if h > cur.version => {
+                let mut a = (*cur).clone();
+                let from = a.version;
+                while a.version < h {
+                    match history::probe(fs.as_ref(), &cluster, a.version + 1)? {
+                        Probe::Found(d) => d.apply_to(&mut a),
+                        Probe::Torn => break,
+                        Probe::Absent => {
+                            stuck = a.version == from;
+                            break;
+                        }
+                    }
+                }
+                if a.version > from {
+                    cur = Arc::new(a);
+                }
+            }
+            Some(_) => {}
+            // No head (yet): a checkpoint-only cluster, or a head write
+            // that failed; probe (with a listing) and check the checkpoint.
+            None => {
+                if let Probe::Found(d) =
+                    history::probe_fresh(fs.as_ref(), &cluster, cur.version + 1)?
+                {
+                    let a = Arc::make_mut(&mut cur);
+                    d.apply_to(a);
+                    history::fold_forward(fs.as_ref(), &cluster, a, 10_000)?;
+                } else {
+                    stuck = cur.version == 0
+                        || !kaas_volume::fs::exists(
+                            fs.as_ref(),
+                            &history::version_path(&cluster, cur.version),
+                        )?;
+                }
+            }
+        }
+        if stuck {
+            if let Some(c) = self.checkpoint()? {
+                if c.newer_than(cur.controller_epoch, cur.version) {
+                    cur = c;
+                }
+            }
+        }
+        if cur.version == 0 && cur.controller_epoch == 0 {
+            return Ok(None);
+        }
+        self.current = Some(cur.clone());
+        Ok(Some(cur))
+    }
+
+    /// The checkpoint by exact name, parsed only when its bytes differ from
+    /// the last parse.
+    fn checkpoint(&mut self) -> std::io::Result<Option<Arc<Assignment>>> {
+        let cluster = self.shared.cluster_dir.clone();
+        let Some(bytes) = history::read_checkpoint(self.fs.as_ref(), &cluster)? else {
+            return Ok(None);
         };
         if let Some((lb, a)) = &self.last {
             if *lb == bytes {
                 return Ok(Some(a.clone()));
             }
         }
-        let a: Assignment = serde_json::from_slice(&bytes).map_err(|e| {
-            std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                format!("{}: {e}", path.display()),
-            )
-        })?;
-        let a = Arc::new(a);
+        let a = Arc::new(history::parse_checkpoint(&cluster, &bytes)?);
         self.last = Some((bytes, a.clone()));
         Ok(Some(a))
     }
@@ -216,7 +287,7 @@ impl AssignmentWatcher {
         let stats = ActorStats::register(
             "assignment_watcher",
             shared.broker_id.to_string(),
-            "(reads assignment.json)",
+            "(reads the assignment history)",
         );
         let addr = AssignmentWatcher::start_in_arbiter(arbiter, move |_| AssignmentWatcher {
             state: WatcherState::new(fs, shared.clone()),
