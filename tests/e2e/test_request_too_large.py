@@ -10,6 +10,7 @@ per interval with a count and the api's name.
 """
 
 import json
+import struct
 import time
 
 from confluent_kafka import KafkaError, Producer
@@ -101,3 +102,36 @@ def test_oversized_requests_on_the_wire(broker_factory, topic_name):
     assert log.count("request over --max-request-bytes; closing connection") == 1, b.log_tail()
     assert "api=Metadata" in log, b.log_tail()
     assert_healthy(b)
+
+
+def vm_kib(pid: int, key: str) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    raise AssertionError(f"no {key}")
+
+
+def test_many_100_mib_prefixes_cost_no_memory(broker):
+    """300 connections each declaring a 100 MiB request (the default limit)
+    and sending 1 KiB of it: the buffers grow with what arrives, so neither
+    the address space (31 GB before the fix) nor the resident set grows by
+    anything near 300 × 100 MiB, and the broker keeps serving."""
+    size = 100 * 1024 * 1024
+    vm_before, hwm_before = vm_kib(broker.pid, "VmSize"), vm_kib(broker.pid, "VmHWM")
+    socks = []
+    try:
+        for _ in range(300):
+            s = kw.connect(broker.addr)
+            s.sendall(struct.pack(">i", size) + kw.request_header(0, 9, 1) + b"\x00" * 1024)
+            socks.append(s)
+        time.sleep(1)
+        vm_grew = vm_kib(broker.pid, "VmSize") - vm_before
+        hwm_grew = vm_kib(broker.pid, "VmHWM") - hwm_before
+        assert vm_grew < 2 * 1024 * 1024, f"address space grew by {vm_grew} KiB"
+        assert hwm_grew < 128 * 1024, f"peak RSS grew by {hwm_grew} KiB"
+        assert_healthy(broker)
+    finally:
+        for s in socks:
+            s.close()
+    assert_healthy(broker)
