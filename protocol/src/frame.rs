@@ -11,12 +11,13 @@
 //!
 //! A Produce request over the limit is not fatal: Kafka's producers resend
 //! a request whose connection closes, so closing would make them reconnect
-//! in a loop. Its first [`OVERSIZED_HEAD`] bytes (the header and, records
-//! coming last in each partition entry, as much of the topic/partition list
-//! as fits) are kept, the rest is read and dropped as it arrives, and the
-//! frame is handed on as [`Frame::Oversized`] so the broker can answer
-//! MESSAGE_TOO_LARGE per partition and keep the connection. Every other
-//! oversized request closes the connection, as Kafka does.
+//! in a loop. It is read through keeping only its skeleton — the header and
+//! the topic/partition list, every records payload cut out as it arrives
+//! (at most [`OVERSIZED_HEAD`] bytes of it; past that the rest is dropped
+//! and the last partitions go unlisted) — and handed on as
+//! [`Frame::Oversized`] so the broker can answer MESSAGE_TOO_LARGE per
+//! partition and keep the connection. Every other oversized request closes
+//! the connection, as Kafka does.
 
 use bytes::{Buf, Bytes, BytesMut};
 use tokio_util::codec::{Decoder, Encoder};
@@ -34,9 +35,15 @@ pub const MIN_REQUEST_LEN: usize = 8;
 /// read in one go.
 pub const RESERVE_AHEAD: usize = 64 * 1024;
 
-/// What an oversized Produce keeps of its body: enough for the request
-/// header and the topic/partition list of the usual request.
+/// The most an oversized Produce keeps of its body (its skeleton: the
+/// header and topic/partition list, a few thousand partitions).
 pub const OVERSIZED_HEAD: usize = 64 * 1024;
+
+/// The skeleton is searched for records payloads to cut out after every
+/// this many bytes kept (and when full or complete), so the work stays
+/// linear in the frame: one pass over at most [`OVERSIZED_HEAD`] bytes per
+/// `SCAN_EVERY` bytes read.
+const SCAN_EVERY: usize = 16 * 1024;
 
 /// The Produce api key, the one request kept (in part) when over the limit.
 const PRODUCE: i16 = 0;
@@ -46,8 +53,10 @@ const PRODUCE: i16 = 0;
 pub enum Frame {
     /// A frame within the limit: its whole body, without the prefix.
     Whole(Bytes),
-    /// A Produce frame over the limit, read through: its first
-    /// [`OVERSIZED_HEAD`] bytes (at most) and its declared body size.
+    /// A Produce frame over the limit, read through: its skeleton (the
+    /// body with every records payload cut out, at most
+    /// [`OVERSIZED_HEAD`] bytes; see `parse_oversized_produce`) and its
+    /// declared body size.
     Oversized { head: Bytes, size: usize },
 }
 
@@ -58,6 +67,67 @@ struct Discard {
     size: usize,
     /// Body bytes not yet read (kept or dropped).
     remaining: usize,
+    /// Bytes of a records payload still to drop.
+    skip: usize,
+    /// Records payloads cut out of `head` so far.
+    elided: usize,
+    /// `head.len()` at the last search for payloads.
+    scanned: usize,
+}
+
+impl Discard {
+    /// Read what `src` holds of the frame: structure into `head`, records
+    /// payloads dropped.
+    fn read(&mut self, src: &mut BytesMut) {
+        while self.remaining > 0 && !src.is_empty() {
+            if self.skip > 0 || self.head.len() >= OVERSIZED_HEAD {
+                // A payload, or past a full skeleton: dropped.
+                let budget = if self.skip > 0 { self.skip } else { usize::MAX };
+                let n = budget.min(src.len()).min(self.remaining);
+                src.advance(n);
+                self.remaining -= n;
+                self.skip = self.skip.saturating_sub(n);
+                continue;
+            }
+            let n = (OVERSIZED_HEAD - self.head.len())
+                .min(src.len())
+                .min(self.remaining);
+            self.head.extend_from_slice(&src.split_to(n));
+            self.remaining -= n;
+            if self.head.len() - self.scanned >= SCAN_EVERY
+                || self.head.len() >= OVERSIZED_HEAD
+                || self.remaining == 0
+            {
+                self.cut_payloads();
+            }
+        }
+    }
+
+    /// Cut the records payloads `head` holds out of it; one that runs past
+    /// its end is dropped as it arrives (`skip`).
+    fn cut_payloads(&mut self) {
+        let payloads = crate::request::records_payloads(&self.head, self.elided);
+        if payloads.is_empty() {
+            self.scanned = self.head.len();
+            return;
+        }
+        let mut kept = BytesMut::with_capacity(self.head.len());
+        let mut from = 0;
+        for (at, len) in payloads {
+            kept.extend_from_slice(&self.head[from..at]);
+            self.elided += 1;
+            let held = self.head.len() - at;
+            if held < len {
+                self.skip = len - held;
+                from = self.head.len();
+                break;
+            }
+            from = at + len;
+        }
+        kept.extend_from_slice(&self.head[from..]);
+        self.head = kept;
+        self.scanned = self.head.len();
+    }
 }
 
 /// Why a frame could not be cut from the stream. Every variant is fatal for
@@ -107,14 +177,8 @@ impl Decoder for FrameCodec {
 
     fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Frame>, FrameError> {
         if let Some(d) = &mut self.discard {
-            // Keep the head, drop the rest: memory stays at the head
-            // whatever the declared size.
-            let keep = (OVERSIZED_HEAD.min(d.size) - d.head.len()).min(src.len());
-            d.head.extend_from_slice(&src.split_to(keep));
-            d.remaining -= keep;
-            let drop = d.remaining.min(src.len());
-            src.advance(drop);
-            d.remaining -= drop;
+            // Memory stays at the skeleton whatever the declared size.
+            d.read(src);
             if d.remaining > 0 {
                 return Ok(None);
             }
@@ -150,9 +214,12 @@ impl Decoder for FrameCodec {
             }
             src.advance(SIZE_PREFIX_LEN);
             self.discard = Some(Discard {
-                head: BytesMut::with_capacity(OVERSIZED_HEAD.min(len)),
+                head: BytesMut::new(),
                 size: len,
                 remaining: len,
+                skip: 0,
+                elided: 0,
+                scanned: 0,
             });
             return self.decode(src);
         }
@@ -282,7 +349,9 @@ mod tests {
         let mut codec = FrameCodec::new(max);
         let size = 5 * OVERSIZED_HEAD + 17;
         let mut body = vec![0u8, 0, 0, 9]; // Produce v9
-        body.extend((0..size - 4).map(|i| i as u8));
+                                           // A header that never parses (0xff.. is a varint too long): no
+                                           // payload is found, so the first OVERSIZED_HEAD bytes are kept.
+        body.extend(std::iter::repeat_n(0xffu8, size - 4));
         let mut stream = framed(&body);
         stream.extend_from_slice(&framed(&[1, 2, 3, 4, 5, 6, 7, 8])); // the next request
         let mut buf = BytesMut::new();

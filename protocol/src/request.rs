@@ -152,14 +152,30 @@ fn parse_header(frame: &[u8]) -> Result<(RequestHeader, ApiKey, usize), RequestE
     Ok((header, key, r.pos))
 }
 
-/// Parses the head of a Produce frame that was over the size limit (see
-/// [`crate::Frame::Oversized`]): the header, acks, timeout and every
-/// topic and partition whose entry starts within `head`, all with
-/// `records: None` (the records were not kept). A partition whose records
-/// run past the head is the last one listed: what followed it was dropped.
-/// Fails only when the header or acks/timeout are not there.
-pub fn parse_oversized_produce(head: &[u8]) -> Result<ParsedRequest, RequestError> {
-    let (header, key, pos) = parse_header(head)?;
+/// Parses the skeleton of a Produce frame that was over the size limit
+/// (see [`crate::Frame::Oversized`]: the frame with its records payloads
+/// cut out): the header, acks, timeout and every topic and partition it
+/// lists, all with `records: None`. Fails only when the header or
+/// acks/timeout are not there.
+pub fn parse_oversized_produce(skeleton: &[u8]) -> Result<ParsedRequest, RequestError> {
+    walk_produce(skeleton, usize::MAX).map(|(p, _)| p)
+}
+
+/// The records payloads in a Produce skeleton whose first `elided`
+/// (non-empty) payloads are already cut out: (start, length) of each later
+/// one, in order; the last may run past the end of `skel`. Empty when the
+/// header does not parse yet.
+pub(crate) fn records_payloads(skel: &[u8], elided: usize) -> Vec<(usize, usize)> {
+    walk_produce(skel, elided).map_or_else(|_| Vec::new(), |(_, p)| p)
+}
+
+/// Walks a Produce skeleton (see [`records_payloads`]): the request as far
+/// as it goes, and the payloads present after the first `elided`.
+fn walk_produce(
+    skel: &[u8],
+    elided: usize,
+) -> Result<(ParsedRequest, Vec<(usize, usize)>), RequestError> {
+    let (header, key, pos) = parse_header(skel)?;
     let malformed = |header: &RequestHeader, reason: &str| RequestError::Malformed {
         header: Some(header.clone()),
         reason: reason.to_owned(),
@@ -169,7 +185,7 @@ pub fn parse_oversized_produce(head: &[u8]) -> Result<ParsedRequest, RequestErro
     }
     let v = header.api_version;
     let flexible = v >= 9;
-    let mut r = Reader::new(head);
+    let mut r = Reader::new(skel);
     r.pos = pos;
     let mut req = ProduceRequest::default();
     // transactional_id (v3+: every version we serve)
@@ -183,8 +199,10 @@ pub fn parse_oversized_produce(head: &[u8]) -> Result<ParsedRequest, RequestErro
     };
     req.acks = acks;
     req.timeout_ms = timeout;
-    // The rest: as far as the head goes. Every `?` below is "the head
-    // ended here".
+    let mut payloads = Vec::new();
+    let mut seen = 0usize;
+    // The rest: as far as the skeleton goes. Every `?` below is "the
+    // skeleton ends here".
     let _ = (|| -> Option<()> {
         let topics = r.array_len(flexible)?;
         for _ in 0..topics {
@@ -215,7 +233,16 @@ pub fn parse_oversized_produce(head: &[u8]) -> Result<ParsedRequest, RequestErro
                 } else {
                     usize::try_from(r.i32()?).ok()
                 };
-                r.skip(len.unwrap_or(0))?;
+                let len = len.unwrap_or(0);
+                if len > 0 {
+                    if seen < elided {
+                        // Cut out already: nothing to skip.
+                        seen += 1;
+                    } else {
+                        payloads.push((r.pos, len));
+                        r.skip(len)?;
+                    }
+                }
                 if flexible {
                     r.skip_tagged()?;
                 }
@@ -226,10 +253,13 @@ pub fn parse_oversized_produce(head: &[u8]) -> Result<ParsedRequest, RequestErro
         }
         Some(())
     })();
-    Ok(ParsedRequest {
-        header,
-        body: RequestKind::Produce(req),
-    })
+    Ok((
+        ParsedRequest {
+            header,
+            body: RequestKind::Produce(req),
+        },
+        payloads,
+    ))
 }
 
 /// Reads what follows the correlation id: the client id (header v1+) and the
@@ -472,11 +502,21 @@ mod tests {
                 .with_transactional_id(Some(StrBytes::from_static_str("tx").into()))
                 .with_topic_data(vec![
                     topic("a", vec![part(0, 10), part(1, 20)]),
-                    topic("b", vec![part(5, 5000)]),
+                    topic("b", vec![part(5, 200_000), part(6, 3)]),
                 ]);
             let frame = request_frame(ApiKey::Produce, v, 99, &RequestKind::Produce(req));
-            let listed = |head: &[u8]| {
-                let p = parse_oversized_produce(head).unwrap();
+            let listed = |frame: &[u8], max: usize| {
+                use tokio_util::codec::Decoder;
+                // Through the codec, as the broker reads it.
+                let mut codec = crate::FrameCodec::new(max);
+                let mut buf = BytesMut::new();
+                buf.extend_from_slice(&(frame.len() as i32).to_be_bytes());
+                buf.extend_from_slice(frame);
+                let Some(crate::Frame::Oversized { head, .. }) = codec.decode(&mut buf).unwrap()
+                else {
+                    panic!("not oversized")
+                };
+                let p = parse_oversized_produce(&head).unwrap();
                 assert_eq!((p.header.correlation_id, p.header.api_version), (99, v));
                 let RequestKind::Produce(r) = p.body else {
                     panic!()
@@ -506,18 +546,68 @@ mod tests {
                     s.to_owned()
                 }
             };
-            // Whole: everything. Cut inside b's records: b/5 still listed.
-            let all = vec![(n("a"), vec![0, 1]), (n("b"), vec![5])];
-            assert_eq!(listed(&frame), all, "v{v}");
-            assert_eq!(listed(&frame[..frame.len() - 100]), all, "v{v}");
-            // Every cut parses or fails cleanly; a cut after acks+timeout parses.
-            for cut in 0..frame.len() {
+            // Every partition is listed, the ones after a large payload too.
+            let all = vec![(n("a"), vec![0, 1]), (n("b"), vec![5, 6])];
+            assert_eq!(listed(&frame, 100), all, "v{v}");
+            // Every cut parses or fails cleanly.
+            for cut in (0..400).chain((400..frame.len()).step_by(4999)) {
                 let _ = parse_oversized_produce(&frame[..cut]);
+                let _ = records_payloads(&frame[..cut], 0);
             }
         }
         // Not a Produce: refused.
         let body = RequestKind::Metadata(MetadataRequest::default());
         assert!(parse_oversized_produce(&request_frame(ApiKey::Metadata, 9, 1, &body)).is_err());
+    }
+
+    /// Catches: partitions after the first large payload going unlisted,
+    /// or the skeleton search turning quadratic on many small partitions.
+    #[test]
+    fn oversized_produce_with_thousands_of_partitions_lists_them_all() {
+        use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+        use kafka_protocol::messages::TopicName;
+        use tokio_util::codec::Decoder;
+        let parts = (0..5000)
+            .map(|i| {
+                PartitionProduceData::default()
+                    .with_index(i)
+                    .with_records(Some(Bytes::from(vec![9u8; 100 + (i as usize % 7)])))
+            })
+            .collect();
+        let req = ProduceRequest::default().with_acks(1).with_topic_data(vec![
+            TopicProduceData::default()
+                .with_name(TopicName(StrBytes::from_static_str("t")))
+                .with_partition_data(parts),
+        ]);
+        for v in [8, 9] {
+            let frame = request_frame(ApiKey::Produce, v, 5, &RequestKind::Produce(req.clone()));
+            let mut stream = BytesMut::new();
+            stream.extend_from_slice(&(frame.len() as i32).to_be_bytes());
+            stream.extend_from_slice(&frame);
+            let mut codec = crate::FrameCodec::new(1000);
+            let mut buf = BytesMut::new();
+            let mut got = None;
+            for chunk in stream.chunks(1500) {
+                buf.extend_from_slice(chunk);
+                if let Some(f) = codec.decode(&mut buf).unwrap() {
+                    got = Some(f);
+                }
+            }
+            let Some(crate::Frame::Oversized { head, size }) = got else {
+                panic!("{got:?}")
+            };
+            assert_eq!(size, frame.len());
+            assert!(head.len() < 64 * 1024, "{}", head.len());
+            let RequestKind::Produce(r) = parse_oversized_produce(&head).unwrap().body else {
+                panic!()
+            };
+            let idx: Vec<i32> = r.topic_data[0]
+                .partition_data
+                .iter()
+                .map(|p| p.index)
+                .collect();
+            assert_eq!(idx, (0..5000).collect::<Vec<_>>(), "v{v}");
+        }
     }
 
     #[test]

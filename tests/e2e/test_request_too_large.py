@@ -77,7 +77,7 @@ def test_oversized_produce_gets_message_too_large_and_keeps_the_connection(broke
 
 def test_oversized_requests_on_the_wire(broker_factory, topic_name):
     b = broker_factory(["--max-request-bytes", str(MAX_REQ)])
-    create_topic(b.bootstrap, topic_name, 1)
+    create_topic(b.bootstrap, topic_name, 2)
     big = kw.record_batch_v2([kw.Rec(value=b"y" * (2 * MAX_REQ))])
     with kw.connect(b.addr) as s:
         for cid in (41, 42):  # twice on one connection: it stays open
@@ -86,6 +86,15 @@ def test_oversized_requests_on_the_wire(broker_factory, topic_name):
             assert cid_got == cid
             assert [(r.topic, r.partition, r.error_code) for r in results] == \
                 [(topic_name, 0, MESSAGE_TOO_LARGE)], results
+        # Two partitions, each with records over the limit: both answered
+        # (the records are cut out as they arrive, the list is kept).
+        two = (kw.string(None) + kw.i16(-1) + kw.i32(10000) + kw.i32(1) + kw.string(topic_name)
+               + kw.i32(2) + kw.i32(0) + kw.kbytes(big) + kw.i32(1) + kw.kbytes(big))
+        cid_got, results = kw.parse_produce_response_v3(
+            kw.roundtrip(s, kw.request_header(0, 3, 45) + two))
+        assert cid_got == 45
+        assert [(r.partition, r.error_code) for r in results] == \
+            [(0, MESSAGE_TOO_LARGE), (1, MESSAGE_TOO_LARGE)], results
         # acks=0: no answer, the connection still serves the next request.
         s.sendall(kw.frame(kw.produce_request_v3(43, topic_name, 0, big, acks=0)))
         small = kw.record_batch_v2([kw.Rec(value=b"small")])
