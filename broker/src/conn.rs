@@ -30,7 +30,10 @@ use crate::state::Broker;
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
-use kaas_protocol::{encode_response, parse_request, FrameCodec, FrameError, RequestError};
+use kaas_protocol::{
+    encode_response, parse_oversized_produce, parse_request, Frame, FrameCodec, FrameError,
+    RequestError,
+};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -333,6 +336,16 @@ pub async fn serve(b: Arc<Broker>, sock: TcpStream, peer: std::net::SocketAddr, 
                 None => return,
                 Some(Ok(f)) => f,
                 Some(Err(FrameError::Io(_))) => return,
+                Some(Err(FrameError::TooLarge { size, max, api_key })) => {
+                    // Kafka closes too; only Produce is answered (below).
+                    if let Some(count) =
+                        b.peer_warnings
+                            .hit(peer.ip(), "request too large", Instant::now())
+                    {
+                        tracing::warn!(%peer, api = %api_name(Some(api_key)), api_key, size, max_request_bytes = max, count, "request over --max-request-bytes; closing connection");
+                    }
+                    return;
+                }
                 Some(Err(e)) => {
                     if let Some(count) = b.peer_warnings.hit(peer.ip(), "bad frame", Instant::now())
                     {
@@ -341,10 +354,19 @@ pub async fn serve(b: Arc<Broker>, sock: TcpStream, peer: std::net::SocketAddr, 
                     return;
                 }
             };
+            // An oversized Produce: only its head was kept (see `Frame`).
+            let (frame, oversized) = match frame {
+                Frame::Whole(f) => (f, None),
+                Frame::Oversized { head, size } => (head, Some(size)),
+            };
             // Held until the answer is written (or, with no answer, until
             // dispatch is done).
             let held = charge_both(&conn_budget, &broker_budget, frame.len() + REQUEST_OVERHEAD);
-            let req = match parse_request(frame) {
+            let parsed = match oversized {
+                None => parse_request(frame),
+                Some(_) => parse_oversized_produce(&frame),
+            };
+            let req = match parsed {
                 Ok(r) => r,
                 Err(RequestError::UnsupportedVersion { header }) if header.api_key == 18 => {
                     // KIP-511: answer ApiVersions v0 with the table.
@@ -371,7 +393,19 @@ pub async fn serve(b: Arc<Broker>, sock: TcpStream, peer: std::net::SocketAddr, 
                 }
             };
             let header = req.header;
-            let fut = match api::with_peer(peer, api::dispatch(&b, &header, req.body)).await {
+            let dispatched = match oversized {
+                None => api::with_peer(peer, api::dispatch(&b, &header, req.body)).await,
+                Some(size) => {
+                    if let Some(count) =
+                        b.peer_warnings
+                            .hit(peer.ip(), "produce too large", Instant::now())
+                    {
+                        tracing::warn!(%peer, size, max_request_bytes = b.args.max_request_bytes, count, "produce request over --max-request-bytes; answered MESSAGE_TOO_LARGE");
+                    }
+                    api::dispatch_oversized(&header, req.body)
+                }
+            };
+            let fut = match dispatched {
                 Dispatched::Respond(fut) => fut,
                 // acks=0 produce: Kafka sends no response at all.
                 Dispatched::NoResponse => continue,

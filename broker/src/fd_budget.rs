@@ -14,6 +14,15 @@
 //! the warning names both numbers. The broker refuses to start only when
 //! the limit leaves fewer than [`MIN_CONNECTIONS`] connections: it could
 //! not serve anyone.
+//!
+//! The split bounds what each side holds in the steady state, not in a
+//! burst: a connection evicted for a new one keeps its socket until its
+//! task runs, and a burst of accepts can run ahead of those closes. So the
+//! accept loop also asks an [`FdGuard`] before keeping a connection: while
+//! fewer than [`FdGuard::keep`] descriptors are free (counted in
+//! `/proc/self/fd`, sampled at most every [`FdGuard::SAMPLE`], with every
+//! accept since counted as taken), new connections are closed at once, so
+//! the heartbeat, the watcher and the controller always find a descriptor.
 
 use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
 
@@ -130,6 +139,75 @@ pub fn apply(max_connections: usize) -> Result<FdPlan, FdBudgetError> {
     Ok(p)
 }
 
+/// Keeps descriptors free for the control plane (see the module docs).
+/// Used by the accept loop only (one thread): not `Sync`.
+#[derive(Debug)]
+pub struct FdGuard {
+    limit: u64,
+    keep: u64,
+    /// Free at the last sample, and when it was taken.
+    free: u64,
+    sampled: Option<std::time::Instant>,
+    /// Connections kept since the sample (each holds a descriptor).
+    taken: u64,
+}
+
+impl FdGuard {
+    /// How stale a sample may be.
+    pub const SAMPLE: std::time::Duration = std::time::Duration::from_millis(100);
+
+    /// A guard keeping [`Self::keep_for`]`(limit)` of `limit` descriptors free.
+    pub fn new(limit: u64) -> Self {
+        Self {
+            limit,
+            keep: Self::keep_for(limit),
+            free: limit,
+            sampled: None,
+            taken: 0,
+        }
+    }
+
+    /// Descriptors always left free: a sixteenth of the limit, 16..=256
+    /// (a heartbeat takes two at once; the watcher and controller one each).
+    pub fn keep_for(limit: u64) -> u64 {
+        (limit / 16).clamp(16, 256)
+    }
+
+    /// Descriptors kept free.
+    pub fn keep(&self) -> u64 {
+        self.keep
+    }
+
+    /// Whether a connection just accepted may be kept: `false` while fewer
+    /// than `keep` descriptors would be free. With `/proc` unreadable
+    /// every connection is kept (the budget still bounds them).
+    pub fn admit(&mut self, now: std::time::Instant) -> bool {
+        if self
+            .sampled
+            .is_none_or(|t| now.duration_since(t) >= Self::SAMPLE)
+        {
+            match open_fds() {
+                Ok(open) => {
+                    self.free = self.limit.saturating_sub(open);
+                    self.taken = 0;
+                    self.sampled = Some(now);
+                }
+                Err(_) => return true,
+            }
+        }
+        if self.free.saturating_sub(self.taken) <= self.keep {
+            return false;
+        }
+        self.taken += 1;
+        true
+    }
+}
+
+/// Descriptors this process has open now.
+fn open_fds() -> std::io::Result<u64> {
+    Ok(std::fs::read_dir("/proc/self/fd")?.count() as u64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -159,6 +237,29 @@ mod tests {
         assert_eq!((e.reserve, e.available), (64, 6));
         assert!(e.to_string().contains("ulimit -n"), "{e}");
         assert!(plan(e.needed, 10).is_ok());
+    }
+
+    /// Catches: connections accepted until the process runs out of
+    /// descriptors (the heartbeat then fails with EMFILE).
+    #[test]
+    fn the_guard_keeps_descriptors_free() {
+        use std::time::Instant;
+        let open = open_fds().unwrap();
+        let now = Instant::now();
+        // Room for exactly 5 more before the 16 kept.
+        let mut g = FdGuard::new(open + 16 + 5);
+        assert_eq!(g.keep(), 16);
+        // (other tests open files meanwhile: at most 5, at least one)
+        let n = (0..10).filter(|_| g.admit(now)).count();
+        assert!((1..=5).contains(&n), "{n}");
+        // Within the sample period nothing more, whatever closes.
+        assert!(!g.admit(now));
+        // A new sample sees what is really open.
+        let later = now + FdGuard::SAMPLE;
+        let mut g = FdGuard::new(open + 100);
+        assert!(g.admit(later));
+        assert_eq!(FdGuard::keep_for(256), 16);
+        assert_eq!(FdGuard::keep_for(1 << 20), 256);
     }
 
     #[test]

@@ -194,7 +194,12 @@ pub fn run(args: BrokerArgs) -> anyhow::Result<()> {
         );
         eprintln!("kaas broker listening on {}", args.listen);
 
-        let accept = accept_loop(broker.clone(), listener, fds.connections);
+        let accept = accept_loop(
+            broker.clone(),
+            listener,
+            fds.connections,
+            crate::fd_budget::FdGuard::new(fds.limit),
+        );
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         tokio::select! {
             _ = accept => {}
@@ -299,14 +304,22 @@ const EVICT_IDLE_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
 /// make room, as Kafka closes its least recently used one; with none that
 /// idle, the new connection is closed at once. Out of descriptors (EMFILE/ENFILE), the loop backs off
 /// instead of spinning, and repeated failures are logged once per interval
-/// with a count.
-async fn accept_loop(b: Arc<Broker>, listener: TcpListener, max_connections: usize) {
+/// with a count. While fewer than `guard.keep()` descriptors are free, a
+/// new connection is closed at once: the control plane's descriptors come
+/// first (see `fd_budget::FdGuard`).
+async fn accept_loop(
+    b: Arc<Broker>,
+    listener: TcpListener,
+    max_connections: usize,
+    mut guard: crate::fd_budget::FdGuard,
+) {
     use crate::limits::EveryInterval;
     use std::time::{Duration, Instant};
     let t = kaas_actors::telemetry::global();
     let mut failed = EveryInterval::new(ACCEPT_LOG_INTERVAL);
     let mut refused = EveryInterval::new(ACCEPT_LOG_INTERVAL);
     let mut evicted = EveryInterval::new(ACCEPT_LOG_INTERVAL);
+    let mut short = EveryInterval::new(ACCEPT_LOG_INTERVAL);
     // Every open connection's slot; only this thread touches it.
     let slots: Rc<RefCell<HashMap<u64, conn::Slot>>> = Rc::default();
     let mut next_id = 0u64;
@@ -330,6 +343,13 @@ async fn accept_loop(b: Arc<Broker>, listener: TcpListener, max_connections: usi
             }
         };
         let open = t.connections.load(Ordering::Relaxed);
+        if !guard.admit(Instant::now()) {
+            if let Some(count) = short.hit(Instant::now()) {
+                tracing::warn!(%peer, open, keep_free = guard.keep(), count, interval_s = ACCEPT_LOG_INTERVAL.as_secs(), "few file descriptors free; closing new connections so the heartbeat keeps its own");
+            }
+            drop(sock);
+            continue;
+        }
         if open >= max_connections as i64 {
             let victim = slots
                 .borrow()

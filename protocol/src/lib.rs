@@ -18,10 +18,10 @@ pub use batch::{
     first_zstd_batch, patch_batch, read_batch_header, record_timestamps, validate_batches,
     BatchError, BatchHeader, BatchInfo, BATCH_HEADER_LEN, LOG_OVERHEAD,
 };
-pub use frame::{FrameCodec, FrameError};
+pub use frame::{Frame, FrameCodec, FrameError};
 pub use request::{
-    api_versions_fallback_response, encode_response, parse_request, EncodeError, ParsedRequest,
-    RequestError, RequestHeader,
+    api_versions_fallback_response, encode_response, parse_oversized_produce, parse_request,
+    EncodeError, ParsedRequest, RequestError, RequestHeader,
 };
 pub use versions::{
     api_versions_response, supported_range, FETCH_MIN_VERSION_ZSTD, PRODUCE_MIN_VERSION_ZSTD,

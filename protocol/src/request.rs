@@ -9,7 +9,9 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use bytes::{BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{ApiKey, ProduceRequest, RequestKind, ResponseKind};
+use kafka_protocol::protocol::StrBytes;
 
 use crate::versions;
 
@@ -86,7 +88,31 @@ pub enum EncodeError {
 
 /// Parses one frame body (without its size prefix) into header and request.
 pub fn parse_request(frame: Bytes) -> Result<ParsedRequest, RequestError> {
-    let mut r = Reader::new(&frame);
+    let (header, key, pos) = parse_header(&frame)?;
+    let mut body = frame.slice(pos..);
+    // The crate returns errors for bad input; catch_unwind is defence in
+    // depth against a panic we have not found (an arithmetic overflow, an
+    // index), so one hostile client cannot take the connection task down.
+    let decoded = catch_unwind(AssertUnwindSafe(|| {
+        RequestKind::decode(key, &mut body, header.api_version)
+    }));
+    match decoded {
+        Ok(Ok(body)) => Ok(ParsedRequest { header, body }),
+        Ok(Err(e)) => Err(RequestError::Malformed {
+            header: Some(header),
+            reason: format!("{e:#}"),
+        }),
+        Err(_) => Err(RequestError::Malformed {
+            header: Some(header),
+            reason: "request decoder panicked".to_owned(),
+        }),
+    }
+}
+
+/// The request header of `frame` at a version we serve, its api, and where
+/// the body starts.
+fn parse_header(frame: &[u8]) -> Result<(RequestHeader, ApiKey, usize), RequestError> {
+    let mut r = Reader::new(frame);
     let (Some(api_key), Some(api_version), Some(correlation_id)) = (r.i16(), r.i16(), r.i32())
     else {
         return Err(RequestError::Malformed {
@@ -123,25 +149,117 @@ pub fn parse_request(frame: Bytes) -> Result<ParsedRequest, RequestError> {
             })
         }
     }
+    Ok((header, key, r.pos))
+}
 
-    let mut body = frame.slice(r.pos..);
-    // The crate returns errors for bad input; catch_unwind is defence in
-    // depth against a panic we have not found (an arithmetic overflow, an
-    // index), so one hostile client cannot take the connection task down.
-    let decoded = catch_unwind(AssertUnwindSafe(|| {
-        RequestKind::decode(key, &mut body, api_version)
-    }));
-    match decoded {
-        Ok(Ok(body)) => Ok(ParsedRequest { header, body }),
-        Ok(Err(e)) => Err(RequestError::Malformed {
-            header: Some(header),
-            reason: format!("{e:#}"),
-        }),
-        Err(_) => Err(RequestError::Malformed {
-            header: Some(header),
-            reason: "request decoder panicked".to_owned(),
-        }),
+/// Parses the skeleton of a Produce frame that was over the size limit
+/// (see [`crate::Frame::Oversized`]: the frame with its records payloads
+/// cut out): the header, acks, timeout and every topic and partition it
+/// lists, all with `records: None`. Fails only when the header or
+/// acks/timeout are not there.
+pub fn parse_oversized_produce(skeleton: &[u8]) -> Result<ParsedRequest, RequestError> {
+    walk_produce(skeleton, usize::MAX).map(|(p, _)| p)
+}
+
+/// The records payloads in a Produce skeleton whose first `elided`
+/// (non-empty) payloads are already cut out: (start, length) of each later
+/// one, in order; the last may run past the end of `skel`. Empty when the
+/// header does not parse yet.
+pub(crate) fn records_payloads(skel: &[u8], elided: usize) -> Vec<(usize, usize)> {
+    walk_produce(skel, elided).map_or_else(|_| Vec::new(), |(_, p)| p)
+}
+
+/// Walks a Produce skeleton (see [`records_payloads`]): the request as far
+/// as it goes, and the payloads present after the first `elided`.
+fn walk_produce(
+    skel: &[u8],
+    elided: usize,
+) -> Result<(ParsedRequest, Vec<(usize, usize)>), RequestError> {
+    let (header, key, pos) = parse_header(skel)?;
+    let malformed = |header: &RequestHeader, reason: &str| RequestError::Malformed {
+        header: Some(header.clone()),
+        reason: reason.to_owned(),
+    };
+    if key != ApiKey::Produce {
+        return Err(malformed(&header, "not a Produce request"));
     }
+    let v = header.api_version;
+    let flexible = v >= 9;
+    let mut r = Reader::new(skel);
+    r.pos = pos;
+    let mut req = ProduceRequest::default();
+    // transactional_id (v3+: every version we serve)
+    let tx = if flexible {
+        r.compact_len().map(|n| n.map(|n| r.take(n)))
+    } else {
+        r.i16().map(|n| usize::try_from(n).ok().map(|n| r.take(n)))
+    };
+    let (Some(_), Some(acks), Some(timeout)) = (tx, r.i16(), r.i32()) else {
+        return Err(malformed(&header, "produce head too short"));
+    };
+    req.acks = acks;
+    req.timeout_ms = timeout;
+    let mut payloads = Vec::new();
+    let mut seen = 0usize;
+    // The rest: as far as the skeleton goes. Every `?` below is "the
+    // skeleton ends here".
+    let _ = (|| -> Option<()> {
+        let topics = r.array_len(flexible)?;
+        for _ in 0..topics {
+            let mut t = TopicProduceData::default();
+            if v >= 13 {
+                t.topic_id = uuid::Uuid::from_slice(r.take(16)?).ok()?;
+            } else {
+                let n = if flexible {
+                    r.compact_len()?
+                } else {
+                    usize::try_from(r.i16()?).ok()
+                }?;
+                let name = String::from_utf8_lossy(r.take(n)?).into_owned();
+                t.name = StrBytes::from_string(name).into();
+            }
+            let parts = r.array_len(flexible);
+            req.topic_data.push(t);
+            let t = req.topic_data.last_mut().expect("just pushed");
+            for _ in 0..parts? {
+                let index = r.i32()?;
+                t.partition_data.push(
+                    PartitionProduceData::default()
+                        .with_index(index)
+                        .with_records(None),
+                );
+                let len = if flexible {
+                    r.compact_len()?
+                } else {
+                    usize::try_from(r.i32()?).ok()
+                };
+                let len = len.unwrap_or(0);
+                if len > 0 {
+                    if seen < elided {
+                        // Cut out already: nothing to skip.
+                        seen += 1;
+                    } else {
+                        payloads.push((r.pos, len));
+                        r.skip(len)?;
+                    }
+                }
+                if flexible {
+                    r.skip_tagged()?;
+                }
+            }
+            if flexible {
+                r.skip_tagged()?;
+            }
+        }
+        Some(())
+    })();
+    Ok((
+        ParsedRequest {
+            header,
+            body: RequestKind::Produce(req),
+        },
+        payloads,
+    ))
 }
 
 /// Reads what follows the correlation id: the client id (header v1+) and the
@@ -260,6 +378,33 @@ impl<'a> Reader<'a> {
         None
     }
 
+    /// A compact (flexible-version) length: `None` inside for null; the
+    /// outer `None` past the end.
+    fn compact_len(&mut self) -> Option<Option<usize>> {
+        let n = self.uvarint()?;
+        Some(n.checked_sub(1).map(|n| n as usize))
+    }
+
+    /// An array length, compact in flexible versions; null counts as 0.
+    fn array_len(&mut self, flexible: bool) -> Option<usize> {
+        if flexible {
+            Some(self.compact_len()?.unwrap_or(0))
+        } else {
+            Some(usize::try_from(self.i32()?).unwrap_or(0))
+        }
+    }
+
+    /// A tagged-field section, skipped.
+    fn skip_tagged(&mut self) -> Option<()> {
+        let n = self.uvarint()?;
+        for _ in 0..n {
+            let _tag = self.uvarint()?;
+            let size = self.uvarint()?;
+            self.skip(size as usize)?;
+        }
+        Some(())
+    }
+
     /// A Kafka nullable STRING: i16 length, -1 for null. Decoded lossily as
     /// the Java broker does, so an odd client id never fails a request.
     fn nullable_string(&mut self) -> Result<Option<String>, String> {
@@ -330,6 +475,139 @@ mod tests {
         let parsed = parse_request(buf.freeze()).unwrap();
         assert_eq!(parsed.header.client_id, None);
         assert!(matches!(parsed.body, RequestKind::ApiVersions(_)));
+    }
+
+    /// Catches: an oversized Produce answered without its partitions (the
+    /// producer's batches would wait for their timeout) or refused whole.
+    #[test]
+    fn oversized_produce_head_lists_what_it_holds() {
+        use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+        use kafka_protocol::messages::TopicName;
+        let id = uuid::Uuid::from_u128(7);
+        for v in [3, 8, 9, 12, 13] {
+            let part = |i: i32, n: usize| {
+                PartitionProduceData::default()
+                    .with_index(i)
+                    .with_records(Some(Bytes::from(vec![1u8; n])))
+            };
+            let topic = |name: &'static str, parts| {
+                TopicProduceData::default()
+                    .with_name(TopicName(StrBytes::from_static_str(name)))
+                    .with_topic_id(id)
+                    .with_partition_data(parts)
+            };
+            let req = ProduceRequest::default()
+                .with_acks(-1)
+                .with_timeout_ms(1234)
+                .with_transactional_id(Some(StrBytes::from_static_str("tx").into()))
+                .with_topic_data(vec![
+                    topic("a", vec![part(0, 10), part(1, 20)]),
+                    topic("b", vec![part(5, 200_000), part(6, 3)]),
+                ]);
+            let frame = request_frame(ApiKey::Produce, v, 99, &RequestKind::Produce(req));
+            let listed = |frame: &[u8], max: usize| {
+                use tokio_util::codec::Decoder;
+                // Through the codec, as the broker reads it.
+                let mut codec = crate::FrameCodec::new(max);
+                let mut buf = BytesMut::new();
+                buf.extend_from_slice(&(frame.len() as i32).to_be_bytes());
+                buf.extend_from_slice(frame);
+                let Some(crate::Frame::Oversized { head, .. }) = codec.decode(&mut buf).unwrap()
+                else {
+                    panic!("not oversized")
+                };
+                let p = parse_oversized_produce(&head).unwrap();
+                assert_eq!((p.header.correlation_id, p.header.api_version), (99, v));
+                let RequestKind::Produce(r) = p.body else {
+                    panic!()
+                };
+                assert_eq!((r.acks, r.timeout_ms), (-1, 1234));
+                r.topic_data
+                    .iter()
+                    .map(|t| {
+                        let name = if v >= 13 {
+                            assert_eq!(t.topic_id, id);
+                            "id".to_owned()
+                        } else {
+                            t.name.0.to_string()
+                        };
+                        assert!(t.partition_data.iter().all(|p| p.records.is_none()));
+                        (
+                            name,
+                            t.partition_data.iter().map(|p| p.index).collect::<Vec<_>>(),
+                        )
+                    })
+                    .collect::<Vec<_>>()
+            };
+            let n = |s: &str| {
+                if v >= 13 {
+                    "id".to_owned()
+                } else {
+                    s.to_owned()
+                }
+            };
+            // Every partition is listed, the ones after a large payload too.
+            let all = vec![(n("a"), vec![0, 1]), (n("b"), vec![5, 6])];
+            assert_eq!(listed(&frame, 100), all, "v{v}");
+            // Every cut parses or fails cleanly.
+            for cut in (0..400).chain((400..frame.len()).step_by(4999)) {
+                let _ = parse_oversized_produce(&frame[..cut]);
+                let _ = records_payloads(&frame[..cut], 0);
+            }
+        }
+        // Not a Produce: refused.
+        let body = RequestKind::Metadata(MetadataRequest::default());
+        assert!(parse_oversized_produce(&request_frame(ApiKey::Metadata, 9, 1, &body)).is_err());
+    }
+
+    /// Catches: partitions after the first large payload going unlisted,
+    /// or the skeleton search turning quadratic on many small partitions.
+    #[test]
+    fn oversized_produce_with_thousands_of_partitions_lists_them_all() {
+        use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+        use kafka_protocol::messages::TopicName;
+        use tokio_util::codec::Decoder;
+        let parts = (0..5000)
+            .map(|i| {
+                PartitionProduceData::default()
+                    .with_index(i)
+                    .with_records(Some(Bytes::from(vec![9u8; 100 + (i as usize % 7)])))
+            })
+            .collect();
+        let req = ProduceRequest::default().with_acks(1).with_topic_data(vec![
+            TopicProduceData::default()
+                .with_name(TopicName(StrBytes::from_static_str("t")))
+                .with_partition_data(parts),
+        ]);
+        for v in [8, 9] {
+            let frame = request_frame(ApiKey::Produce, v, 5, &RequestKind::Produce(req.clone()));
+            let mut stream = BytesMut::new();
+            stream.extend_from_slice(&(frame.len() as i32).to_be_bytes());
+            stream.extend_from_slice(&frame);
+            let mut codec = crate::FrameCodec::new(1000);
+            let mut buf = BytesMut::new();
+            let mut got = None;
+            for chunk in stream.chunks(1500) {
+                buf.extend_from_slice(chunk);
+                if let Some(f) = codec.decode(&mut buf).unwrap() {
+                    got = Some(f);
+                }
+            }
+            let Some(crate::Frame::Oversized { head, size }) = got else {
+                panic!("{got:?}")
+            };
+            assert_eq!(size, frame.len());
+            assert!(head.len() < 64 * 1024, "{}", head.len());
+            let RequestKind::Produce(r) = parse_oversized_produce(&head).unwrap().body else {
+                panic!()
+            };
+            let idx: Vec<i32> = r.topic_data[0]
+                .partition_data
+                .iter()
+                .map(|p| p.index)
+                .collect();
+            assert_eq!(idx, (0..5000).collect::<Vec<_>>(), "v{v}");
+        }
     }
 
     #[test]

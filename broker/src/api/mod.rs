@@ -192,6 +192,18 @@ pub async fn dispatch(b: &Arc<Broker>, h: &RequestHeader, body: RequestKind) -> 
     CLIENT_ID.scope(client, route(b, h.api_version, body)).await
 }
 
+/// Dispatch a Produce whose frame was over `--max-request-bytes` (parsed
+/// by `kaas_protocol::parse_oversized_produce`): answered
+/// MESSAGE_TOO_LARGE per partition, nothing appended.
+pub fn dispatch_oversized(h: &RequestHeader, body: RequestKind) -> Dispatched {
+    match body {
+        RequestKind::Produce(r) => {
+            produce::too_large(h.api_version, r).into_dispatched(ResponseKind::Produce)
+        }
+        _ => Dispatched::NotAdvertised,
+    }
+}
+
 tokio::task_local! {
     /// The request header's client id, for the dispatch phase of a handler
     /// (quotas): read it with [`client_id`] before the handler returns its

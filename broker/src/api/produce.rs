@@ -294,6 +294,30 @@ pub async fn handle(b: &Arc<Broker>, v: i16, r: ProduceRequest) -> Reply<Produce
     )
 }
 
+/// A Produce whose frame was over `--max-request-bytes` (its records were
+/// dropped unread, see `kaas_protocol::Frame::Oversized`): every partition
+/// it lists is answered MESSAGE_TOO_LARGE, which producers report to the
+/// application instead of resending, so the connection is kept. acks=0
+/// gets no answer, as for any produce.
+pub fn too_large(v: i16, r: ProduceRequest) -> Reply<ProduceResponse> {
+    if r.acks == 0 {
+        return Reply::Nothing;
+    }
+    let mut resp = ProduceResponse::default();
+    for td in r.topic_data {
+        let mut tr = TopicProduceResponse::default();
+        tr.name = td.name;
+        tr.topic_id = td.topic_id;
+        for pd in td.partition_data {
+            let mut p = part_resp(pd.index, ResponseError::MessageTooLarge.code());
+            for_version(&mut p, v);
+            tr.partition_responses.push(p);
+        }
+        resp.responses.push(tr);
+    }
+    Reply::Now(resp)
+}
+
 /// Completion phase: wait (bounded by the request timeout) for each
 /// partition's fsync, and answer.
 async fn complete(
@@ -481,6 +505,42 @@ mod tests {
         assert!(again[0].is_log_append_time());
         assert_eq!(again[0].max_timestamp, 777);
         assert_eq!(again[0].base_timestamp, 5);
+    }
+
+    /// Catches: an oversized produce answered for fewer partitions than
+    /// it listed, or with another error than MESSAGE_TOO_LARGE.
+    #[test]
+    fn too_large_answers_every_listed_partition() {
+        use kaas_protocol::kafka_protocol::messages::produce_request::{
+            PartitionProduceData, TopicProduceData,
+        };
+        let t = |parts: &[i32]| {
+            TopicProduceData::default().with_partition_data(
+                parts
+                    .iter()
+                    .map(|&i| PartitionProduceData::default().with_index(i))
+                    .collect(),
+            )
+        };
+        let r = ProduceRequest::default()
+            .with_acks(1)
+            .with_topic_data(vec![t(&[0, 3]), t(&[7])]);
+        let Reply::Now(resp) = too_large(9, r.clone()) else {
+            panic!("answered at once")
+        };
+        let got: Vec<Vec<(i32, i16)>> = resp
+            .responses
+            .iter()
+            .map(|t| {
+                t.partition_responses
+                    .iter()
+                    .map(|p| (p.index, p.error_code))
+                    .collect()
+            })
+            .collect();
+        let e = ResponseError::MessageTooLarge.code();
+        assert_eq!(got, vec![vec![(0, e), (3, e)], vec![(7, e)]]);
+        assert!(matches!(too_large(9, r.with_acks(0)), Reply::Nothing));
     }
 
     #[test]
