@@ -737,7 +737,7 @@ mod tests {
                 len,
             })
         };
-        let parts = vec![
+        let parts = [
             Part::Bytes(Bytes::from_static(b"head")),
             Part::Bytes(Bytes::from_static(b"er")),
             range(10, 400_000),
