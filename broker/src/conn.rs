@@ -243,46 +243,91 @@ enum WriteError {
     Task,
 }
 
-/// Write `parts` in order, whole: runs of bytes with `writev`, file ranges
-/// with `sendfile` on the blocking pool (through `sock`, a duplicate of the
-/// socket's descriptor made on first use, so the blocking task never
-/// outlives the descriptor it writes to).
+/// Write `parts` in order, whole. An answer of bytes only is written here
+/// with vectored writes; one with file ranges is written by one task on
+/// the blocking pool ([`send_parts`]: `writev` for the byte runs,
+/// `sendfile` for the ranges, since reading a range may block on the
+/// volume), through `sock`, a duplicate of the socket's descriptor made on
+/// first use, so the task never outlives the descriptor it writes to.
 async fn write_answer(
     wr: &mut tokio::net::tcp::OwnedWriteHalf,
     sock: &mut Option<Arc<OwnedFd>>,
     parts: Vec<Part>,
     stall: Duration,
 ) -> Result<(), WriteError> {
-    let mut parts = parts.into_iter().peekable();
-    let mut run: Vec<Bytes> = Vec::new();
-    while parts.peek().is_some() {
-        run.clear();
-        while let Some(Part::Bytes(_)) = parts.peek() {
-            if let Some(Part::Bytes(b)) = parts.next() {
-                if !b.is_empty() {
-                    run.push(b);
-                }
+    if !parts.iter().any(|p| matches!(p, Part::File(_))) {
+        let run: Vec<Bytes> = parts
+            .into_iter()
+            .filter_map(|p| match p {
+                Part::Bytes(b) if !b.is_empty() => Some(b),
+                _ => None,
+            })
+            .collect();
+        return write_run(wr, &run, stall).await;
+    }
+    let fd = match sock {
+        Some(fd) => fd.clone(),
+        None => {
+            let fd = Arc::new(wr.as_ref().as_fd().try_clone_to_owned()?);
+            *sock = Some(fd.clone());
+            fd
+        }
+    };
+    tokio::task::spawn_blocking(move || send_parts(&fd, &parts, stall))
+        .await
+        .map_err(|_| WriteError::Task)?
+}
+
+/// Blocking: write `parts` whole to the non-blocking socket `sock`, byte
+/// runs with `writev`, file ranges with [`send_range`], waiting with
+/// `poll` for room.
+fn send_parts(sock: &OwnedFd, parts: &[Part], stall: Duration) -> Result<(), WriteError> {
+    let mut i = 0;
+    while i < parts.len() {
+        let run_end = parts[i..]
+            .iter()
+            .position(|p| matches!(p, Part::File(_)))
+            .map_or(parts.len(), |n| i + n);
+        let mut slices: Vec<IoSlice<'_>> = parts[i..run_end]
+            .iter()
+            .filter_map(|p| match p {
+                Part::Bytes(b) if !b.is_empty() => Some(IoSlice::new(b)),
+                _ => None,
+            })
+            .collect();
+        let mut rest = &mut slices[..];
+        while !rest.is_empty() {
+            let n = rest.len().min(512);
+            match rustix::io::writev(sock, &rest[..n]) {
+                Ok(n) => IoSlice::advance_slices(&mut rest, n),
+                Err(rustix::io::Errno::INTR) => {}
+                Err(rustix::io::Errno::AGAIN) => wait_writable(sock, stall)?,
+                Err(e) => return Err(std::io::Error::from(e).into()),
             }
         }
-        write_run(wr, &run, stall).await?;
-        if let Some(Part::File(range)) = parts.next() {
-            if range.len == 0 {
-                continue;
-            }
-            let fd = match sock {
-                Some(fd) => fd.clone(),
-                None => {
-                    let fd = Arc::new(wr.as_ref().as_fd().try_clone_to_owned()?);
-                    *sock = Some(fd.clone());
-                    fd
-                }
-            };
-            tokio::task::spawn_blocking(move || send_range(&fd, &range, stall))
-                .await
-                .map_err(|_| WriteError::Task)??;
+        if let Some(Part::File(range)) = parts.get(run_end) {
+            send_range(sock, range, stall)?;
         }
+        i = run_end + 1;
     }
     Ok(())
+}
+
+/// Blocking: wait until `sock` has room, at most `stall`.
+fn wait_writable(sock: &OwnedFd, stall: Duration) -> Result<(), WriteError> {
+    let mut fds = [rustix::event::PollFd::new(
+        sock,
+        rustix::event::PollFlags::OUT,
+    )];
+    let timeout = rustix::event::Timespec {
+        tv_sec: stall.as_secs() as _,
+        tv_nsec: stall.subsec_nanos() as _,
+    };
+    match rustix::event::poll(&mut fds, Some(&timeout)) {
+        Ok(0) => Err(WriteError::Stalled),
+        Ok(_) | Err(rustix::io::Errno::INTR) => Ok(()),
+        Err(e) => Err(std::io::Error::from(e).into()),
+    }
 }
 
 /// Write `run` whole with vectored writes.
@@ -365,21 +410,7 @@ fn send_range(sock: &OwnedFd, range: &FileRange, stall: Duration) -> Result<(), 
         };
         match sent {
             Ok(_) | Err(Errno::INTR) => {}
-            Err(Errno::AGAIN) => {
-                let mut fds = [rustix::event::PollFd::new(
-                    sock,
-                    rustix::event::PollFlags::OUT,
-                )];
-                let timeout = rustix::event::Timespec {
-                    tv_sec: stall.as_secs() as _,
-                    tv_nsec: stall.subsec_nanos() as _,
-                };
-                match rustix::event::poll(&mut fds, Some(&timeout)) {
-                    Ok(0) => return Err(WriteError::Stalled),
-                    Ok(_) | Err(Errno::INTR) => {}
-                    Err(e) => return Err(std::io::Error::from(e).into()),
-                }
-            }
+            Err(Errno::AGAIN) => wait_writable(sock, stall)?,
             // EPIPE, ECONNRESET...: the socket's; EIO and the like: the
             // file's. Either way the frame cannot be finished.
             Err(e) => return Err(std::io::Error::from(e).into()),
@@ -675,6 +706,56 @@ mod tests {
                 "the range's bytes"
             );
         }
+    }
+
+    #[test]
+    fn byte_runs_and_ranges_are_sent_in_order_across_partial_writes() {
+        use std::io::Read;
+        let dir = tempfile::tempdir().unwrap();
+        let bytes: Vec<u8> = (0..2_000_000u32).map(|i| (i * 13 % 249) as u8).collect();
+        let file = real_file(dir.path(), &bytes);
+        let big = Bytes::from(vec![9u8; 1_500_000]);
+        let parts = vec![
+            Part::Bytes(Bytes::from_static(b"len!")),
+            Part::Bytes(big.clone()),
+            Part::Bytes(Bytes::new()),
+            Part::File(FileRange {
+                file: file.clone(),
+                pos: 3,
+                len: 1_000_000,
+            }),
+            Part::File(FileRange {
+                file,
+                pos: 1_000_003,
+                len: 900_000,
+            }),
+            Part::Bytes(Bytes::from_static(b"tail")),
+        ];
+        let (tx, mut rx) = std::os::unix::net::UnixStream::pair().unwrap();
+        tx.set_nonblocking(true).unwrap();
+        let reader = std::thread::spawn(move || {
+            let (mut got, mut buf) = (Vec::new(), [0u8; 5000]);
+            while let Ok(n) = rx.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                got.extend_from_slice(&buf[..n]);
+                if got.len() % 7 == 0 {
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+            }
+            got
+        });
+        let sock: OwnedFd = tx.into();
+        send_parts(&sock, &parts, Duration::from_secs(10)).unwrap();
+        drop(sock);
+        let got = reader.join().unwrap();
+        let mut want = b"len!".to_vec();
+        want.extend_from_slice(&big);
+        want.extend_from_slice(&bytes[3..1_900_003]);
+        want.extend_from_slice(b"tail");
+        assert_eq!(got.len(), want.len());
+        assert!(got == want);
     }
 
     #[test]
