@@ -16,6 +16,13 @@ records to 1 partition and 1 KiB records to 6 partitions (with
 enable.idempotence=true). Prints msg/s per
 run, the median per binary and its ratio to the first binary.
 Loopback only; every run is bounded by a timeout.
+
+--consume: instead, each run produces 100 B records and 1 KiB records to
+one partition each, then consumes them from the beginning with
+rdkafka_performance -C (fetch.wait.max.ms=10, read from the page cache),
+and reports consumed msgs/s; alongside, the machine's ceiling: the same
+segment files copied to a loopback socket with sendfile and read by a
+plain reader (reported as "ceiling <label>", in msgs/s of that size).
 """
 
 import argparse
@@ -41,6 +48,120 @@ IDEM_CASES = [
     ("100 B x 6p", 100, 6, 1_000_000, []),
     ("100 B x 6p idem", 100, 6, 1_000_000, IDEM),
 ]
+
+
+# --consume: (label, record size, records)
+CONSUME_CASES = [
+    ("consume 100 B x 1p", 100, 2_000_000),
+    ("consume 1 KiB x 1p", 1024, 1_000_000),
+]
+
+
+def file_to_socket(paths):
+    """Bytes/s of sendfile(2) of `paths` to a loopback TCP socket whose peer
+    reads into one reused buffer: what serving these bytes costs with no
+    broker at all. Best of three."""
+    import threading
+
+    total = sum(os.path.getsize(p) for p in paths)
+    best = 0.0
+    for _ in range(3):
+        srv = socket.socket()
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(1)
+        cli = socket.create_connection(srv.getsockname())
+        conn, _ = srv.accept()
+        got = [0]
+
+        def drain():
+            buf = bytearray(1 << 20)
+            while True:
+                n = cli.recv_into(buf)
+                if n == 0:
+                    return
+                got[0] += n
+
+        t = threading.Thread(target=drain)
+        t.start()
+        t0 = time.monotonic()
+        for p in paths:
+            with open(p, "rb") as f:
+                off, size = 0, os.path.getsize(p)
+                while off < size:
+                    off += os.sendfile(conn.fileno(), f.fileno(), off, size - off)
+        conn.shutdown(socket.SHUT_WR)
+        t.join()
+        dt = time.monotonic() - t0
+        conn.close(); cli.close(); srv.close()
+        if got[0] == total:
+            best = max(best, total / dt)
+    return best
+
+
+def cpu_seconds(pid):
+    """User + system CPU seconds of `pid` so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_consume(binary, perf, workdir, scale):
+    port, mport = free_port(), free_port()
+    data = os.path.join(workdir, "data")
+    log = open(os.path.join(workdir, "broker.log"), "wb")
+    proc = subprocess.Popen(
+        [binary, "broker", "--data-dir", data, "--listen", f"127.0.0.1:{port}",
+         "--metrics-listen", f"127.0.0.1:{mport}"],
+        stdout=log, stderr=subprocess.STDOUT,
+    )
+    out = {}
+    try:
+        if not wait_port(port, time.monotonic() + 60):
+            raise RuntimeError(f"{binary} did not listen")
+        boot = f"127.0.0.1:{port}"
+        for i, (label, size, count) in enumerate(CONSUME_CASES):
+            count = int(count * scale)
+            topic = f"abc-{i}-{size}"
+            create_topic(boot, topic, 1)
+            subprocess.run(
+                [perf, "-P", "-t", topic, "-b", boot, "-s", str(size), "-c", str(count),
+                 "-a", "-1", "-X", "broker.address.family=v4", "-X", "linger.ms=5",
+                 "-X", "batch.size=1000000", "-X", "queue.buffering.max.messages=1000000",
+                 "-i", "1000"],
+                capture_output=True, text=True, timeout=180,
+            )
+            cpu0 = cpu_seconds(proc.pid)
+            r = subprocess.run(
+                [perf, "-C", "-t", topic, "-b", boot, "-p", "0", "-o", "beginning", "-e",
+                 "-c", str(count), "-X", "broker.address.family=v4",
+                 "-X", "fetch.wait.max.ms=10", "-i", "1000"],
+                capture_output=True, text=True, timeout=180,
+            )
+            cpu = cpu_seconds(proc.pid) - cpu0
+            lines = [l for l in r.stdout.splitlines() + r.stderr.splitlines()
+                     if "consumed in" in l and "INTERVAL" not in l]
+            m = re.search(r"(\d+) messages .* in \d+ms: (\d+) msgs/s", lines[-1]) if lines else None
+            out[label] = int(m.group(2)) if m and int(m.group(1)) >= count else float("nan")
+            segs = []
+            for d, _, names in os.walk(data):
+                if topic in d.split(os.sep):
+                    segs += [os.path.join(d, n) for n in names if n.endswith(".log")]
+            bps = file_to_socket(sorted(segs)) if segs else 0.0
+            # In records/s of the same size, with the log's framing.
+            per = sum(os.path.getsize(p) for p in segs) / count if segs else 1
+            out["ceiling " + label] = int(bps / per)
+            # Broker CPU while consuming, in core-ms per 100 MB served.
+            served = sum(os.path.getsize(p) for p in segs)
+            out["cpu ms/100MB " + label] = int(cpu * 1000 / (served / 1e8)) if served else 0
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+    return out
 
 
 def free_port():
@@ -122,9 +243,15 @@ def main():
     ap.add_argument("--scale", type=float, default=1.0, help="multiply record counts")
     ap.add_argument("--idempotent", action="store_true",
                     help="100 B x 1p and x 6p, each plain and with enable.idempotence=true")
+    ap.add_argument("--consume", action="store_true",
+                    help="consume 100 B and 1 KiB records from the page cache, with the file-to-socket ceiling")
     ap.add_argument("binaries", nargs="+", help="name=path")
     a = ap.parse_args()
     cases = IDEM_CASES if a.idempotent else CASES
+    if a.consume:
+        cases = [(l, s, 1, c, []) for l, s, c in CONSUME_CASES]
+        cases += [("ceiling " + l, s, 1, c, []) for l, s, c in CONSUME_CASES]
+        cases += [("cpu ms/100MB " + l, s, 1, c, []) for l, s, c in CONSUME_CASES]
     bins = [b.split("=", 1) for b in a.binaries]
     results = {name: {label: [] for label, *_ in cases} for name, _ in bins}
     root = tempfile.mkdtemp(prefix="kaas-ab-", dir=os.path.join(os.path.dirname(__file__), "out"))
@@ -133,7 +260,10 @@ def main():
         for name, path in order:
             wd = os.path.join(root, f"{name}-{rnd}")
             os.makedirs(wd)
-            res = run_one(path, a.perf, wd, a.scale, cases)
+            if a.consume:
+                res = run_consume(path, a.perf, wd, a.scale)
+            else:
+                res = run_one(path, a.perf, wd, a.scale, cases)
             for label, v in res.items():
                 results[name][label].append(v)
             print(f"round {rnd} {name:10s} " + "  ".join(f"{l}: {v}" for l, v in res.items()), flush=True)

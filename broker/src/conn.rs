@@ -18,7 +18,18 @@
 //! releases are what the readers wait for), and an answer the client takes
 //! none of for `--request-timeout-ms` closes the connection, so a client
 //! that never reads cannot hold the broker's budget for ever.
-//! Connections never touch files.
+//!
+//! An answer is a sequence of [`Part`]s: encoded bytes, written with
+//! `writev`, and (a Fetch's records) ranges of segment files, sent with
+//! `sendfile` from the file to the socket, so record bytes are never
+//! copied through the broker. The frame length is committed before the
+//! first byte goes out, so a file that turns out shorter than its range
+//! (never expected: the range is durable, segments are append-only) fails
+//! the connection rather than sending anything else. `sendfile` may read
+//! the volume (a page-cache miss, an NFS round trip), so it runs on the
+//! blocking pool, as every other read does, waiting for the socket with
+//! `poll`. Connections open no files: a range comes with the handle the
+//! partition's reader took.
 //!
 //! Each connection has a [`Slot`]: when the accept loop is at its cap it
 //! evicts the connection idle the longest (Kafka closes the least recently
@@ -30,10 +41,12 @@ use crate::state::Broker;
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
+use kaas_actors::partition::reader::FileRange;
 use kaas_protocol::{
-    encode_response, parse_oversized_produce, parse_request, Frame, FrameCodec, FrameError,
-    RequestError,
+    parse_oversized_produce, parse_request, Frame, FrameCodec, FrameError, RequestError,
 };
+use std::io::IoSlice;
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -234,24 +247,230 @@ fn api_name(key: Option<i16>) -> String {
         .unwrap_or_else(|| "unknown".to_owned())
 }
 
-/// A queued answer: its future and the bytes its request holds until the
-/// answer is written.
-type Queued = (BoxFuture<'static, Option<Bytes>>, [Charge; 2]);
+/// One piece of an answer's frame.
+#[derive(Debug)]
+pub enum Part {
+    /// Encoded bytes.
+    Bytes(Bytes),
+    /// A range of a segment file, sent from the file.
+    File(FileRange),
+}
 
-/// Write `bytes` whole; `false` when the socket failed or took none of
-/// them for `stall`.
-async fn write_answer(
-    wr: &mut tokio::net::tcp::OwnedWriteHalf,
-    mut bytes: &[u8],
-    stall: Duration,
-) -> bool {
-    while !bytes.is_empty() {
-        match tokio::time::timeout(stall, wr.write(bytes)).await {
-            Ok(Ok(n)) if n > 0 => bytes = &bytes[n..],
-            _ => return false,
+impl Part {
+    /// Bytes this part puts on the wire.
+    pub fn len(&self) -> usize {
+        match self {
+            Part::Bytes(b) => b.len(),
+            Part::File(f) => f.len as usize,
         }
     }
-    true
+
+    /// Whether it puts none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A queued answer: its future and the bytes its request holds until the
+/// answer is written.
+type Queued = (BoxFuture<'static, Option<Vec<Part>>>, [Charge; 2]);
+
+/// Why an answer was not written whole.
+#[derive(Debug, thiserror::Error)]
+enum WriteError {
+    /// The socket failed (or the peer went away).
+    #[error("socket: {0}")]
+    Socket(#[from] std::io::Error),
+    /// The client took none of the answer for the stall interval.
+    #[error("answer not taken")]
+    Stalled,
+    /// A file range could not be sent whole (a failed read, or a file
+    /// shorter than its range).
+    #[error("file range at {pos}+{len}: {source}")]
+    File {
+        pos: u64,
+        len: u64,
+        source: std::io::Error,
+    },
+    /// The blocking task sending a range did not finish.
+    #[error("blocking send task failed")]
+    Task,
+}
+
+/// Write `parts` in order, whole. An answer of bytes only is written here
+/// with vectored writes; one with file ranges is written by one task on
+/// the blocking pool ([`send_parts`]: `writev` for the byte runs,
+/// `sendfile` for the ranges, since reading a range may block on the
+/// volume), through `sock`, a duplicate of the socket's descriptor made on
+/// first use, so the task never outlives the descriptor it writes to.
+async fn write_answer(
+    wr: &mut tokio::net::tcp::OwnedWriteHalf,
+    sock: &mut Option<Arc<OwnedFd>>,
+    parts: Vec<Part>,
+    stall: Duration,
+) -> Result<(), WriteError> {
+    if !parts.iter().any(|p| matches!(p, Part::File(_))) {
+        let run: Vec<Bytes> = parts
+            .into_iter()
+            .filter_map(|p| match p {
+                Part::Bytes(b) if !b.is_empty() => Some(b),
+                _ => None,
+            })
+            .collect();
+        return write_run(wr, &run, stall).await;
+    }
+    let fd = match sock {
+        Some(fd) => fd.clone(),
+        None => {
+            let fd = Arc::new(wr.as_ref().as_fd().try_clone_to_owned()?);
+            *sock = Some(fd.clone());
+            fd
+        }
+    };
+    tokio::task::spawn_blocking(move || send_parts(&fd, &parts, stall))
+        .await
+        .map_err(|_| WriteError::Task)?
+}
+
+/// Blocking: write `parts` whole to the non-blocking socket `sock`, byte
+/// runs with `writev`, file ranges with [`send_range`], waiting with
+/// `poll` for room.
+fn send_parts(sock: &OwnedFd, parts: &[Part], stall: Duration) -> Result<(), WriteError> {
+    let mut i = 0;
+    while i < parts.len() {
+        let run_end = parts[i..]
+            .iter()
+            .position(|p| matches!(p, Part::File(_)))
+            .map_or(parts.len(), |n| i + n);
+        let mut slices: Vec<IoSlice<'_>> = parts[i..run_end]
+            .iter()
+            .filter_map(|p| match p {
+                Part::Bytes(b) if !b.is_empty() => Some(IoSlice::new(b)),
+                _ => None,
+            })
+            .collect();
+        let mut rest = &mut slices[..];
+        while !rest.is_empty() {
+            let n = rest.len().min(512);
+            match rustix::io::writev(sock, &rest[..n]) {
+                Ok(n) => IoSlice::advance_slices(&mut rest, n),
+                Err(rustix::io::Errno::INTR) => {}
+                Err(rustix::io::Errno::AGAIN) => wait_writable(sock, stall)?,
+                Err(e) => return Err(std::io::Error::from(e).into()),
+            }
+        }
+        if let Some(Part::File(range)) = parts.get(run_end) {
+            send_range(sock, range, stall)?;
+        }
+        i = run_end + 1;
+    }
+    Ok(())
+}
+
+/// Blocking: wait until `sock` has room, at most `stall`.
+fn wait_writable(sock: &OwnedFd, stall: Duration) -> Result<(), WriteError> {
+    let mut fds = [rustix::event::PollFd::new(
+        sock,
+        rustix::event::PollFlags::OUT,
+    )];
+    let timeout = rustix::event::Timespec {
+        tv_sec: stall.as_secs() as _,
+        tv_nsec: stall.subsec_nanos() as _,
+    };
+    match rustix::event::poll(&mut fds, Some(&timeout)) {
+        Ok(0) => Err(WriteError::Stalled),
+        Ok(_) | Err(rustix::io::Errno::INTR) => Ok(()),
+        Err(e) => Err(std::io::Error::from(e).into()),
+    }
+}
+
+/// Write `run` whole with vectored writes.
+async fn write_run(
+    wr: &mut tokio::net::tcp::OwnedWriteHalf,
+    run: &[Bytes],
+    stall: Duration,
+) -> Result<(), WriteError> {
+    // (part, bytes of it already written)
+    let (mut i, mut done) = (0usize, 0usize);
+    while i < run.len() {
+        let mut slices = Vec::with_capacity((run.len() - i).min(64));
+        slices.push(IoSlice::new(&run[i][done..]));
+        slices.extend(run[i + 1..].iter().take(63).map(|b| IoSlice::new(b)));
+        let n = match tokio::time::timeout(stall, wr.write_vectored(&slices)).await {
+            Ok(Ok(n)) if n > 0 => n,
+            Ok(Ok(_)) => return Err(std::io::Error::from(std::io::ErrorKind::WriteZero).into()),
+            Ok(Err(e)) => return Err(e.into()),
+            Err(_) => return Err(WriteError::Stalled),
+        };
+        let mut left = n;
+        while left > 0 && i < run.len() {
+            let rest = run[i].len() - done;
+            if left >= rest {
+                left -= rest;
+                i += 1;
+                done = 0;
+            } else {
+                done += left;
+                left = 0;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Send `range` whole to the non-blocking socket `sock`, from the file's
+/// descriptor with `sendfile` (the copy path, reads into one reused
+/// buffer, for a handle without one), waiting with `poll` for room.
+/// Blocking: run it on the blocking pool.
+fn send_range(sock: &OwnedFd, range: &FileRange, stall: Duration) -> Result<(), WriteError> {
+    use rustix::io::Errno;
+    let file_err = |source: std::io::Error| WriteError::File {
+        pos: range.pos,
+        len: range.len,
+        source,
+    };
+    let end = range.pos + range.len;
+    let mut off = range.pos;
+    let mut buf = Vec::new();
+    let mut pending = 0..0;
+    while off < end || !pending.is_empty() {
+        let sent = if let Some(fd) = range.file.fd() {
+            let want = (end - off).min(1 << 30) as usize;
+            // The kernel moves `off` past what it sent.
+            let r = rustix::fs::sendfile(sock, fd, Some(&mut off), want);
+            if matches!(r, Ok(0)) {
+                return Err(file_err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "segment file shorter than the range being sent",
+                )));
+            }
+            r
+        } else {
+            if pending.is_empty() {
+                let n = (end - off).min(256 << 10) as usize;
+                buf.resize(n, 0);
+                range
+                    .file
+                    .read_exact_at(&mut buf[..n], off)
+                    .map_err(file_err)?;
+                off += n as u64;
+                pending = 0..n;
+            }
+            let r = rustix::io::write(sock, &buf[pending.clone()]);
+            if let Ok(n) = r {
+                pending.start += n;
+            }
+            r
+        };
+        match sent {
+            Ok(_) | Err(Errno::INTR) => {}
+            Err(Errno::AGAIN) => wait_writable(sock, stall)?,
+            // EPIPE, ECONNRESET...: the socket's; EIO and the like: the
+            // file's. Either way the frame cannot be finished.
+            Err(e) => return Err(std::io::Error::from(e).into()),
+        }
+    }
+    Ok(())
 }
 
 /// Serve one connection until it closes, misbehaves or is evicted.
@@ -269,13 +488,23 @@ pub async fn serve(b: Arc<Broker>, sock: TcpStream, peer: std::net::SocketAddr, 
     let writer = {
         let (conn_budget, broker_budget) = (conn_budget.clone(), broker_budget.clone());
         async move {
+            let mut sock = None;
             while let Some((f, _held)) = rx.recv().await {
-                let Some(bytes) = f.await else { continue };
-                // Charged while written: a client not taking its answers
-                // keeps the connection at its limit, so it is not read.
-                let _answer = charge_both(&conn_budget, &broker_budget, bytes.len());
-                if !write_answer(&mut wr, &bytes, request_timeout).await {
-                    tracing::debug!(%peer, bytes = bytes.len(), "answer not taken; closing connection");
+                let Some(parts) = f.await else { continue };
+                let len: usize = parts.iter().map(Part::len).sum();
+                // Charged while written, file ranges included: a client not
+                // taking its answers keeps the connection at its limit, so
+                // it is not read.
+                let _answer = charge_both(&conn_budget, &broker_budget, len);
+                if let Err(e) = write_answer(&mut wr, &mut sock, parts, request_timeout).await {
+                    match e {
+                        WriteError::File { .. } | WriteError::Task => {
+                            tracing::warn!(%peer, bytes = len, error = %e, "answer not written whole; closing connection")
+                        }
+                        _ => {
+                            tracing::debug!(%peer, bytes = len, error = %e, "answer not taken; closing connection")
+                        }
+                    }
                     return;
                 }
             }
@@ -372,7 +601,10 @@ pub async fn serve(b: Arc<Broker>, sock: TcpStream, peer: std::net::SocketAddr, 
                     // KIP-511: answer ApiVersions v0 with the table.
                     let resp = kaas_protocol::api_versions_fallback_response(header.correlation_id);
                     if tx
-                        .send((futures::future::ready(Some(resp)).boxed(), held))
+                        .send((
+                            futures::future::ready(Some(vec![Part::Bytes(resp)])).boxed(),
+                            held,
+                        ))
                         .is_err()
                     {
                         return;
@@ -420,9 +652,9 @@ pub async fn serve(b: Arc<Broker>, sock: TcpStream, peer: std::net::SocketAddr, 
                 }
             };
             let f = async move {
-                let body = fut.await;
-                match encode_response(&header, &body) {
-                    Ok(bytes) => Some(bytes),
+                let answer = fut.await;
+                match api::encode(&header, answer) {
+                    Ok(parts) => Some(parts),
                     Err(e) => {
                         tracing::error!(api = %api_name(Some(header.api_key)), api_key = header.api_key, version = header.api_version, error = %e, "response encoding failed");
                         None
@@ -490,6 +722,219 @@ mod tests {
                 .expect("no lost wake-up")
                 .unwrap();
         }
+    }
+
+    /// A read handle of the real seam on a file holding `bytes`.
+    fn real_file(dir: &std::path::Path, bytes: &[u8]) -> Arc<dyn kaas_volume::fs::ReadFile> {
+        use kaas_volume::fs::Fs;
+        let path = dir.join("seg");
+        #[allow(clippy::disallowed_methods)] // a test fixture
+        std::fs::write(&path, bytes).unwrap();
+        kaas_volume::fs::RealFs.open_read(&path).unwrap()
+    }
+
+    /// The seam without a descriptor: the copy path.
+    struct NoFd(Arc<dyn kaas_volume::fs::ReadFile>);
+    impl kaas_volume::fs::ReadFile for NoFd {
+        fn read_at(&self, buf: &mut [u8], pos: u64) -> std::io::Result<usize> {
+            self.0.read_at(buf, pos)
+        }
+        fn len(&self) -> std::io::Result<u64> {
+            self.0.len()
+        }
+    }
+
+    /// Send `range` through a non-blocking socket whose reader takes small
+    /// pieces slowly (so sends are partial and meet EAGAIN); what arrived.
+    fn send_through_slow_reader(range: FileRange) -> (Result<(), WriteError>, Vec<u8>) {
+        use std::io::Read;
+        let (tx, mut rx) = std::os::unix::net::UnixStream::pair().unwrap();
+        tx.set_nonblocking(true).unwrap();
+        let reader = std::thread::spawn(move || {
+            let (mut got, mut buf) = (Vec::new(), [0u8; 3000]);
+            let mut reads = 0;
+            loop {
+                match rx.read(&mut buf) {
+                    Ok(0) | Err(_) => return got,
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                }
+                reads += 1;
+                if reads % 64 == 0 {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        });
+        let sock: OwnedFd = tx.into();
+        let r = send_range(&sock, &range, Duration::from_secs(10));
+        drop(sock);
+        (r, reader.join().unwrap())
+    }
+
+    #[test]
+    fn a_file_range_is_sent_whole_across_partial_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let bytes: Vec<u8> = (0..3_000_000u32).map(|i| (i * 31 % 251) as u8).collect();
+        let file = real_file(dir.path(), &bytes);
+        assert!(file.fd().is_some(), "the real seam has a descriptor");
+        // sendfile, and the copy path for a handle without a descriptor.
+        for file in [file.clone(), Arc::new(NoFd(file.clone())) as Arc<_>] {
+            let range = FileRange {
+                file,
+                pos: 12_345,
+                len: 2_500_000,
+            };
+            let (r, got) = send_through_slow_reader(range);
+            r.unwrap();
+            assert_eq!(got.len(), 2_500_000);
+            assert!(
+                got == bytes[12_345..12_345 + 2_500_000],
+                "the range's bytes"
+            );
+        }
+    }
+
+    #[test]
+    fn byte_runs_and_ranges_are_sent_in_order_across_partial_writes() {
+        use std::io::Read;
+        let dir = tempfile::tempdir().unwrap();
+        let bytes: Vec<u8> = (0..2_000_000u32).map(|i| (i * 13 % 249) as u8).collect();
+        let file = real_file(dir.path(), &bytes);
+        let big = Bytes::from(vec![9u8; 1_500_000]);
+        let parts = vec![
+            Part::Bytes(Bytes::from_static(b"len!")),
+            Part::Bytes(big.clone()),
+            Part::Bytes(Bytes::new()),
+            Part::File(FileRange {
+                file: file.clone(),
+                pos: 3,
+                len: 1_000_000,
+            }),
+            Part::File(FileRange {
+                file,
+                pos: 1_000_003,
+                len: 900_000,
+            }),
+            Part::Bytes(Bytes::from_static(b"tail")),
+        ];
+        let (tx, mut rx) = std::os::unix::net::UnixStream::pair().unwrap();
+        tx.set_nonblocking(true).unwrap();
+        let reader = std::thread::spawn(move || {
+            let (mut got, mut buf) = (Vec::new(), [0u8; 5000]);
+            while let Ok(n) = rx.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                got.extend_from_slice(&buf[..n]);
+                if got.len() % 7 == 0 {
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+            }
+            got
+        });
+        let sock: OwnedFd = tx.into();
+        send_parts(&sock, &parts, Duration::from_secs(10)).unwrap();
+        drop(sock);
+        let got = reader.join().unwrap();
+        let mut want = b"len!".to_vec();
+        want.extend_from_slice(&big);
+        want.extend_from_slice(&bytes[3..1_900_003]);
+        want.extend_from_slice(b"tail");
+        assert_eq!(got.len(), want.len());
+        assert!(got == want);
+    }
+
+    #[test]
+    fn a_file_shorter_than_its_range_fails_the_send() {
+        let dir = tempfile::tempdir().unwrap();
+        let bytes = vec![7u8; 100_000];
+        let file = real_file(dir.path(), &bytes);
+        for file in [file.clone(), Arc::new(NoFd(file.clone())) as Arc<_>] {
+            let range = FileRange {
+                file,
+                pos: 50_000,
+                len: 60_000,
+            };
+            let (r, got) = send_through_slow_reader(range);
+            assert!(
+                matches!(r, Err(WriteError::File { .. })),
+                "short file: {r:?}"
+            );
+            // Nothing but the file's own bytes went out.
+            assert!(got.len() <= 50_000 && got.iter().all(|b| *b == 7));
+        }
+    }
+
+    #[test]
+    fn a_range_the_client_does_not_take_stalls() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = real_file(dir.path(), &vec![1u8; 8 << 20]);
+        let (tx, _rx) = std::os::unix::net::UnixStream::pair().unwrap();
+        tx.set_nonblocking(true).unwrap();
+        let sock: OwnedFd = tx.into();
+        let range = FileRange {
+            file,
+            pos: 0,
+            len: 8 << 20,
+        };
+        let r = send_range(&sock, &range, Duration::from_millis(100));
+        assert!(matches!(r, Err(WriteError::Stalled)), "{r:?}");
+    }
+
+    #[tokio::test]
+    async fn an_answer_of_bytes_and_file_ranges_arrives_in_order() {
+        use tokio::io::AsyncReadExt;
+        let dir = tempfile::tempdir().unwrap();
+        let bytes: Vec<u8> = (0..1_000_000u32).map(|i| (i % 253) as u8).collect();
+        let file = real_file(dir.path(), &bytes);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let client = tokio::spawn(async move {
+            let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+            let mut got = Vec::new();
+            s.read_to_end(&mut got).await.unwrap();
+            got
+        });
+        let (sock, _) = listener.accept().await.unwrap();
+        let (_rd, mut wr) = sock.into_split();
+        let range = |pos, len| {
+            Part::File(FileRange {
+                file: file.clone(),
+                pos,
+                len,
+            })
+        };
+        let parts = [
+            Part::Bytes(Bytes::from_static(b"head")),
+            Part::Bytes(Bytes::from_static(b"er")),
+            range(10, 400_000),
+            Part::Bytes(Bytes::from_static(b"|")),
+            range(0, 0),
+            range(500_000, 500_000),
+            Part::Bytes(Bytes::from_static(b"tail")),
+        ];
+        let mut expected = b"header".to_vec();
+        expected.extend_from_slice(&bytes[10..400_010]);
+        expected.push(b'|');
+        expected.extend_from_slice(&bytes[500_000..]);
+        expected.extend_from_slice(b"tail");
+        let mut dup = None;
+        for _ in 0..3 {
+            let parts = parts
+                .iter()
+                .map(|p| match p {
+                    Part::Bytes(b) => Part::Bytes(b.clone()),
+                    Part::File(f) => Part::File(f.clone()),
+                })
+                .collect();
+            write_answer(&mut wr, &mut dup, parts, Duration::from_secs(10))
+                .await
+                .unwrap();
+        }
+        drop(wr);
+        drop(dup);
+        let got = client.await.unwrap();
+        assert_eq!(got.len(), expected.len() * 3);
+        assert!(got == expected.repeat(3));
     }
 
     #[test]

@@ -14,8 +14,8 @@ use super::index::header_at;
 use super::log::{LogView, SegView};
 use super::txn_index::AbortedTxn;
 use bytes::Bytes;
-use kaas_protocol::batch::{read_batch_header, record_timestamps};
-use kaas_volume::fs::ReadFs;
+use kaas_protocol::batch::record_timestamps;
+use kaas_volume::fs::{ReadFile, ReadFs};
 use std::io;
 use std::sync::{Arc, RwLock};
 
@@ -50,6 +50,54 @@ pub struct ReadResult {
     pub last_stable_offset: i64,
     /// `read_committed` only: (producer id, first offset) of every aborted
     /// transaction overlapping the records returned, by first offset.
+    pub aborted: Vec<(i64, i64)>,
+}
+
+/// A range of one segment file: `len` bytes at `pos`, read through (or
+/// sent from) a handle that keeps the file open while it is held.
+#[derive(Clone)]
+pub struct FileRange {
+    /// The segment's handle.
+    pub file: Arc<dyn ReadFile>,
+    /// Byte position in the file.
+    pub pos: u64,
+    /// Bytes in the range.
+    pub len: u64,
+}
+
+impl std::fmt::Debug for FileRange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileRange")
+            .field("pos", &self.pos)
+            .field("len", &self.len)
+            .finish_non_exhaustive()
+    }
+}
+
+impl FileRange {
+    /// The range's bytes, read into memory (the copy path).
+    pub fn read(&self) -> io::Result<Bytes> {
+        let mut buf = vec![0u8; self.len as usize];
+        self.file.read_exact_at(&mut buf, self.pos)?;
+        Ok(Bytes::from(buf))
+    }
+}
+
+/// Where a fetch's records are, and what its answer says besides
+/// ([`PartitionReader::locate`]).
+#[derive(Debug, Clone)]
+pub struct Located {
+    /// The records: whole batches (the last may be cut at `max_bytes`, as
+    /// Kafka does); `None` when there are none.
+    pub range: Option<FileRange>,
+    /// High watermark when located.
+    pub high_watermark: i64,
+    /// Log start offset when located.
+    pub log_start_offset: i64,
+    /// Last stable offset when located.
+    pub last_stable_offset: i64,
+    /// `read_committed` only: (producer id, first offset) of every aborted
+    /// transaction overlapping the records, by first offset.
     pub aborted: Vec<(i64, i64)>,
 }
 
@@ -146,12 +194,21 @@ impl PartitionReader {
         self.read_upto(offset, max_bytes, true)
     }
 
-    fn read_upto(
+    /// Where [`Self::read`] (or, with `committed`, [`Self::read_committed`])
+    /// would read, without reading the records: a range of a segment file
+    /// to send from (`sendfile`), bounded by the segment's durable size
+    /// when the view was taken, and the offsets and aborted transactions
+    /// the answer carries. Reading the range gives exactly what `read`
+    /// returns. The range's bytes never change while its handle is held:
+    /// they are durable (below the high watermark), segments are
+    /// append-only, and a deleted or closed segment keeps its bytes for the
+    /// holder of the descriptor.
+    pub fn locate(
         &self,
         offset: i64,
         max_bytes: usize,
         committed: bool,
-    ) -> Result<ReadResult, ReadError> {
+    ) -> Result<Located, ReadError> {
         let (start, hw, lso, segs) = self.sized_snapshot();
         if offset < start || offset > hw {
             return Err(ReadError::OutOfRange { offset, start, hw });
@@ -159,15 +216,15 @@ impl PartitionReader {
         // Batches never straddle the LSO: it is a batch's first offset or
         // the high watermark.
         let upto = if committed { lso.min(hw) } else { hw };
-        let empty = |records| ReadResult {
-            records,
+        let mut res = Located {
+            range: None,
             high_watermark: hw,
             log_start_offset: start,
             last_stable_offset: lso,
             aborted: Vec::new(),
         };
         if offset >= upto {
-            return Ok(empty(Bytes::new()));
+            return Ok(res);
         }
         let first = segs
             .partition_point(|(s, _)| s.base <= offset)
@@ -183,32 +240,67 @@ impl PartitionReader {
                 let len = h.batch_len as u64;
                 if h.last_offset() >= offset {
                     let want = (max_bytes as u64).max(len);
-                    let end = limit.min(pos + want);
-                    let mut buf = vec![0u8; (end - pos) as usize];
-                    file.read_exact_at(&mut buf, pos)?;
-                    if !committed {
-                        return Ok(empty(Bytes::from(buf)));
-                    }
-                    // Cut before the first batch at or past the LSO, and
-                    // note where the batches returned end (in memory: the
-                    // headers are in the bytes just read).
-                    let (mut p, mut reach) = (0usize, offset);
-                    while let Some(b) = buf.get(p..).and_then(read_batch_header) {
-                        if b.base_offset >= upto {
-                            buf.truncate(p);
-                            break;
+                    let mut end = limit.min(pos + want);
+                    if committed {
+                        // Every whole batch below the durable size is below
+                        // the high watermark, so with no open transaction
+                        // nothing is cut; the batch headers are walked only
+                        // to cut at the LSO or to bound aborted
+                        // transactions there are.
+                        let candidates = self.aborted_between(&segs, offset, i64::MAX, hw)?;
+                        if upto < hw || !candidates.is_empty() {
+                            // Cut before the first batch at or past the
+                            // LSO, and note where the batches returned end
+                            // (a header wholly inside the range counts, as
+                            // when the range was read into memory).
+                            let (mut p, mut reach) = (pos, offset);
+                            while let Some(b) = header_at(file.as_ref(), p, end)? {
+                                if b.base_offset >= upto {
+                                    end = p;
+                                    break;
+                                }
+                                reach = b.last_offset() + 1;
+                                p += b.batch_len as u64;
+                            }
+                            if reach > offset {
+                                res.aborted = candidates
+                                    .into_iter()
+                                    .filter(|(_, first)| *first < reach)
+                                    .collect();
+                            }
                         }
-                        reach = b.last_offset() + 1;
-                        p += b.batch_len;
                     }
-                    let mut res = empty(Bytes::from(buf));
-                    res.aborted = self.aborted_between(&segs, offset, reach, hw)?;
+                    res.range = Some(FileRange {
+                        file,
+                        pos,
+                        len: end - pos,
+                    });
                     return Ok(res);
                 }
                 pos += len;
             }
         }
-        Ok(empty(Bytes::new()))
+        Ok(res)
+    }
+
+    fn read_upto(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        committed: bool,
+    ) -> Result<ReadResult, ReadError> {
+        let l = self.locate(offset, max_bytes, committed)?;
+        let records = match &l.range {
+            Some(r) => r.read()?,
+            None => Bytes::new(),
+        };
+        Ok(ReadResult {
+            records,
+            high_watermark: l.high_watermark,
+            log_start_offset: l.log_start_offset,
+            last_stable_offset: l.last_stable_offset,
+            aborted: l.aborted,
+        })
     }
 
     /// (producer id, first offset) of the aborted transactions overlapping

@@ -11,22 +11,34 @@
 //! stable offset, with the aborted transactions overlapping them; the last
 //! stable offset is answered at both levels (a session counts its move as
 //! news, like the high watermark's).
+//!
+//! Records are not read here: each partition's reader locates them (a
+//! range of a segment file, bounded by what was durable when located) and
+//! the connection sends the range from the file with `sendfile`
+//! ([`Fetched`], [`encode_parts`], `crate::conn`), so the broker touches
+//! no record byte. Below v10 (the zstd cut needs the batches) and on seams
+//! without a descriptor, the range is read into memory: the copy path.
 
 use super::error::{ApiError, NONE};
-use super::{locate_reader, Reply, TopicRef};
+use super::{locate_reader, Answer, IntoAnswer, Reply, TopicRef};
+use crate::conn::Part;
 use crate::fetch_session::{Answered, Key, Plan, Want};
 use crate::state::Broker;
 use bytes::Bytes;
 use futures::FutureExt;
 use kaas_actors::partition::leader::PartitionHandle;
-use kaas_actors::partition::reader::PartitionReader;
+use kaas_actors::partition::reader::{FileRange, PartitionReader};
 use kaas_protocol::kafka_protocol::messages::fetch_response::{
     AbortedTransaction, FetchableTopicResponse, PartitionData,
 };
-use kaas_protocol::kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, TopicName};
+use kaas_protocol::kafka_protocol::messages::{
+    BrokerId, FetchRequest, FetchResponse, ResponseKind, TopicName,
+};
 use kaas_protocol::kafka_protocol::protocol::StrBytes;
 use kaas_protocol::kafka_protocol::ResponseError;
-use kaas_protocol::{first_zstd_batch, FETCH_MIN_VERSION_ZSTD};
+use kaas_protocol::{
+    encode_response, first_zstd_batch, EncodeError, RequestHeader, FETCH_MIN_VERSION_ZSTD,
+};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -39,6 +51,47 @@ const FETCH_MAX_BYTES: usize = 64 << 20;
 const FETCH_GRANT_FLOOR: usize = 1 << 20;
 const FETCH_GRANT_PATIENCE: Duration = Duration::from_millis(500);
 
+/// Where a partition's records are sent from: (topic index, partition
+/// index) in the response, and the file range.
+pub type FilePlace = ((usize, usize), FileRange);
+
+/// A Fetch response whose records are (partly) in segment files: each
+/// partition named in `files` carries empty records in `resp`, and its
+/// records are the range's bytes.
+pub struct Fetched {
+    /// The response.
+    pub resp: FetchResponse,
+    /// The partitions served from files, in response order.
+    pub files: Vec<FilePlace>,
+}
+
+impl Fetched {
+    /// Record bytes in the answer, in memory and in files.
+    fn record_bytes(&self) -> usize {
+        let mem: usize = self
+            .resp
+            .responses
+            .iter()
+            .flat_map(|t| t.partitions.iter())
+            .map(|p| p.records.as_ref().map_or(0, |x| x.len()))
+            .sum();
+        mem + self
+            .files
+            .iter()
+            .map(|(_, r)| r.len as usize)
+            .sum::<usize>()
+    }
+}
+
+impl IntoAnswer<FetchResponse> for Fetched {
+    fn into_answer(self, kind: fn(FetchResponse) -> ResponseKind) -> Answer {
+        Answer {
+            body: kind(self.resp),
+            files: self.files,
+        }
+    }
+}
+
 struct FetchItem {
     topic_idx: usize,
     key: Key,
@@ -49,7 +102,7 @@ struct FetchItem {
 }
 
 /// Everything runs in the completion phase: a fetch enqueues nothing.
-pub async fn handle(b: &Arc<Broker>, v: i16, r: FetchRequest) -> Reply<FetchResponse> {
+pub async fn handle(b: &Arc<Broker>, v: i16, r: FetchRequest) -> Reply<Fetched> {
     let b = b.clone();
     let client = super::client_id();
     Reply::Later(
@@ -61,12 +114,7 @@ pub async fn handle(b: &Arc<Broker>, v: i16, r: FetchRequest) -> Reply<FetchResp
             };
             // Over its quota, the answer is held back (and says for how
             // long), so the consumer's next fetch comes that much later.
-            let bytes: usize = resp
-                .responses
-                .iter()
-                .flat_map(|t| t.partitions.iter())
-                .map(|p| p.records.as_ref().map_or(0, |x| x.len()))
-                .sum();
+            let bytes = resp.record_bytes();
             let throttle = b.quotas.record(
                 crate::quota::Kind::Fetch,
                 &client,
@@ -74,7 +122,7 @@ pub async fn handle(b: &Arc<Broker>, v: i16, r: FetchRequest) -> Reply<FetchResp
                 Instant::now(),
             );
             if !throttle.is_zero() {
-                resp.throttle_time_ms = throttle.as_millis().min(i32::MAX as u128) as i32;
+                resp.resp.throttle_time_ms = throttle.as_millis().min(i32::MAX as u128) as i32;
                 tokio::time::sleep(throttle).await;
             }
             resp
@@ -104,8 +152,12 @@ fn for_version(p: &mut PartitionData, v: i16) {
     }
 }
 
-async fn fetch(b: &Arc<Broker>, r: FetchRequest, v: i16) -> FetchResponse {
+async fn fetch(b: &Arc<Broker>, r: FetchRequest, v: i16) -> Fetched {
     let mut resp = FetchResponse::default();
+    let done = |resp| Fetched {
+        resp,
+        files: Vec::new(),
+    };
     let asked: Vec<(Key, Want)> = r
         .topics
         .iter()
@@ -157,7 +209,7 @@ async fn fetch(b: &Arc<Broker>, r: FetchRequest, v: i16) -> FetchResponse {
         Ok(Plan::Incremental { session_id, parts }) => (session_id, true, parts),
         Err(e) => {
             resp.error_code = ApiError::from(e).code();
-            return resp;
+            return done(resp);
         }
     };
     resp.session_id = session_id;
@@ -220,7 +272,7 @@ async fn fetch(b: &Arc<Broker>, r: FetchRequest, v: i16) -> FetchResponse {
                     let mut p = PartitionData::default();
                     p.partition_index = i.partition;
                     p.error_code = e.code();
-                    (i.topic_idx, p)
+                    (i.topic_idx, p, None)
                 })
                 .collect()
         };
@@ -229,40 +281,61 @@ async fn fetch(b: &Arc<Broker>, r: FetchRequest, v: i16) -> FetchResponse {
             Ok(_) => all_failed(ResponseError::NotLeaderOrFollower.into()),
             Err(_) => all_failed(ApiError::blocking_task_failed()),
         };
-        let any_error = parts.iter().any(|(_, p)| p.error_code != NONE);
+        let any_error = parts.iter().any(|(_, p, _)| p.error_code != NONE);
         let total: usize = parts
             .iter()
-            .map(|(_, p)| p.records.as_ref().map(|x| x.len()).unwrap_or(0))
+            .map(|(_, p, f)| {
+                p.records.as_ref().map(|x| x.len()).unwrap_or(0)
+                    + f.as_ref().map_or(0, |f: &FileRange| f.len as usize)
+            })
             .sum();
         let now = Instant::now();
         if total >= r.min_bytes.max(0) as usize || now >= deadline || parts.is_empty() || any_error
         {
             let mut sessions = (session_id != 0).then(|| b.fetch_sessions.lock().unwrap());
-            for ((ti, p), it) in parts.into_iter().zip(items.iter()) {
+            let mut files = Vec::new();
+            for ((ti, p, file), it) in parts.into_iter().zip(items.iter()) {
                 if let Some(c) = sessions.as_mut() {
                     let now = Answered {
                         high_watermark: p.high_watermark,
                         last_stable_offset: p.last_stable_offset,
                         log_start_offset: p.log_start_offset,
                     };
-                    let has_records = p.records.as_ref().is_some_and(|r| !r.is_empty());
+                    let has_records =
+                        p.records.as_ref().is_some_and(|r| !r.is_empty()) || file.is_some();
                     let must =
                         c.answered(session_id, &it.key, now, has_records, p.error_code != NONE);
                     if incremental && !must {
                         continue;
                     }
                 }
+                if let Some(f) = file {
+                    files.push(((ti, resp.responses[ti].partitions.len()), f));
+                }
                 resp.responses[ti].partitions.push(p);
             }
             drop(sessions);
             if incremental {
+                // Topics left without partitions go; those with a file
+                // range stay, and their index moves down past the gone.
+                let mut new_index = Vec::with_capacity(resp.responses.len());
+                let mut kept = 0;
+                for t in &resp.responses {
+                    new_index.push(kept);
+                    kept += usize::from(!t.partitions.is_empty());
+                }
+                for ((ti, _), _) in files.iter_mut() {
+                    *ti = new_index[*ti];
+                }
                 resp.responses.retain(|t| !t.partitions.is_empty());
             }
+            // Response order (topic by topic), as the encoder walks it.
+            files.sort_by_key(|(at, _)| *at);
             let fetched = total as u64;
             kaas_actors::telemetry::global()
                 .fetch_bytes
                 .fetch_add(fetched, std::sync::atomic::Ordering::Relaxed);
-            return resp;
+            return Fetched { resp, files };
         }
         drop(grant);
         // Long poll: wait for any partition's high watermark to move.
@@ -287,11 +360,12 @@ fn read_items(
     max_total: usize,
     version: i16,
     committed: bool,
-) -> Vec<(usize, PartitionData)> {
+) -> Vec<(usize, PartitionData, Option<FileRange>)> {
     let mut out = Vec::with_capacity(items.len());
     let mut budget = max_total;
     for it in items {
         let mut p = PartitionData::default();
+        let mut file = None;
         p.partition_index = it.partition;
         p.high_watermark = -1;
         p.last_stable_offset = -1;
@@ -316,16 +390,32 @@ fn read_items(
                 // The first partition with data may exceed the request's
                 // max_bytes by one batch (KIP-74); later ones fit the budget.
                 let want = it.max.min(budget).min(FETCH_MAX_BYTES);
-                let read = if committed {
-                    reader.read_committed(it.offset, want)
-                } else {
-                    reader.read(it.offset, want)
-                };
-                match read
+                let located = reader
+                    .locate(it.offset, want, committed)
                     .map_err(|e| ApiError::from(&e))
-                    .and_then(|res| Ok((servable(res.records.clone(), version)?, res)))
-                {
-                    Ok((records, res)) => {
+                    .and_then(|res| {
+                        let (records, range) = match res.range.clone() {
+                            Some(r) if r.len == 0 => (Bytes::new(), None),
+                            // Sent from the file by the connection.
+                            Some(r)
+                                if version >= FETCH_MIN_VERSION_ZSTD && r.file.fd().is_some() =>
+                            {
+                                (Bytes::new(), Some(r))
+                            }
+                            Some(r) => {
+                                let bytes = r.read().map_err(|e| {
+                                    ApiError::from(&kaas_actors::partition::reader::ReadError::Io(
+                                        e,
+                                    ))
+                                })?;
+                                (servable(bytes, version)?, None)
+                            }
+                            None => (Bytes::new(), None),
+                        };
+                        Ok((records, range, res))
+                    });
+                match located {
+                    Ok((records, range, res)) => {
                         p.high_watermark = res.high_watermark;
                         p.last_stable_offset = res.last_stable_offset.min(res.high_watermark);
                         p.log_start_offset = res.log_start_offset;
@@ -342,8 +432,11 @@ fn read_items(
                                     .collect(),
                             );
                         }
-                        budget = budget.saturating_sub(records.len());
+                        budget = budget.saturating_sub(
+                            records.len() + range.as_ref().map_or(0, |r| r.len as usize),
+                        );
                         p.records = Some(records);
+                        file = range;
                     }
                     Err(e) => {
                         offsets_only(&mut p, reader);
@@ -353,9 +446,138 @@ fn read_items(
             }
         }
         for_version(&mut p, version);
-        out.push((it.topic_idx, p));
+        out.push((it.topic_idx, p, file));
     }
     out
+}
+
+/// Encode `resp` with the records of the partitions in `files` (in
+/// response order; each carries empty records in `resp`) sent from their
+/// file ranges: the frame as parts, exactly the bytes
+/// `encode_response` would give with the records in memory.
+///
+/// Where each placeholder's records field sits is found by encoding the
+/// response twice, once with the placeholders empty and once null: the
+/// two encodings have the same length (a compact length is one byte
+/// either way, a classic one four) and differ only in those fields, so
+/// the generated encoder stays the only one that knows the layout.
+pub fn encode_parts(
+    header: &RequestHeader,
+    resp: FetchResponse,
+    files: Vec<FilePlace>,
+) -> Result<Vec<Part>, EncodeError> {
+    let mut body = ResponseKind::Fetch(resp);
+    let empty = encode_response(header, &body)?;
+    let ResponseKind::Fetch(resp) = &mut body else {
+        unreachable!("built as a Fetch")
+    };
+    for ((t, p), _) in &files {
+        if let Some(part) = resp
+            .responses
+            .get_mut(*t)
+            .and_then(|t| t.partitions.get_mut(*p))
+        {
+            part.records = None;
+        }
+    }
+    let null = encode_response(header, &body)?;
+    match splice_ranges(&empty, &null, header.api_version >= 12, files) {
+        Ok(parts) => Ok(parts),
+        Err(files) => {
+            // Never expected: the copy path, which cannot get it wrong.
+            tracing::error!(
+                version = header.api_version,
+                "fetch placeholders not found; answering from memory"
+            );
+            let ResponseKind::Fetch(resp) = &mut body else {
+                unreachable!("built as a Fetch")
+            };
+            for ((t, p), f) in files {
+                let bytes = f.read().map_err(|e| EncodeError::Body {
+                    api_key: header.api_key,
+                    version: header.api_version,
+                    reason: format!("reading records: {e}"),
+                })?;
+                if let Some(part) = resp
+                    .responses
+                    .get_mut(t)
+                    .and_then(|t| t.partitions.get_mut(p))
+                {
+                    part.records = Some(bytes);
+                }
+            }
+            encode_response(header, &body).map(|b| vec![Part::Bytes(b)])
+        }
+    }
+}
+
+/// The frame `empty` with each placeholder (found where `null` differs)
+/// replaced by its range's length and the range; the ranges back when
+/// the two do not line up.
+fn splice_ranges(
+    empty: &Bytes,
+    null: &Bytes,
+    compact: bool,
+    files: Vec<FilePlace>,
+) -> Result<Vec<Part>, Vec<FilePlace>> {
+    let (empty_field, null_field): (&[u8], &[u8]) = if compact {
+        (&[1], &[0])
+    } else {
+        (&[0, 0, 0, 0], &[0xff, 0xff, 0xff, 0xff])
+    };
+    let w = empty_field.len();
+    if empty.len() != null.len() || empty.len() < 4 {
+        return Err(files);
+    }
+    let mut parts = Vec::with_capacity(2 + files.len() * 3);
+    let mut cursor = 4;
+    let mut total = empty.len() - 4;
+    let mut ranges = Vec::with_capacity(files.len());
+    for (_, f) in &files {
+        let Some(at) = (cursor..empty.len()).find(|&i| empty[i] != null[i]) else {
+            return Err(files);
+        };
+        if empty.get(at..at + w) != Some(empty_field) || null.get(at..at + w) != Some(null_field) {
+            return Err(files);
+        }
+        let len = f.len as usize;
+        let prefix = if compact {
+            let mut v = Vec::with_capacity(5);
+            let mut x = len as u64 + 1;
+            while x >= 0x80 {
+                v.push((x as u8 & 0x7f) | 0x80);
+                x >>= 7;
+            }
+            v.push(x as u8);
+            v
+        } else {
+            match i32::try_from(len) {
+                Ok(l) => l.to_be_bytes().to_vec(),
+                Err(_) => return Err(files),
+            }
+        };
+        total = total - w + prefix.len() + len;
+        ranges.push((cursor, at, prefix));
+        cursor = at + w;
+    }
+    if empty[cursor..] != null[cursor..] {
+        return Err(files);
+    }
+    let Ok(total) = i32::try_from(total) else {
+        return Err(files);
+    };
+    parts.push(Part::Bytes(Bytes::copy_from_slice(&total.to_be_bytes())));
+    for ((from, at, prefix), (_, f)) in ranges.into_iter().zip(files) {
+        if at > from {
+            parts.push(Part::Bytes(empty.slice(from..at)));
+        }
+        parts.push(Part::Bytes(Bytes::from(prefix)));
+        parts.push(Part::File(f));
+    }
+    if cursor < empty.len() {
+        parts.push(Part::Bytes(empty.slice(cursor..)));
+    }
+    Ok(parts)
 }
 
 #[cfg(test)]
@@ -393,6 +615,99 @@ mod tests {
             assert_eq!(servable(mixed.clone(), v).unwrap(), mixed);
         }
         assert_eq!(servable(Bytes::new(), 4).unwrap(), Bytes::new());
+    }
+
+    /// A file holding `bytes`, as a read handle of the real seam.
+    fn file_of(dir: &std::path::Path, name: &str, bytes: &[u8]) -> FileRange {
+        use kaas_volume::fs::Fs;
+        let path = dir.join(name);
+        #[allow(clippy::disallowed_methods)] // a test fixture
+        std::fs::write(&path, bytes).unwrap();
+        FileRange {
+            file: kaas_volume::fs::RealFs.open_read(&path).unwrap(),
+            pos: 0,
+            len: bytes.len() as u64,
+        }
+    }
+
+    /// What the parts put on the wire, file ranges read.
+    fn wire(parts: &[Part]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for p in parts {
+            match p {
+                Part::Bytes(b) => out.extend_from_slice(b),
+                Part::File(f) => out.extend_from_slice(&f.read().unwrap()),
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn file_parts_encode_exactly_as_the_records_in_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        // Sizes around the compact-length varint's byte boundaries.
+        let sizes = [1usize, 126, 127, 128, 16_383, 16_384, 70_000];
+        for v in 4..=18i16 {
+            let header = RequestHeader {
+                api_key: 1,
+                api_version: v,
+                correlation_id: 77,
+                client_id: None,
+            };
+            let mut resp = FetchResponse::default();
+            resp.session_id = if v >= 7 { 5 } else { 0 };
+            let mut files = Vec::new();
+            let mut want = resp.clone();
+            for t in 0..3usize {
+                let mut tr = FetchableTopicResponse::default();
+                if v >= 13 {
+                    tr.topic_id = uuid::Uuid::from_u128(t as u128 + 1);
+                } else {
+                    tr.topic = TopicName(StrBytes::from_string(format!("t{t}")));
+                }
+                let mut wt = tr.clone();
+                for (i, size) in sizes.iter().enumerate() {
+                    let mut p = PartitionData::default();
+                    p.partition_index = i as i32;
+                    p.high_watermark = 1000 + i as i64;
+                    p.aborted_transactions = Some(vec![AbortedTransaction::default()]);
+                    let bytes: Vec<u8> = (0..*size).map(|x| (x * 7 + t + i) as u8).collect();
+                    let mut w = p.clone();
+                    w.records = Some(Bytes::from(bytes.clone()));
+                    // Every third partition stays in memory, one empty.
+                    match (t + i) % 3 {
+                        0 => p.records = Some(Bytes::from(bytes)),
+                        1 if i == 2 => {
+                            p.records = Some(Bytes::new());
+                            w.records = Some(Bytes::new());
+                        }
+                        _ => {
+                            files.push((
+                                (t, tr.partitions.len()),
+                                file_of(dir.path(), &format!("{v}-{t}-{i}"), &bytes),
+                            ));
+                            p.records = Some(Bytes::new());
+                        }
+                    }
+                    tr.partitions.push(p);
+                    wt.partitions.push(w);
+                }
+                resp.responses.push(tr);
+                want.responses.push(wt);
+            }
+            let expected = encode_response(&header, &ResponseKind::Fetch(want)).unwrap();
+            let parts = encode_parts(&header, resp, files).unwrap();
+            assert!(
+                parts.iter().any(|p| matches!(p, Part::File(_))),
+                "v{v}: served from files"
+            );
+            assert_eq!(wire(&parts), expected.to_vec(), "v{v}");
+            assert_eq!(
+                parts.iter().map(Part::len).sum::<usize>(),
+                expected.len(),
+                "v{v}: the length charged"
+            );
+        }
     }
 
     #[test]

@@ -63,11 +63,60 @@ pub enum Reply<T> {
 }
 
 impl<T: Send + 'static> Reply<T> {
-    fn into_dispatched(self, kind: fn(T) -> ResponseKind) -> Dispatched {
+    fn into_dispatched<U: 'static>(self, kind: fn(U) -> ResponseKind) -> Dispatched
+    where
+        T: IntoAnswer<U>,
+    {
+        let answer = move |t: T| t.into_answer(kind);
         match self {
-            Reply::Now(t) => Dispatched::Respond(futures::future::ready(kind(t)).boxed()),
-            Reply::Later(f) => Dispatched::Respond(f.map(kind).boxed()),
+            Reply::Now(t) => Dispatched::Respond(futures::future::ready(answer(t)).boxed()),
+            Reply::Later(f) => Dispatched::Respond(f.map(answer).boxed()),
             Reply::Nothing => Dispatched::NoResponse,
+        }
+    }
+}
+
+/// A response as the connection writes it: the body, and the ranges of
+/// segment files its records are sent from (a Fetch's; none for the other
+/// APIs). See [`fetch::Fetched`].
+pub struct Answer {
+    /// The body; a partition whose records are in `files` carries empty
+    /// records here.
+    pub body: ResponseKind,
+    /// ((topic index, partition index) in the body, file range), in body
+    /// order.
+    pub files: Vec<fetch::FilePlace>,
+}
+
+/// What a handler's response becomes: most are the body alone.
+pub trait IntoAnswer<U> {
+    /// The answer, with the body wrapped by `kind`.
+    fn into_answer(self, kind: fn(U) -> ResponseKind) -> Answer;
+}
+
+impl<U> IntoAnswer<U> for U {
+    fn into_answer(self, kind: fn(U) -> ResponseKind) -> Answer {
+        Answer {
+            body: kind(self),
+            files: Vec::new(),
+        }
+    }
+}
+
+/// Encode `answer` for `header`: the frame as parts, byte runs and file
+/// ranges, in order.
+pub fn encode(
+    header: &kaas_protocol::RequestHeader,
+    answer: Answer,
+) -> Result<Vec<crate::conn::Part>, kaas_protocol::EncodeError> {
+    if answer.files.is_empty() {
+        return kaas_protocol::encode_response(header, &answer.body)
+            .map(|b| vec![crate::conn::Part::Bytes(b)]);
+    }
+    match answer.body {
+        ResponseKind::Fetch(resp) => fetch::encode_parts(header, resp, answer.files),
+        body => {
+            kaas_protocol::encode_response(header, &body).map(|b| vec![crate::conn::Part::Bytes(b)])
         }
     }
 }
@@ -75,7 +124,7 @@ impl<T: Send + 'static> Reply<T> {
 /// What the connection does with one request.
 pub enum Dispatched {
     /// Write this response once it resolves, in request order.
-    Respond(BoxFuture<'static, ResponseKind>),
+    Respond(BoxFuture<'static, Answer>),
     /// acks=0 produce: Kafka sends nothing.
     NoResponse,
     /// Not an API we advertise: close the connection, as Kafka does.

@@ -141,6 +141,9 @@ impl ReadFile for GuardedFile {
     fn len(&self) -> io::Result<u64> {
         self.inner.len()
     }
+    fn fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.inner.fd()
+    }
 }
 
 impl WriteFile for GuardedFile {

@@ -37,6 +37,12 @@ pub trait ReadFile: Send + Sync {
     fn read_at(&self, buf: &mut [u8], pos: u64) -> io::Result<usize>;
     /// Current length of the file.
     fn len(&self) -> io::Result<u64>;
+    /// The descriptor, for `sendfile` straight from the file to a socket;
+    /// `None` (the default) when reads must go through [`Self::read_at`]
+    /// (fault-injecting and test seams), which keeps them on the copy path.
+    fn fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        None
+    }
     /// Read exactly `buf.len()` bytes at `pos`, or fail with `UnexpectedEof`.
     fn read_exact_at(&self, mut buf: &mut [u8], mut pos: u64) -> io::Result<()> {
         while !buf.is_empty() {

@@ -22,6 +22,10 @@ impl ReadFile for RealFile {
     fn len(&self) -> io::Result<u64> {
         Ok(self.0.metadata()?.len())
     }
+    fn fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        use std::os::fd::AsFd;
+        Some(self.0.as_fd())
+    }
 }
 
 impl WriteFile for RealFile {
