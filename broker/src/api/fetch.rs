@@ -250,11 +250,13 @@ async fn fetch(b: &Arc<Broker>, r: FetchRequest, v: i16) -> Fetched {
     loop {
         let work = items.clone();
         let committed = r.isolation_level == 1;
-        // The answer is built whole in memory: hold its bytes in the
-        // broker's in-flight budget before reading, so unread answers
-        // cannot take more than --broker-inflight-bytes (a charge on the
-        // request frame alone is a few dozen bytes). Held until the answer
-        // is returned; the writer charges what it writes (crate::conn).
+        // Hold the answer's bytes in the broker's in-flight budget before
+        // reading (the request frame's charge is a few dozen bytes): an
+        // answer read into memory (below v10, or a filesystem without
+        // descriptors) is held whole until written, so without this unread
+        // answers could take any amount. Held until the answer is returned;
+        // the writer then charges what it writes, file ranges included
+        // (crate::conn).
         let grant = b
             .inflight
             .take_up_to(max_total, FETCH_GRANT_FLOOR, FETCH_GRANT_PATIENCE)
