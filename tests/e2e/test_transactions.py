@@ -681,28 +681,24 @@ def test_verification_asks_a_coordinator_on_another_broker(broker_factory, topic
     create_everywhere(brokers, topic_name, 6)
     led = wait_leaders(brokers, topic_name, 6, set(by_id))
     # Two partitions led by one broker, and a transactional id whose
-    # coordinator is another broker.
-    leader_id = None
-    for b in by_id:
-        ps = sorted(p for p, l in led.items() if l == b)
-        if len(ps) >= 2:
-            leader_id = b
-            break
-    assert leader_id is not None, led
-    txn = None
+    # coordinator is another broker — chosen together: every coordinator
+    # shard may sit on one broker that also leads two partitions.
+    with_two = {b for b in by_id if sum(1 for l in led.values() if l == b) >= 2}
+    assert with_two, led
+    txn, leader_id, node = None, None, -1
     for i in range(200):
         cand = f"tx-{i}-{uuid.uuid4().hex[:6]}"
-        node = -1
 
         def found():
             nonlocal node
             node = find_coordinator(brokers[0].addr, cand, 1)
             return node in by_id
         wait_until(found, timeout=30, what="a coordinator")
-        if node != leader_id:
-            txn = cand
+        others = sorted(with_two - {node})
+        if others:
+            txn, leader_id = cand, others[0]
             break
-    assert txn is not None
+    assert txn is not None, (led, node)
     coord = by_id[node]
     leader = by_id[leader_id]
     two = sorted(p for p, l in led.items() if l == leader_id)[:2]
