@@ -26,6 +26,7 @@ plain reader (reported as "ceiling <label>", in msgs/s of that size).
 """
 
 import argparse
+import contextlib
 import os
 import re
 import shutil
@@ -105,19 +106,35 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def run_consume(binary, perf, workdir, scale):
+@contextlib.contextmanager
+def broker(binary, workdir):
+    """A broker on free 127.0.0.1 ports with a fresh data dir under
+    `workdir`: yields (process, port, metrics port); stopped on exit."""
     port, mport = free_port(), free_port()
     data = os.path.join(workdir, "data")
-    log = open(os.path.join(workdir, "broker.log"), "wb")
-    proc = subprocess.Popen(
-        [binary, "broker", "--data-dir", data, "--listen", f"127.0.0.1:{port}",
-         "--metrics-listen", f"127.0.0.1:{mport}"],
-        stdout=log, stderr=subprocess.STDOUT,
-    )
+    with open(os.path.join(workdir, "broker.log"), "wb") as log:
+        proc = subprocess.Popen(
+            [binary, "broker", "--data-dir", data, "--listen", f"127.0.0.1:{port}",
+             "--metrics-listen", f"127.0.0.1:{mport}"],
+            stdout=log, stderr=subprocess.STDOUT,
+        )
+        try:
+            if not wait_port(port, time.monotonic() + 60):
+                raise RuntimeError(f"{binary} did not listen")
+            yield proc, port, mport
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def run_consume(binary, perf, workdir, scale):
     out = {}
-    try:
-        if not wait_port(port, time.monotonic() + 60):
-            raise RuntimeError(f"{binary} did not listen")
+    data = os.path.join(workdir, "data")  # where broker() puts the log
+    with broker(binary, workdir) as (proc, port, mport):
         boot = f"127.0.0.1:{port}"
         for i, (label, size, count) in enumerate(CONSUME_CASES):
             count = int(count * scale)
@@ -153,14 +170,6 @@ def run_consume(binary, perf, workdir, scale):
             # Broker CPU while consuming, in core-ms per 100 MB served.
             served = sum(os.path.getsize(p) for p in segs)
             out["cpu ms/100MB " + label] = int(cpu * 1000 / (served / 1e8)) if served else 0
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
     return out
 
 
@@ -199,18 +208,8 @@ def create_topic(boot, name, parts):
 
 
 def run_one(binary, perf, workdir, scale, cases):
-    port, mport = free_port(), free_port()
-    data = os.path.join(workdir, "data")
-    log = open(os.path.join(workdir, "broker.log"), "wb")
-    proc = subprocess.Popen(
-        [binary, "broker", "--data-dir", data, "--listen", f"127.0.0.1:{port}",
-         "--metrics-listen", f"127.0.0.1:{mport}"],
-        stdout=log, stderr=subprocess.STDOUT,
-    )
     out = {}
-    try:
-        if not wait_port(port, time.monotonic() + 60):
-            raise RuntimeError(f"{binary} did not listen")
+    with broker(binary, workdir) as (proc, port, mport):
         boot = f"127.0.0.1:{port}"
         for i, (label, size, parts, count, extra) in enumerate(cases):
             topic = f"ab-{i}-{size}-{parts}"
@@ -225,14 +224,6 @@ def run_one(binary, perf, workdir, scale, cases):
             lines = [l for l in r.stdout.splitlines() + r.stderr.splitlines() if "messages produced" in l]
             m = re.search(r" in \d+ms: (\d+) msgs/s", lines[-1]) if lines else None
             out[label] = int(m.group(1)) if m else float("nan")
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
     return out
 
 
