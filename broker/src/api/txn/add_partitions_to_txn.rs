@@ -61,31 +61,12 @@ async fn add(b: &Broker, v: i16, r: AddPartitionsToTxnRequest) -> AddPartitionsT
         Some(code_of(ask(b, &id, msg).await, v, 2))
     };
     let mut resp = AddPartitionsToTxnResponse::default();
-    resp.results_by_topic_v3_and_below = r
-        .v3_and_below_topics
-        .iter()
-        .map(|t| {
-            let mut rt = AddPartitionsToTxnTopicResult::default();
-            rt.name = t.name.clone();
-            rt.results_by_partition = t
-                .partitions
-                .iter()
-                .map(|p| {
-                    let mut rp = AddPartitionsToTxnPartitionResult::default();
-                    rp.partition_index = *p;
-                    rp.partition_error_code = match code {
-                        Some(c) => c,
-                        None if unknown(&t.name.0, *p) => {
-                            ResponseError::UnknownTopicOrPartition.code()
-                        }
-                        None => ResponseError::OperationNotAttempted.code(),
-                    };
-                    rp
-                })
-                .collect();
-            rt
-        })
-        .collect();
+    resp.results_by_topic_v3_and_below =
+        topic_results(&r.v3_and_below_topics, |name, p| match code {
+            Some(c) => c,
+            None if unknown(name, p) => ResponseError::UnknownTopicOrPartition.code(),
+            None => ResponseError::OperationNotAttempted.code(),
+        });
     resp
 }
 
@@ -146,29 +127,37 @@ async fn batched(b: &Broker, v: i16, r: AddPartitionsToTxnRequest) -> AddPartiti
         let mut out = AddPartitionsToTxnResult::default();
         out.transactional_id = x.transactional_id.clone();
         let mut codes = codes.into_iter();
-        out.topic_results = x
-            .topics
-            .iter()
-            .map(|t| {
-                let mut rt = AddPartitionsToTxnTopicResult::default();
-                rt.name = t.name.clone();
-                rt.results_by_partition = t
-                    .partitions
-                    .iter()
-                    .map(|p| {
-                        let mut rp = AddPartitionsToTxnPartitionResult::default();
-                        rp.partition_index = *p;
-                        rp.partition_error_code = codes.next().unwrap_or_default();
-                        rp
-                    })
-                    .collect();
-                rt
-            })
-            .collect();
+        out.topic_results = topic_results(&x.topics, |_, _| codes.next().unwrap_or_default());
         out
     }))
     .await;
     let mut resp = AddPartitionsToTxnResponse::default();
     resp.results_by_transaction = results;
     resp
+}
+
+/// One result per requested topic and partition, in request order, each
+/// with `code(topic, partition)` (both the v3 and the batched v4 answers).
+fn topic_results(
+    topics: &[kaas_protocol::kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic],
+    mut code: impl FnMut(&str, i32) -> i16,
+) -> Vec<AddPartitionsToTxnTopicResult> {
+    topics
+        .iter()
+        .map(|t| {
+            let mut rt = AddPartitionsToTxnTopicResult::default();
+            rt.name = t.name.clone();
+            rt.results_by_partition = t
+                .partitions
+                .iter()
+                .map(|p| {
+                    let mut rp = AddPartitionsToTxnPartitionResult::default();
+                    rp.partition_index = *p;
+                    rp.partition_error_code = code(&t.name.0, *p);
+                    rp
+                })
+                .collect();
+            rt
+        })
+        .collect()
 }
