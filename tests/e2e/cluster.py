@@ -24,20 +24,39 @@ def read_assignment(cluster_dir: Path) -> dict:
     try:
         a = json.loads((cluster_dir / "assignment.json").read_text())
     except FileNotFoundError:
-        a = {"controller_epoch": 0, "controller_id": 0, "version": 0,
-             "brokers": [], "topics": {}, "coordinators": []}
+        a = _EMPTY
+    last = a
+    for last in fold_history(cluster_dir, a):
+        pass
+    return last
+
+
+_EMPTY = {"controller_epoch": 0, "controller_id": 0, "version": 0,
+          "brokers": [], "topics": {}, "coordinators": []}
+
+
+def assignment_versions(cluster_dir: Path) -> list[dict]:
+    """Every version of the history, folded from the first (nothing is
+    pruned within a test's minutes): what each one granted, in order."""
+    return list(fold_history(cluster_dir, _EMPTY))
+
+
+def fold_history(cluster_dir: Path, a: dict):
+    """Yield the assignment after each complete version past `a`."""
+    a = json.loads(json.dumps(a))
     while True:
         n = a["version"] + 1
         try:
             raw = (cluster_dir / "assignment" / f"v-{n:012d}.json").read_bytes()
         except FileNotFoundError:
-            return a
+            return
         head, _, body = raw.partition(b"\n")
         parts = head.split(b" ")
         if len(parts) != 4 or parts[0] != b"kaas-versioned" or int(parts[1]) != n \
                 or int(parts[3]) != len(body):
-            return a
+            return
         d = json.loads(body)
+        a = json.loads(json.dumps(a))
         for k in ("controller_epoch", "controller_id", "version"):
             a[k] = d[k]
         if "brokers" in d:
@@ -47,6 +66,13 @@ def read_assignment(cluster_dir: Path) -> dict:
         a["topics"].update(d.get("topics", {}))
         if "coordinators" in d:
             a["coordinators"] = d["coordinators"]
+        yield a
+
+
+def volume(b) -> Path:
+    """The shared volume's root as the test sees it (on weakfs the backing
+    directory, not the broker's caching mount)."""
+    return b.weakfs.backing if b.weakfs else b.data_dir
 
 
 def bootstrap(brokers) -> str:

@@ -5,6 +5,7 @@
 //! * [`controller`] — the election (O_EXCL per controller epoch) and, while
 //!   elected, the owner of the assignment file.
 //! * [`plan`] — the controller's decision as a pure function.
+//! * [`balance`] — placement within both caps, moving as little as it can.
 //! * [`watcher`] — each broker applies the newest assignment: starts and
 //!   stops partition leaders, feeds the metadata cache.
 //! * [`records`] — the files they exchange.
@@ -12,6 +13,7 @@
 //! ARCHITECTURE.md ("Cluster") explains why the leases are safe without
 //! comparing clocks, and the takeover procedure.
 
+pub mod balance;
 pub mod controller;
 pub mod election;
 pub mod history;

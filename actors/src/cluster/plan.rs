@@ -13,13 +13,18 @@
 //!   version), and only once that owner reports the version applied — its
 //!   leader stopped, its files closed — or is fenced, is it granted again.
 //!   Two live leaders of one partition therefore never overlap.
-//! * Balance: each eligible broker leads at most ceil(partitions / brokers);
-//!   only the excess moves, so a joining broker takes no more than its share.
+//! * Balance ([`super::balance`]): each eligible broker leads at most
+//!   ceil(partitions / brokers), and of each topic at most
+//!   ceil(topic's partitions / brokers); a partition moves only when a cap
+//!   (or its owner gone) forces it, so a joining broker takes no more than
+//!   its share, and the placement is a fixed point: planned again, it
+//!   changes nothing.
 //! * Consumer-group coordinator shards follow every rule above, exactly as
 //!   partitions of one more topic (named [`COORDINATOR_SHARDS`] inside the
 //!   plan, which no real topic can be); they are balanced apart from the
 //!   partitions, so every broker gets its share of each.
 
+use super::balance;
 use super::records::{
     Assignment, BrokerEndpoint, BrokerRecord, PartitionAssignment, TopicAssignment,
     COORDINATOR_SHARDS,
@@ -94,49 +99,102 @@ fn released(
 /// What each eligible broker holds: (topic, partition index).
 type Load = BTreeMap<i32, Vec<(String, usize)>>;
 
-/// Balance one class of grants (partitions, or shards): each eligible
-/// broker holds at most ceil(total / brokers) of it; the excess of an
-/// over-full broker is vacated (two-phase move), and free entries go to the
-/// least-loaded broker, with epoch + 1.
+/// Balance one class of grants (partitions, or shards) with
+/// [`balance::place`]: each eligible broker ends with at most
+/// ceil(total / brokers) of the class and ceil(partitions / brokers) of each
+/// topic, moving as few held partitions as that allows. A held partition the
+/// placement takes away is vacated (two-phase move, highest indices first);
+/// free ones are granted at once, with epoch + 1, round-robin over the
+/// brokers with room for them; a vacated one is granted by a later pass,
+/// once released.
 fn balance(
     next: &mut BTreeMap<String, TopicAssignment>,
-    load: &mut Load,
-    free: Vec<(String, usize)>,
+    load: &Load,
+    free: &[(String, usize)],
     brokers: &BTreeMap<i32, BrokerView>,
     version: u64,
     shards: bool,
 ) {
-    let eligible = load.len();
-    if eligible == 0 {
+    if load.is_empty() {
         return;
     }
-    // Every entry of the class counts, whoever holds it (or is releasing it).
-    let total: usize = next
+    let ids: Vec<i32> = load.keys().copied().collect();
+    let class: Vec<String> = next
         .iter()
-        .filter(|(n, _)| (n.as_str() == COORDINATOR_SHARDS) == shards)
-        .map(|(_, t)| t.partitions.len())
-        .sum();
-    let cap = total.div_ceil(eligible);
-    for (b, held) in load.iter_mut() {
-        while held.len() > cap {
-            let (t, i) = held.pop().expect("len > cap >= 0");
-            let e = &mut next.get_mut(&t).expect("topic").partitions[i];
-            e.releasing = Some((*b, e.incarnation, version));
-            e.leader = -1;
-            e.incarnation = 0;
+        .filter(|(n, t)| (n.as_str() == COORDINATOR_SHARDS) == shards && !t.deleting)
+        .map(|(n, _)| n.clone())
+        .collect();
+    let index: BTreeMap<&str, usize> = class
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.as_str(), i))
+        .collect();
+    // Per topic, per broker: the partitions it holds, in index order.
+    let mut held: Vec<Vec<Vec<usize>>> = vec![vec![Vec::new(); ids.len()]; class.len()];
+    for (b, (_, parts)) in load.iter().enumerate() {
+        for (t, i) in parts {
+            if let Some(&ti) = index.get(t.as_str()) {
+                held[ti][b].push(*i);
+            }
         }
     }
+    let mut free_of: Vec<Vec<usize>> = vec![Vec::new(); class.len()];
     for (t, i) in free {
-        let (b, _) = load
-            .iter()
-            .map(|(b, h)| (*b, h.len()))
-            .min_by_key(|(b, n)| (*n, *b))
-            .expect("eligible > 0");
-        let e = &mut next.get_mut(&t).expect("topic").partitions[i];
-        e.leader = b;
-        e.incarnation = brokers[&b].record.incarnation;
-        e.epoch += 1;
-        load.get_mut(&b).expect("eligible").push((t, i));
+        if let Some(&ti) = index.get(t.as_str()) {
+            free_of[ti].push(*i);
+        }
+    }
+    let topics: Vec<balance::TopicLoad> = class
+        .iter()
+        .enumerate()
+        .map(|(ti, n)| {
+            let parts = &next[n].partitions;
+            let releasing = parts
+                .iter()
+                .filter(|e| e.leader < 0 && e.releasing.is_some())
+                .count();
+            held[ti].iter_mut().for_each(|h| h.sort_unstable());
+            free_of[ti].sort_unstable();
+            balance::TopicLoad {
+                partitions: parts.len(),
+                held: held[ti].iter().map(Vec::len).collect(),
+                unplaced: free_of[ti].len() + releasing,
+            }
+        })
+        .collect();
+    let total = topics.iter().map(|t| t.partitions).sum();
+    let placed = balance::place(&topics, ids.len(), total);
+    for (ti, name) in class.iter().enumerate() {
+        let parts = &mut next.get_mut(name).expect("topic").partitions;
+        let mut room = vec![0usize; ids.len()];
+        for (b, &id) in ids.iter().enumerate() {
+            let h = &held[ti][b];
+            let keep = placed[ti][b].min(h.len());
+            for &i in &h[keep..] {
+                let e = &mut parts[i];
+                e.releasing = Some((id, e.incarnation, version));
+                e.leader = -1;
+                e.incarnation = 0;
+            }
+            room[b] = placed[ti][b] - keep;
+        }
+        // Free partitions first (they can be led now), round-robin over
+        // the brokers with room; what room is left waits for the vacated.
+        let mut b = 0;
+        for &i in &free_of[ti] {
+            let Some(k) = (0..ids.len())
+                .map(|k| (b + k) % ids.len())
+                .find(|&k| room[k] > 0)
+            else {
+                break;
+            };
+            room[k] -= 1;
+            b = k + 1;
+            let e = &mut parts[i];
+            e.leader = ids[k];
+            e.incarnation = brokers[&ids[k]].record.incarnation;
+            e.epoch += 1;
+        }
     }
 }
 
@@ -304,15 +362,8 @@ pub fn plan_with_shards(
     }
     let (free_shards, free): (Vec<_>, Vec<_>) =
         free.into_iter().partition(|(t, _)| t == COORDINATOR_SHARDS);
-    balance(&mut next, &mut load, free, brokers, version, false);
-    balance(
-        &mut next,
-        &mut shard_load,
-        free_shards,
-        brokers,
-        version,
-        true,
-    );
+    balance(&mut next, &load, &free, brokers, version, false);
+    balance(&mut next, &shard_load, &free_shards, brokers, version, true);
 
     let endpoints: Vec<BrokerEndpoint> = brokers
         .iter()
@@ -828,5 +879,432 @@ mod tests {
         let back: Assignment = serde_json::from_value(v).unwrap();
         a.coordinators.clear();
         assert_eq!(back, a);
+    }
+
+    /// Both caps of a class, for every eligible broker, in `a`.
+    fn assert_caps(a: &Assignment, b: &BTreeMap<i32, BrokerView>, ctx: &str) {
+        let eligible: Vec<i32> = b
+            .iter()
+            .filter(|(_, v)| v.eligible())
+            .map(|(i, _)| *i)
+            .collect();
+        if eligible.is_empty() {
+            return;
+        }
+        let e = eligible.len();
+        let classes: [Vec<&[PartitionAssignment]>; 2] = [
+            a.topics
+                .values()
+                .filter(|t| !t.deleting)
+                .map(|t| t.partitions.as_slice())
+                .collect(),
+            vec![a.coordinators.as_slice()],
+        ];
+        for class in classes {
+            let total: usize = class.iter().map(|p| p.len()).sum();
+            for &id in &eligible {
+                let mut n = 0;
+                for parts in &class {
+                    let here = parts.iter().filter(|p| p.leader == id).count();
+                    assert!(
+                        here <= parts.len().div_ceil(e),
+                        "{ctx}: broker {id} leads {here} of a topic of {} over {e} brokers",
+                        parts.len()
+                    );
+                    n += here;
+                }
+                assert!(
+                    n <= total.div_ceil(e),
+                    "{ctx}: broker {id} leads {n} of {total}"
+                );
+            }
+            for parts in &class {
+                for p in parts.iter() {
+                    assert!(p.leader >= 0 && p.releasing.is_none(), "{ctx}: {p:?} unled");
+                }
+            }
+        }
+    }
+
+    /// The fewest held partitions any placement meeting both caps moves,
+    /// by enumeration; `None` if the instance is too big to enumerate.
+    fn fewest_moves(
+        a: &Assignment,
+        b: &BTreeMap<i32, BrokerView>,
+        topics: &BTreeMap<String, TopicInfo>,
+        shards: u32,
+    ) -> Option<usize> {
+        let eligible: Vec<i32> = b
+            .iter()
+            .filter(|(_, v)| v.eligible())
+            .map(|(i, _)| *i)
+            .collect();
+        let e = eligible.len();
+        // Topics new to `a` are all vacant.
+        let of = |have: Option<&Vec<PartitionAssignment>>, n: usize| -> Vec<PartitionAssignment> {
+            (0..n)
+                .map(|i| {
+                    have.and_then(|h| h.get(i))
+                        .copied()
+                        .unwrap_or(PartitionAssignment::vacant(0))
+                })
+                .collect()
+        };
+        let owned: [Vec<Vec<PartitionAssignment>>; 2] = [
+            topics
+                .iter()
+                .map(|(n, t)| {
+                    of(
+                        a.topics.get(n).map(|t| &t.partitions),
+                        t.partitions as usize,
+                    )
+                })
+                .collect(),
+            vec![of(Some(&a.coordinators), shards as usize)],
+        ];
+        let classes: [Vec<&[PartitionAssignment]>; 2] = owned
+            .each_ref()
+            .map(|c| c.iter().map(Vec::as_slice).collect());
+        let mut sum = 0;
+        for class in classes {
+            let total: usize = class.iter().map(|p| p.len()).sum();
+            // Units to place: (topic, current eligible owner index).
+            let mut units: Vec<(usize, Option<usize>)> = Vec::new();
+            for (t, parts) in class.iter().enumerate() {
+                for p in parts.iter() {
+                    let fixed = p.leader >= 0
+                        && holds(b, p.leader, p.incarnation)
+                        && b.get(&p.leader)
+                            .is_none_or(|v| !v.eligible() && !v.record.shutting_down);
+                    if !fixed {
+                        let owner = eligible
+                            .iter()
+                            .position(|&id| id == p.leader && holds(b, p.leader, p.incarnation));
+                        units.push((t, owner));
+                    }
+                }
+            }
+            if units.is_empty() {
+                continue;
+            }
+            if e == 0 {
+                return None;
+            }
+            if (e as f64).powi(units.len() as i32) > 200_000.0 {
+                return None;
+            }
+            let cap = total.div_ceil(e);
+            let mut best = usize::MAX;
+            let mut choice = vec![0usize; units.len()];
+            loop {
+                let mut per = vec![vec![0usize; e]; class.len()];
+                let mut load = vec![0usize; e];
+                let mut moves = 0;
+                for (u, &c) in units.iter().zip(&choice) {
+                    per[u.0][c] += 1;
+                    load[c] += 1;
+                    if u.1.is_some_and(|o| o != c) {
+                        moves += 1;
+                    }
+                }
+                let ok = load.iter().all(|&l| l <= cap)
+                    && per
+                        .iter()
+                        .enumerate()
+                        .all(|(t, row)| row.iter().all(|&n| n <= class[t].len().div_ceil(e)));
+                if ok {
+                    best = best.min(moves);
+                }
+                // Next choice (odometer).
+                let mut k = 0;
+                while k < choice.len() {
+                    choice[k] += 1;
+                    if choice[k] < e {
+                        break;
+                    }
+                    choice[k] = 0;
+                    k += 1;
+                }
+                if k == choice.len() {
+                    break;
+                }
+            }
+            sum += best;
+        }
+        Some(sum)
+    }
+
+    /// Plan until nothing changes, every live broker applying each version
+    /// at once. Returns every version published.
+    fn settle(
+        a: &Assignment,
+        b: &mut BTreeMap<i32, BrokerView>,
+        topics: &BTreeMap<String, TopicInfo>,
+        shards: u32,
+        ctx: &str,
+    ) -> Vec<Assignment> {
+        let mut out = Vec::new();
+        let mut cur = a.clone();
+        for _ in 0..3 {
+            let Some(n) = plan_with_shards(&cur, 1, 0, b, topics, shards, |_, _| 0) else {
+                return out;
+            };
+            for v in b.values_mut() {
+                if v.live() {
+                    applied(&mut v.record, &n);
+                }
+            }
+            out.push(n.clone());
+            cur = n;
+        }
+        panic!("{ctx}: not settled after {} versions: {out:#?}", out.len());
+    }
+
+    /// Property: for random clusters (live, dead, suspect, unobserved and
+    /// shutting-down brokers), topics, shards and current owners, then
+    /// random joins, deaths, restarts, shutdowns and new topics — planning
+    /// until nothing changes (every live broker applying each version)
+    /// takes at most two versions (vacate, then grant what was released);
+    /// both caps then hold; planning again changes nothing; no partition
+    /// is granted twice on the way; and a held partition moves only as
+    /// often as the fewest moves any placement meeting both caps needs
+    /// (by enumeration, where small enough to enumerate).
+    #[test]
+    fn balance_settles_with_both_caps_met() {
+        use rand::{Rng, SeedableRng};
+        let mut enumerated = 0;
+        let mut moved_total = 0;
+        for seed in 0..600u64 {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+            let big = seed % 10 == 9;
+            let n_brokers: i32 = rng.gen_range(1..=if big { 8 } else { 4 });
+            let mut b = live(&(0..n_brokers).collect::<Vec<_>>());
+            for v in b.values_mut() {
+                match rng.gen_range(0..12) {
+                    0 => v.alive = false,
+                    1 => v.suspect = true,
+                    2 => v.record.shutting_down = true,
+                    _ => {}
+                }
+            }
+            let mut topics = BTreeMap::new();
+            let mut a = Assignment {
+                controller_epoch: 1,
+                controller_id: 0,
+                version: 1,
+                ..Assignment::default()
+            };
+            let random_owner = |rng: &mut rand::rngs::StdRng, b: &BTreeMap<i32, BrokerView>| {
+                let l: i32 = rng.gen_range(-1..=n_brokers);
+                let inc = b.get(&l).map_or(7, |v| v.record.incarnation);
+                let stale = rng.gen_range(0..10) == 0;
+                PartitionAssignment {
+                    leader: l,
+                    incarnation: if stale { inc + 1 } else { inc },
+                    epoch: rng.gen_range(1..5),
+                    releasing: None,
+                }
+            };
+            let n_topics = rng.gen_range(1..=if big { 40 } else { 4 });
+            for t in 0..n_topics {
+                let n = rng.gen_range(1..=if big { 24 } else { 4 });
+                let name = format!("t{t}");
+                let info = TopicInfo {
+                    topic_id: uuid::Uuid::from_u128(1000 + t as u128),
+                    partitions: n,
+                    configs: BTreeMap::new(),
+                    deleting: false,
+                };
+                a.topics.insert(
+                    name.clone(),
+                    TopicAssignment {
+                        topic_id: info.topic_id,
+                        configs: BTreeMap::new(),
+                        partitions: (0..n).map(|_| random_owner(&mut rng, &b)).collect(),
+                        deleting: false,
+                    },
+                );
+                topics.insert(name, info);
+            }
+            let shards: u32 = rng.gen_range(0..=if big { 50 } else { 3 });
+            a.coordinators = (0..shards).map(|_| random_owner(&mut rng, &b)).collect();
+            let mut next_id = n_brokers + 1;
+            for step in 0..5 {
+                let ctx = format!("seed {seed} step {step}");
+                let fewest = fewest_moves(&a, &b, &topics, shards);
+                let versions = settle(&a, &mut b, &topics, shards, &ctx);
+                let end = versions.last().unwrap_or(&a).clone();
+                assert_caps(&end, &b, &ctx);
+                assert!(
+                    plan_with_shards(&end, 1, 0, &b, &topics, shards, |_, _| 0).is_none(),
+                    "{ctx}: a fixed point"
+                );
+                // Per partition: the grants along the way, and whether a
+                // held partition left its (eligible) owner.
+                let entries = |a: &Assignment| -> BTreeMap<(String, usize), PartitionAssignment> {
+                    a.topics
+                        .iter()
+                        .flat_map(|(n, t)| {
+                            t.partitions
+                                .iter()
+                                .enumerate()
+                                .map(|(i, e)| ((n.clone(), i), *e))
+                        })
+                        .chain(
+                            a.coordinators
+                                .iter()
+                                .enumerate()
+                                .map(|(i, e)| ((String::new(), i), *e)),
+                        )
+                        .collect()
+                };
+                let before = entries(&a);
+                let after = entries(&end);
+                let mut moves = 0;
+                for (k, last) in &after {
+                    let first = before
+                        .get(k)
+                        .copied()
+                        .unwrap_or(PartitionAssignment::vacant(0));
+                    let grants: std::collections::BTreeSet<(i32, u64, i32)> = versions
+                        .iter()
+                        .map(|v| entries(v)[k])
+                        .filter(|e| e.leader >= 0 && *e != first)
+                        .map(|e| (e.leader, e.incarnation, e.epoch))
+                        .collect();
+                    assert!(grants.len() <= 1, "{ctx}: {k:?} granted twice: {grants:?}");
+                    let held = first.leader >= 0
+                        && holds(&b, first.leader, first.incarnation)
+                        && b.get(&first.leader).is_some_and(|v| v.live());
+                    if held && (last.leader, last.incarnation) != (first.leader, first.incarnation)
+                    {
+                        moves += 1;
+                    }
+                }
+                if let Some(f) = fewest {
+                    // Shutting-down owners must give everything up; they
+                    // are not eligible, so `fewest_moves` counts those as
+                    // units without an owner, and they are added here.
+                    let forced = before
+                        .values()
+                        .filter(|e| {
+                            e.leader >= 0
+                                && holds(&b, e.leader, e.incarnation)
+                                && b.get(&e.leader)
+                                    .is_some_and(|v| v.live() && v.record.shutting_down)
+                        })
+                        .count();
+                    assert_eq!(moves, f + forced, "{ctx}: more moves than needed");
+                    enumerated += 1;
+                }
+                moved_total += moves;
+                a = end;
+                // A random change of the cluster.
+                let ids: Vec<i32> = b.keys().copied().collect();
+                let pick = ids[rng.gen_range(0..ids.len())];
+                match rng.gen_range(0..7) {
+                    0 | 1 => {
+                        b.insert(
+                            next_id,
+                            BrokerView {
+                                record: rec(next_id, 100 + next_id as u64),
+                                alive: true,
+                                suspect: false,
+                            },
+                        );
+                        next_id += 1;
+                    }
+                    2 => b.get_mut(&pick).unwrap().alive = false,
+                    3 => {
+                        let v = b.get_mut(&pick).unwrap();
+                        v.record.incarnation += 1000;
+                        v.alive = true;
+                        v.suspect = false;
+                        v.record.shutting_down = false;
+                    }
+                    4 => b.get_mut(&pick).unwrap().record.shutting_down = true,
+                    5 => {
+                        let v = b.get_mut(&pick).unwrap();
+                        v.suspect = !v.suspect;
+                    }
+                    _ => {
+                        let t = topics.len();
+                        topics.insert(
+                            format!("t{t}"),
+                            TopicInfo {
+                                topic_id: uuid::Uuid::from_u128(1000 + t as u128),
+                                partitions: rng.gen_range(1..=if big { 24 } else { 3 }),
+                                configs: BTreeMap::new(),
+                                deleting: false,
+                            },
+                        );
+                    }
+                }
+            }
+        }
+        assert!(enumerated > 500, "enumerated only {enumerated}");
+        assert!(moved_total > 100, "moved only {moved_total}");
+    }
+
+    /// At scale (1,000 topics of 1–19 partitions plus 50 shards; 3 brokers,
+    /// then a 4th joins, then one dies): both caps hold after each change,
+    /// and the join moves exactly the joiner's share — every partition that
+    /// moved ended on the joiner.
+    #[test]
+    fn a_join_at_10_000_partitions_moves_only_the_joiners_share() {
+        let mut topics = BTreeMap::new();
+        for t in 0..1000u32 {
+            topics.insert(
+                format!("t{t:04}"),
+                TopicInfo {
+                    topic_id: uuid::Uuid::from_u128(u128::from(t) + 1),
+                    partitions: 1 + (t % 19) as i32,
+                    configs: BTreeMap::new(),
+                    deleting: false,
+                },
+            );
+        }
+        let mut b = live(&[0, 1, 2]);
+        let started = std::time::Instant::now();
+        let a = plan_with_shards(&Assignment::default(), 1, 0, &b, &topics, 50, |_, _| 0).unwrap();
+        eprintln!("first placement: {:?}", started.elapsed());
+        assert_caps(&a, &b, "three brokers");
+        b.insert(
+            3,
+            BrokerView {
+                record: rec(3, 103),
+                alive: true,
+                suspect: false,
+            },
+        );
+        let started = std::time::Instant::now();
+        let versions = settle(&a, &mut b, &topics, 50, "join");
+        eprintln!(
+            "join: {:?} for {} versions",
+            started.elapsed(),
+            versions.len()
+        );
+        let end = versions.last().unwrap();
+        assert_caps(end, &b, "join");
+        let mut moved = 0;
+        for (n, t) in &a.topics {
+            for (old, new) in t.partitions.iter().zip(&end.topics[n].partitions) {
+                if old.leader != new.leader {
+                    assert_eq!(new.leader, 3, "{n}: moved between old brokers");
+                    moved += 1;
+                }
+            }
+        }
+        let joiner: usize = end
+            .topics
+            .values()
+            .map(|t| t.partitions.iter().filter(|e| e.leader == 3).count())
+            .sum();
+        assert_eq!(moved, joiner);
+        b.get_mut(&1).unwrap().alive = false;
+        let started = std::time::Instant::now();
+        let versions = settle(end, &mut b, &topics, 50, "death");
+        eprintln!("death: {:?}", started.elapsed());
+        assert_caps(versions.last().unwrap(), &b, "death");
     }
 }
