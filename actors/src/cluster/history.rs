@@ -99,6 +99,21 @@ pub fn probe(r: &(impl Reader + ?Sized), cluster: &Path, n: u64) -> io::Result<P
     }
 }
 
+/// The version numbers a listing of the history names (none if there is
+/// no history directory). A listing may be stale: it says which names may be
+/// opened, never that nothing newer exists.
+pub fn listed_versions(fs: &dyn Fs, cluster: &Path) -> io::Result<std::collections::BTreeSet<u64>> {
+    match fs.list(&history_dir(cluster)) {
+        Ok(names) => Ok(names
+            .iter()
+            .filter_map(|x| parse_assignment_version(x))
+            .collect()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Default::default()),
+        Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => Ok(Default::default()),
+        Err(e) => Err(e),
+    }
+}
+
 /// [`probe`], and when that finds nothing, a look at the directory listing
 /// for `n`: an NFS client caches "no such file" (`lookupcache=all`, the
 /// default), so a version another host created can stay invisible to a

@@ -1335,3 +1335,149 @@ fn crash_at_every_step_of_an_assignment_publish() {
         "{saw_old} {saw_new} {saw_torn}"
     );
 }
+
+/// A seam over the real filesystem that remembers which version numbers a
+/// read of `assignment/head` or a listing of the history has named, and
+/// records every open of a version file no head or listing had named yet.
+struct Witness {
+    cluster: std::path::PathBuf,
+    named: std::sync::Mutex<(u64, std::collections::BTreeSet<u64>)>,
+    early: std::sync::Mutex<Vec<u64>>,
+    opened: std::sync::Mutex<Vec<u64>>,
+}
+
+impl kaas_volume::fs::Fs for Witness {
+    fn open_read(&self, path: &Path) -> std::io::Result<Arc<dyn kaas_volume::fs::ReadFile>> {
+        let dir = super::history::history_dir(&self.cluster);
+        let f = RealFs.open_read(path)?;
+        if path == dir.join(kaas_volume::layout::ASSIGNMENT_HEAD) {
+            if let Some(h) = super::history::read_head(&RealFs, &self.cluster)? {
+                let mut n = self.named.lock().unwrap();
+                n.0 = n.0.max(h);
+            }
+        } else if path.parent() == Some(dir.as_path()) {
+            let name = path.file_name().unwrap().to_string_lossy();
+            if let Some(v) = kaas_volume::layout::parse_assignment_version(&name) {
+                self.opened.lock().unwrap().push(v);
+                let n = self.named.lock().unwrap();
+                if v > n.0 && !n.1.contains(&v) {
+                    self.early.lock().unwrap().push(v);
+                }
+            }
+        }
+        Ok(f)
+    }
+    fn create_exclusive(&self, p: &Path) -> std::io::Result<Arc<dyn kaas_volume::fs::WriteFile>> {
+        RealFs.create_exclusive(p)
+    }
+    fn open_write(&self, p: &Path) -> std::io::Result<Arc<dyn kaas_volume::fs::WriteFile>> {
+        RealFs.open_write(p)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
+        RealFs.rename(from, to)
+    }
+    fn remove_file(&self, p: &Path) -> std::io::Result<()> {
+        RealFs.remove_file(p)
+    }
+    fn create_dir_all(&self, p: &Path) -> std::io::Result<()> {
+        RealFs.create_dir_all(p)
+    }
+    fn remove_dir(&self, p: &Path) -> std::io::Result<()> {
+        RealFs.remove_dir(p)
+    }
+    fn list(&self, dir: &Path) -> std::io::Result<Vec<String>> {
+        let names = RealFs.list(dir)?;
+        if dir == super::history::history_dir(&self.cluster) {
+            let mut n = self.named.lock().unwrap();
+            n.1.extend(
+                names
+                    .iter()
+                    .filter_map(|x| kaas_volume::layout::parse_assignment_version(x)),
+            );
+        }
+        Ok(names)
+    }
+    fn is_dir(&self, p: &Path) -> bool {
+        RealFs.is_dir(p)
+    }
+    fn sync_dir(&self, p: &Path) -> std::io::Result<()> {
+        RealFs.sync_dir(p)
+    }
+}
+
+/// Catches: a watcher probing `v+1` by exact name before anything named it
+/// — on NFS that caches "no such file" for the directory's attribute
+/// lifetime and hides the version for seconds once it exists. With a head,
+/// versions past it stay unopened even when they exist (the head is written
+/// after the version is durable); without a head (a checkpoint-only
+/// cluster, or a head write that failed) only what a listing shows is
+/// opened.
+#[test]
+fn the_watcher_never_opens_a_version_before_the_head_or_a_listing_names_it() {
+    use super::history::{encode_version, publish, write_head};
+    use super::records::AssignmentDelta;
+    let d = tempfile::tempdir().unwrap();
+    let cluster = d.path().join("__cluster");
+    let clock = FakeClock::new();
+    let s = shared(&cluster, 1, 11, &clock);
+    let _m = beat(real(), &s);
+    let w_fs = Arc::new(Witness {
+        cluster: cluster.clone(),
+        named: Default::default(),
+        early: Default::default(),
+        opened: Default::default(),
+    });
+    let version = |n: u64| {
+        let prev = Assignment {
+            controller_epoch: 1,
+            version: n - 1,
+            ..Assignment::default()
+        };
+        let next = Assignment {
+            version: n,
+            ..prev.clone()
+        };
+        encode_version(&AssignmentDelta::between(&prev, &next))
+    };
+    let put = |n: u64| {
+        let r = publish(&RealFs, &cluster, &version(n), n).unwrap();
+        assert!(matches!(r, super::history::Published::Won), "{r:?}");
+    };
+    let mut w = WatcherState::new(w_fs.clone(), s.clone());
+    let poll = |w: &mut WatcherState| {
+        let a = w.poll();
+        if let Some(a) = &a {
+            w.done(a);
+        }
+        a.map(|a| a.assignment.version)
+    };
+    // No head yet: v1 and v2 exist; only a listing may name them.
+    put(1);
+    put(2);
+    assert_eq!(poll(&mut w), Some(2));
+    // The head names 2; v3 exists but the head does not name it yet (and
+    // the listing seen so far does not either).
+    write_head(&RealFs, &cluster, 2).unwrap();
+    put(3);
+    for _ in 0..3 {
+        assert_eq!(poll(&mut w), None);
+    }
+    write_head(&RealFs, &cluster, 3).unwrap();
+    assert_eq!(poll(&mut w), Some(3));
+    // Idle polls with a head open no version at all.
+    let before = w_fs.opened.lock().unwrap().len();
+    for _ in 0..5 {
+        assert_eq!(poll(&mut w), None);
+    }
+    assert_eq!(
+        w_fs.opened.lock().unwrap().len(),
+        before,
+        "idle polls opened a version"
+    );
+    assert!(
+        w_fs.early.lock().unwrap().is_empty(),
+        "opened before named: {:?} (all opens {:?})",
+        w_fs.early.lock().unwrap(),
+        w_fs.opened.lock().unwrap()
+    );
+}

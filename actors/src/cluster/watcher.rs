@@ -5,7 +5,8 @@
 //! in order up to the history's head, stopping before a torn one (never
 //! applied). An idle poll costs one read of the tiny `assignment/head` (a
 //! fixed name, close-to-open fresh; a version is opened only once the head
-//! names it, so an NFS client never caches "no such file" for it). It makes this broker
+//! — or, while there is no head, a listing — names it, so an NFS client never
+//! caches "no such file" for it). It makes this broker
 //! lead exactly what the newest version grants to its current incarnation: it
 //! stops leaders it lost (awaiting their final fsync and close), starts the
 //! ones it gained, feeds the metadata cache, and only then reports the
@@ -150,7 +151,8 @@ impl WatcherState {
     /// The newest assignment the history gives: the one folded so far,
     /// moved forward through every complete version up to the head (in
     /// order; a torn one stops the fold until it is complete). A version is
-    /// opened only once the head names it, so no "no such file" for it is
+    /// opened only once the head (or, without a head, a listing) names it,
+    /// so no "no such file" for it is
     /// ever cached (NFS). Falls back to the checkpoint when there is nothing
     /// folded yet, or when the next version is gone (pruned past us:
     /// versions are removed lowest first) or the history has no head (a
@@ -187,20 +189,23 @@ impl WatcherState {
             }
             Some(_) => {}
             // No head (yet): a checkpoint-only cluster, or a head write
-            // that failed; probe (with a listing) and check the checkpoint.
+            // that failed. Then a listing names the versions: open only
+            // those (an exact-name probe of one not created yet would cache
+            // "no such file" on NFS), and check the checkpoint.
             None => {
-                if let Probe::Found(d) =
-                    history::probe_fresh(fs.as_ref(), &cluster, cur.version + 1)?
-                {
-                    let a = Arc::make_mut(&mut cur);
-                    d.apply_to(a);
-                    history::fold_forward(fs.as_ref(), &cluster, a, 10_000)?;
+                let listed = history::listed_versions(fs.as_ref(), &cluster)?;
+                let mut a = (*cur).clone();
+                let from = a.version;
+                while listed.contains(&(a.version + 1)) {
+                    match history::probe(fs.as_ref(), &cluster, a.version + 1)? {
+                        Probe::Found(d) => d.apply_to(&mut a),
+                        Probe::Torn | Probe::Absent => break,
+                    }
+                }
+                if a.version > from {
+                    cur = Arc::new(a);
                 } else {
-                    stuck = cur.version == 0
-                        || !kaas_volume::fs::exists(
-                            fs.as_ref(),
-                            &history::version_path(&cluster, cur.version),
-                        )?;
+                    stuck = cur.version == 0 || !listed.contains(&cur.version);
                 }
             }
         }
