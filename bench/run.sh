@@ -30,8 +30,8 @@
 #          oflag=direct conv=fdatasync) and 4 KiB write+fdatasync latency
 #          (dd oflag=dsync average, plus p50/p99 from a python loop)
 #   4. Prints a table and writes it to $BENCH_DIR/results.txt.
-#   5. Failover: 3 brokers on one data dir, kill -9 of a leader x10 and a
-#      SIGTERM rolling restart (bench/failover.py; SKIP_FAILOVER=1 skips).
+#   5. Failover: 3 brokers on one data dir, kill -9 of a non-controller leader
+#      x10 and of the controller x10, and a SIGTERM rolling restart (bench/failover.py; SKIP_FAILOVER=1 skips).
 #   6. Consumer groups: offset commits/s, commit latency, rebalance time,
 #      coordinator takeover (bench/groups.py; SKIP_GROUPS=1 skips).
 #
@@ -342,14 +342,15 @@ row "disk 4 KiB write+fdatasync latency" "avg $dsync_avg ms" "(dd oflag=dsync x$
 log "raw outputs and broker log in $BENCH_DIR"
 
 # ---------------------------------------------------------------- 5. failover
-# Three brokers on one data dir: kill -9 a partition leader FAILOVER_RUNS
-# times (default 10; 3 with --quick) and measure kill -> first ack on the new
-# leader; then a SIGTERM rolling restart (max per-partition produce stall).
+# Three brokers on one data dir: kill -9 a non-controller leader, then the
+# controller, FAILOVER_RUNS times each (default 10; 3 with --quick), and
+# measure kill -> first ack on every partition the victim led (reported per
+# kind); then a SIGTERM rolling restart (max per-partition produce stall).
 # Checks zero acknowledged loss. Broker defaults for the lease settings.
 # SKIP_FAILOVER=1 skips it.
 if [ "${SKIP_FAILOVER:-0}" != 1 ]; then
     runs="${FAILOVER_RUNS:-$([ "$QUICK" = 1 ] && echo 3 || echo 10)}"
-    log "failover: 3 brokers, kill -9 x $runs, rolling restart (bench/failover.py)"
+    log "failover: 3 brokers, kill -9 x $runs leader + x $runs controller, rolling restart (bench/failover.py)"
     BENCH_DIR="$BENCH_DIR" KAAS_BIN="$KAAS_BIN" timeout 1800 \
         python3 "$ROOT/bench/failover.py" --runs "$runs" 2>>"$BENCH_DIR/failover.stderr" | tee -a "$RESULTS"
 fi
