@@ -1,9 +1,9 @@
 //! The transaction coordinator's marker sink: one round of a transaction's
 //! markers, sent where the assignment says each partition is served.
 //!
-//! * A data partition: WriteTxnMarkers (v1) to the broker leading it (this
-//!   one included, over loopback, so the one handler decides), one request
-//!   per broker, all brokers at once.
+//! * A data partition: WriteTxnMarkers (v1) to the broker leading it, one
+//!   request per broker, all brokers at once; this broker's own partitions
+//!   through the same handler, called directly (no loopback connection).
 //! * `__consumer_offsets`/shard (the group offsets of AddOffsetsToTxn):
 //!   [`complete_markers`] directly when this broker owns that shard,
 //!   otherwise WriteTxnMarkers to the shard's owner, whose handler routes
@@ -15,6 +15,8 @@
 //! no reader can see it any more.
 
 use crate::api::group::txn_offsets::complete_markers;
+use crate::api::txn::write_txn_markers;
+use crate::api::Reply;
 use crate::state::Broker;
 use futures::future::BoxFuture;
 use futures::FutureExt;
@@ -27,9 +29,14 @@ use kaas_protocol::kafka_protocol::messages::{ProducerId, TopicName, WriteTxnMar
 use kaas_protocol::kafka_protocol::ResponseError;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Weak};
+use std::time::Duration;
 
 /// The WriteTxnMarkers version sent.
 pub const MARKERS_VERSION: i16 = 1;
+
+/// How long a round of markers to this broker's own partitions may take
+/// before what is left is re-sent (as the peer client's request timeout).
+const LOCAL_WAIT: Duration = Duration::from_secs(15);
 
 /// Send one round of `job`'s markers; resolves to the partitions left.
 pub fn send(b: Weak<Broker>, job: MarkerJob) -> BoxFuture<'static, Vec<(String, i32)>> {
@@ -76,15 +83,18 @@ async fn round(b: &Arc<Broker>, job: MarkerJob) -> Vec<(String, i32)> {
             .map(move |code| (shard, code))
     }));
     let remote = futures::future::join_all(by_broker.into_iter().map(|(broker, parts)| {
-        let addr = a
-            .brokers
-            .iter()
-            .find(|x| x.id == broker)
-            .map(|x| (x.host.clone(), x.port));
+        let dest = if broker == me {
+            Some(Dest::Here)
+        } else {
+            a.brokers
+                .iter()
+                .find(|x| x.id == broker)
+                .map(|x| Dest::Peer(x.host.clone(), x.port))
+        };
         let job = &job;
         async move {
-            match addr {
-                Some((host, port)) => to_broker(b, &host, port, job, parts).await,
+            match dest {
+                Some(dest) => to_broker(b, dest, job, parts).await,
                 None => parts,
             }
         }
@@ -99,19 +109,50 @@ async fn round(b: &Arc<Broker>, job: MarkerJob) -> Vec<(String, i32)> {
     left
 }
 
+/// Where a WriteTxnMarkers request goes.
+enum Dest {
+    /// This broker leads the partitions: its handler is called directly,
+    /// the same function a request from a peer reaches, without the
+    /// encoding and the loopback round trip (one per transaction and
+    /// broker on the path of every back-to-back transaction).
+    Here,
+    /// Another broker, over the peer client.
+    Peer(String, i32),
+}
+
 /// One WriteTxnMarkers request: the partitions not answered NONE.
 async fn to_broker(
-    b: &Broker,
-    host: &str,
-    port: i32,
+    b: &Arc<Broker>,
+    dest: Dest,
     job: &MarkerJob,
     parts: Vec<(String, i32)>,
 ) -> Vec<(String, i32)> {
     let req = request(job, &parts);
-    let resp = match b.peers.send(host, port, MARKERS_VERSION, &req).await {
+    let sent = match &dest {
+        Dest::Here => {
+            let answer = async {
+                match write_txn_markers::handle(b, MARKERS_VERSION, req).await {
+                    Reply::Now(r) => Some(r),
+                    Reply::Later(f) => Some(f.await),
+                    Reply::Nothing => None,
+                }
+            };
+            tokio::time::timeout(LOCAL_WAIT, answer)
+                .await
+                .ok()
+                .flatten()
+                .ok_or_else(|| "not answered in time".to_owned())
+        }
+        Dest::Peer(host, port) => b
+            .peers
+            .send(host, *port, MARKERS_VERSION, &req)
+            .await
+            .map_err(|e| e.to_string()),
+    };
+    let resp = match sent {
         Ok(r) => r,
-        Err(e) => {
-            tracing::debug!(host, port, error = %e, "WriteTxnMarkers failed; re-sent later");
+        Err(error) => {
+            tracing::debug!(%error, "WriteTxnMarkers failed; re-sent later");
             return parts;
         }
     };
