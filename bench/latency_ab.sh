@@ -4,7 +4,8 @@
 # bench/latency.py (confluent-kafka, default client settings, acks=all,
 # 100 B; ACKS=all or 1) for SECONDS at RATE records/s. Prints one LATENCY
 # line per run, with the broker's fsync p50/p99 of the same run (upper
-# bounds of kaas_fsync_seconds buckets from /metrics).
+# bounds of kaas_fsync_seconds buckets from /metrics) and the data
+# directory's own 4 KiB write + fdatasync p50/p99 measured right after.
 # Loopback only; every run bounded by a timeout.
 #
 #   bench/latency_ab.sh [RATE] [ROUNDS] before=/tmp/kaas-old after=target/release/kaas
@@ -37,7 +38,17 @@ b = [(float('inf') if le == '+Inf' else float(le), int(n)) for le, n in
 tot = b[-1][1] if b else 0
 q = lambda f: next((le * 1e3 for le, n in b if n >= f * tot), float('nan'))
 print(f'fsync_p50_ms<={q(0.5):g} fsync_p99_ms<={q(0.99):g} fsyncs={tot}')" 2>/dev/null)"
-    echo "round $round $name acks=${ACKS:-all} $line $fsync"
+    # The data volume's own fsync, measured right after the load on the
+    # same directory: 500 x (append 4 KiB + fdatasync) from one loop.
+    probe="$(.venv/bin/python3 -c "
+import os, time
+fd = os.open('$d/fsync-probe', os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+b, t = b'x' * 4096, []
+for _ in range(500):
+    s = time.perf_counter(); os.write(fd, b); os.fdatasync(fd); t.append(time.perf_counter() - s)
+t.sort(); os.close(fd)
+print(f'probe_fsync_p50_ms={t[250]*1e3:.3f} probe_fsync_p99_ms={t[int(0.99*500)]*1e3:.3f}')" 2>/dev/null)"
+    echo "round $round $name acks=${ACKS:-all} $line $fsync $probe"
     kill "$pid"; wait "$pid" 2>/dev/null; rm -rf "$d"
   done
 done

@@ -349,10 +349,21 @@ fn send_parts(sock: &OwnedFd, parts: &[Part], stall: Duration) -> Result<(), Wri
                 _ => None,
             })
             .collect();
+        // Bytes followed by a file range (a Fetch's headers): MSG_MORE
+        // holds them back for the range's first bytes, so the few header
+        // bytes before each range do not leave as a segment of their own
+        // (TCP_NODELAY is set); sendfile pushes as it ends (only ahead of a
+        // non-empty range: nothing would push after an empty one).
+        let flags = if parts.get(run_end).is_some_and(|p| !p.is_empty()) {
+            rustix::net::SendFlags::MORE
+        } else {
+            rustix::net::SendFlags::empty()
+        };
         let mut rest = &mut slices[..];
         while !rest.is_empty() {
             let n = rest.len().min(512);
-            match rustix::io::writev(sock, &rest[..n]) {
+            let mut no_control = rustix::net::SendAncillaryBuffer::default();
+            match rustix::net::sendmsg(sock, &rest[..n], &mut no_control, flags) {
                 Ok(n) => IoSlice::advance_slices(&mut rest, n),
                 Err(rustix::io::Errno::INTR) => {}
                 Err(rustix::io::Errno::AGAIN) => wait_writable(sock, stall)?,
