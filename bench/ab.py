@@ -14,7 +14,12 @@ Each round, for each binary: a fresh data directory, a broker on free
 records to 1 partition and 1 KiB records to 6 partitions (with
 --idempotent: 100 B to 1 and to 6 partitions, each plain and with
 enable.idempotence=true). Prints msg/s per
-run, the median per binary and its ratio to the first binary.
+run, the median per binary and its ratio to the first binary; also the
+broker's CPU per 100 MB produced (/proc/<pid>/stat utime+stime deltas) and,
+after the produce cases, the volume's sequential write bandwidth with dd
+(1 GiB of 1 MiB blocks + one fdatasync, buffered and oflag=direct).
+--profile: `perf record` the broker during each load and print its top
+symbols.
 Loopback only; every run is bounded by a timeout.
 
 --consume: instead, each run produces 100 B records and 1 KiB records to
@@ -22,7 +27,9 @@ one partition each, then consumes them from the beginning with
 rdkafka_performance -C (fetch.wait.max.ms=10, read from the page cache),
 and reports consumed msgs/s; alongside, the machine's ceiling: the same
 segment files copied to a loopback socket with sendfile and read by a
-plain reader (reported as "ceiling <label>", in msgs/s of that size).
+plain reader (reported as "ceiling <label>", in msgs/s of that size),
+the broker's CPU per 100 MB served, and the client's CPU over the consume
+time in % of one core (near 100: the client is the limit).
 """
 
 import argparse

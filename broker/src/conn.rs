@@ -20,7 +20,7 @@
 //! that never reads cannot hold the broker's budget for ever.
 //!
 //! An answer is a sequence of [`Part`]s: encoded bytes, written with
-//! `writev`, and (a Fetch's records) ranges of segment files, sent with
+//! `writev` (`sendmsg` with `MSG_MORE` ahead of a file range), and (a Fetch's records) ranges of segment files, sent with
 //! `sendfile` from the file to the socket, so record bytes are never
 //! copied through the broker. The frame length is committed before the
 //! first byte goes out, so a file that turns out shorter than its range
@@ -271,9 +271,14 @@ impl Part {
     }
 }
 
-/// A queued answer: its future and the bytes its request holds until the
-/// answer is written.
-type Queued = (BoxFuture<'static, Option<Vec<Part>>>, [Charge; 2]);
+/// A queued answer: its future, the bytes its request holds until the
+/// answer is written, and (a Produce) when its frame was read, for
+/// `kaas_produce_seconds`.
+type Queued = (
+    BoxFuture<'static, Option<Vec<Part>>>,
+    [Charge; 2],
+    Option<Instant>,
+);
 
 /// Why an answer was not written whole.
 #[derive(Debug, thiserror::Error)]
@@ -500,7 +505,7 @@ pub async fn serve(b: Arc<Broker>, sock: TcpStream, peer: std::net::SocketAddr, 
         let (conn_budget, broker_budget) = (conn_budget.clone(), broker_budget.clone());
         async move {
             let mut sock = None;
-            while let Some((f, _held)) = rx.recv().await {
+            while let Some((f, _held, produce_read_at)) = rx.recv().await {
                 let Some(parts) = f.await else { continue };
                 let len: usize = parts.iter().map(Part::len).sum();
                 // Charged while written, file ranges included: a client not
@@ -517,6 +522,11 @@ pub async fn serve(b: Arc<Broker>, sock: TcpStream, peer: std::net::SocketAddr, 
                         }
                     }
                     return;
+                }
+                if let Some(t) = produce_read_at {
+                    kaas_actors::telemetry::global()
+                        .produce_seconds
+                        .observe(t.elapsed());
                 }
             }
         }
@@ -565,6 +575,7 @@ pub async fn serve(b: Arc<Broker>, sock: TcpStream, peer: std::net::SocketAddr, 
                 }
             };
             last_activity = Instant::now();
+            let read_at = last_activity;
             let frame = match next {
                 Some(Ok(f)) => {
                     slot.touch();
@@ -615,6 +626,7 @@ pub async fn serve(b: Arc<Broker>, sock: TcpStream, peer: std::net::SocketAddr, 
                         .send((
                             futures::future::ready(Some(vec![Part::Bytes(resp)])).boxed(),
                             held,
+                            None,
                         ))
                         .is_err()
                     {
@@ -662,6 +674,7 @@ pub async fn serve(b: Arc<Broker>, sock: TcpStream, peer: std::net::SocketAddr, 
                     return;
                 }
             };
+            let produce_read_at = (header.api_key == 0).then_some(read_at);
             let f = async move {
                 let answer = fut.await;
                 match api::encode(&header, answer) {
@@ -673,7 +686,7 @@ pub async fn serve(b: Arc<Broker>, sock: TcpStream, peer: std::net::SocketAddr, 
                 }
             }
             .boxed();
-            if tx.send((f, held)).is_err() {
+            if tx.send((f, held, produce_read_at)).is_err() {
                 return;
             }
         }
