@@ -20,7 +20,13 @@ for ((round = 0; round < ROUNDS; round++)); do
   n=${#bins[@]}
   for ((k = 0; k < n; k++)); do
     spec="${bins[$(((k + round) % n))]}"; name="${spec%%=*}"; bin="${spec#*=}"
-    d="$(mktemp -d)"; port=$((30000 + RANDOM % 20000)); mport=$((port + 1))
+    # Two ports the kernel just handed out (a random pick collided with
+    # other agents' brokers).
+    d="$(mktemp -d)"; read -r port mport < <(.venv/bin/python3 -c "
+import socket
+s = [socket.socket() for _ in range(2)]
+for x in s: x.bind(('127.0.0.1', 0))
+print(*[x.getsockname()[1] for x in s])")
     "$bin" broker --data-dir "$d" --listen "127.0.0.1:$port" --metrics-listen "127.0.0.1:$mport" >"$d/log" 2>&1 &
     pid=$!
     sleep 1.5

@@ -20,7 +20,8 @@
 //! that never reads cannot hold the broker's budget for ever.
 //!
 //! An answer is a sequence of [`Part`]s: encoded bytes, written with
-//! `writev` (`sendmsg` with `MSG_MORE` ahead of a file range), and (a Fetch's records) ranges of segment files, sent with
+//! `writev` (`sendmsg` with `MSG_MORE` ahead of a file range), and (a
+//! Fetch's records) ranges of segment files, sent with
 //! `sendfile` from the file to the socket, so record bytes are never
 //! copied through the broker. The frame length is committed before the
 //! first byte goes out, so a file that turns out shorter than its range
