@@ -356,10 +356,10 @@ fn send_parts(sock: &OwnedFd, parts: &[Part], stall: Duration) -> Result<(), Wri
             })
             .collect();
         // Bytes followed by a file range (a Fetch's headers): MSG_MORE
-        // holds them back for the range's first bytes, so the few header
-        // bytes before each range do not leave as a segment of their own
-        // (TCP_NODELAY is set); sendfile pushes as it ends (only ahead of a
-        // non-empty range: nothing would push after an empty one).
+        // holds them back for the range's first bytes instead of pushing
+        // the few header bytes on their own (TCP_NODELAY is set);
+        // sendfile pushes as it ends (only ahead of a non-empty range:
+        // nothing would push after an empty one).
         let flags = if parts.get(run_end).is_some_and(|p| !p.is_empty()) {
             rustix::net::SendFlags::MORE
         } else {
