@@ -14,7 +14,12 @@ Each round, for each binary: a fresh data directory, a broker on free
 records to 1 partition and 1 KiB records to 6 partitions (with
 --idempotent: 100 B to 1 and to 6 partitions, each plain and with
 enable.idempotence=true). Prints msg/s per
-run, the median per binary and its ratio to the first binary.
+run, the median per binary and its ratio to the first binary; also the
+broker's CPU per 100 MB produced (/proc/<pid>/stat utime+stime deltas) and,
+after the produce cases, the volume's sequential write bandwidth with dd
+(1 GiB of 1 MiB blocks + one fdatasync, buffered and oflag=direct).
+--profile: `perf record` the broker during each load and print its top
+symbols.
 Loopback only; every run is bounded by a timeout.
 
 --consume: instead, each run produces 100 B records and 1 KiB records to
@@ -22,7 +27,9 @@ one partition each, then consumes them from the beginning with
 rdkafka_performance -C (fetch.wait.max.ms=10, read from the page cache),
 and reports consumed msgs/s; alongside, the machine's ceiling: the same
 segment files copied to a loopback socket with sendfile and read by a
-plain reader (reported as "ceiling <label>", in msgs/s of that size).
+plain reader (reported as "ceiling <label>", in msgs/s of that size),
+the broker's CPU per 100 MB served, and the client's CPU over the consume
+time in % of one core (near 100: the client is the limit).
 """
 
 import argparse
@@ -99,6 +106,43 @@ def file_to_socket(paths):
     return best
 
 
+def client_run(cmd, timeout=180):
+    """Run the load tool; returns (its output lines, its user+system CPU
+    seconds, from the rusage of the waited-for child)."""
+    import resource
+
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+    return r.stdout.splitlines() + r.stderr.splitlines(), cpu
+
+
+@contextlib.contextmanager
+def profiled(pid, label, enabled):
+    """With --profile: `perf record` the broker while the body runs, then
+    print its top symbols (self time) under `label`."""
+    if not enabled or not shutil.which("perf"):
+        if enabled:
+            print(f"profile {label}: perf not installed", flush=True)
+        yield
+        return
+    data = tempfile.mktemp(prefix="kaas-ab-perf-", suffix=".data")
+    rec = subprocess.Popen(["perf", "record", "-F", "999", "-o", data, "-p", str(pid)],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield
+    finally:
+        rec.send_signal(2)
+        rec.wait(60)
+        rep = subprocess.run(["perf", "report", "-i", data, "--no-children", "--sort", "sym",
+                              "--percent-limit", "2", "--stdio"],
+                             capture_output=True, text=True, timeout=120)
+        top = [l.strip() for l in rep.stdout.splitlines() if l.strip() and not l.startswith("#")]
+        print(f"profile {label} (broker, self time): " + " | ".join(top[:10]), flush=True)
+        os.unlink(data)
+
+
 def cpu_seconds(pid):
     """User + system CPU seconds of `pid` so far."""
     with open(f"/proc/{pid}/stat") as f:
@@ -131,7 +175,7 @@ def broker(binary, workdir):
                 proc.wait()
 
 
-def run_consume(binary, perf, workdir, scale):
+def run_consume(binary, perf, workdir, scale, profile=False):
     out = {}
     data = os.path.join(workdir, "data")  # where broker() puts the log
     with broker(binary, workdir) as (proc, port, mport):
@@ -148,17 +192,19 @@ def run_consume(binary, perf, workdir, scale):
                 capture_output=True, text=True, timeout=180,
             )
             cpu0 = cpu_seconds(proc.pid)
-            r = subprocess.run(
-                [perf, "-C", "-t", topic, "-b", boot, "-p", "0", "-o", "beginning", "-e",
-                 "-c", str(count), "-X", "broker.address.family=v4",
-                 "-X", "fetch.wait.max.ms=10", "-i", "1000"],
-                capture_output=True, text=True, timeout=180,
-            )
+            with profiled(proc.pid, label, profile):
+                lines, client_cpu = client_run(
+                    [perf, "-C", "-t", topic, "-b", boot, "-p", "0", "-o", "beginning", "-e",
+                     "-c", str(count), "-X", "broker.address.family=v4",
+                     "-X", "fetch.wait.max.ms=10", "-i", "1000"])
             cpu = cpu_seconds(proc.pid) - cpu0
-            lines = [l for l in r.stdout.splitlines() + r.stderr.splitlines()
-                     if "consumed in" in l and "INTERVAL" not in l]
-            m = re.search(r"(\d+) messages .* in \d+ms: (\d+) msgs/s", lines[-1]) if lines else None
-            out[label] = int(m.group(2)) if m and int(m.group(1)) >= count else float("nan")
+            lines = [l for l in lines if "consumed in" in l and "INTERVAL" not in l]
+            m = re.search(r"(\d+) messages .* in (\d+)ms: (\d+) msgs/s", lines[-1]) if lines else None
+            ok = m and int(m.group(1)) >= count
+            out[label] = int(m.group(3)) if ok else float("nan")
+            # The client's CPU (startup included) over the consume time, in
+            # % of one core: near 100 means the client is the limit.
+            out["client cpu% " + label] = int(100 * client_cpu / (int(m.group(2)) / 1000)) if ok and int(m.group(2)) else 0
             segs = []
             for d, _, names in os.walk(data):
                 if topic in d.split(os.sep):
@@ -207,23 +253,47 @@ def create_topic(boot, name, parts):
     raise RuntimeError("topic not ready")
 
 
-def run_one(binary, perf, workdir, scale, cases):
+def run_one(binary, perf, workdir, scale, cases, profile=False):
     out = {}
     with broker(binary, workdir) as (proc, port, mport):
         boot = f"127.0.0.1:{port}"
         for i, (label, size, parts, count, extra) in enumerate(cases):
             topic = f"ab-{i}-{size}-{parts}"
             create_topic(boot, topic, parts)
-            r = subprocess.run(
-                [perf, "-P", "-t", topic, "-b", boot, "-s", str(size), "-c", str(int(count * scale)),
-                 "-a", "-1", "-X", "broker.address.family=v4", "-X", "linger.ms=5",
-                 "-X", "batch.size=1000000", "-X", "queue.buffering.max.messages=1000000",
-                 *extra, "-i", "1000"],
-                capture_output=True, text=True, timeout=180,
-            )
-            lines = [l for l in r.stdout.splitlines() + r.stderr.splitlines() if "messages produced" in l]
+            n = int(count * scale)
+            cpu0 = cpu_seconds(proc.pid)
+            with profiled(proc.pid, label, profile):
+                lines, _ = client_run(
+                    [perf, "-P", "-t", topic, "-b", boot, "-s", str(size), "-c", str(n),
+                     "-a", "-1", "-X", "broker.address.family=v4", "-X", "linger.ms=5",
+                     "-X", "batch.size=1000000", "-X", "queue.buffering.max.messages=1000000",
+                     *extra, "-i", "1000"])
+            cpu = cpu_seconds(proc.pid) - cpu0
+            lines = [l for l in lines if "messages produced" in l]
             m = re.search(r" in \d+ms: (\d+) msgs/s", lines[-1]) if lines else None
             out[label] = int(m.group(1)) if m else float("nan")
+            # Broker CPU while producing, in core-ms per 100 MB of values.
+            out["cpu ms/100MB " + label] = int(cpu * 1000 / (n * size / 1e8))
+    out.update(disk_ceiling(workdir))
+    return out
+
+
+DD_CASES = {  # label: extra dd flags; 1 GiB of 1 MiB blocks, one fdatasync at the end
+    "dd buffered MB/s": [],  # page-cache writes then a flush: what kaas does
+    "dd direct MB/s": ["oflag=direct"],  # the device alone, no page-cache copy
+}
+
+
+def disk_ceiling(workdir):
+    """Sequential write bandwidth of the volume under `workdir`, MB/s."""
+    out = {}
+    for label, flags in DD_CASES.items():
+        path = os.path.join(workdir, "dd.out")
+        r = subprocess.run(["dd", "if=/dev/zero", f"of={path}", "bs=1M", "count=1024",
+                            "conv=fdatasync", *flags], capture_output=True, text=True, timeout=180)
+        m = re.search(r"copied, ([0-9.]+) s", r.stderr)
+        out[label] = int(1024 * 1048576 / float(m.group(1)) / 1e6) if m else float("nan")
+        os.unlink(path)
     return out
 
 
@@ -236,15 +306,19 @@ def main():
                     help="100 B x 1p and x 6p, each plain and with enable.idempotence=true")
     ap.add_argument("--consume", action="store_true",
                     help="consume 100 B and 1 KiB records from the page cache, with the file-to-socket ceiling")
+    ap.add_argument("--profile", action="store_true",
+                    help="perf record the broker during each load and print its top symbols")
     ap.add_argument("binaries", nargs="+", help="name=path")
     a = ap.parse_args()
     cases = IDEM_CASES if a.idempotent else CASES
+    labels = [label for label, *_ in cases]
+    labels += ["cpu ms/100MB " + label for label in labels] + list(DD_CASES)
     if a.consume:
-        cases = [(l, s, 1, c, []) for l, s, c in CONSUME_CASES]
-        cases += [("ceiling " + l, s, 1, c, []) for l, s, c in CONSUME_CASES]
-        cases += [("cpu ms/100MB " + l, s, 1, c, []) for l, s, c in CONSUME_CASES]
+        labels = [l for l, _, _ in CONSUME_CASES]
+        for extra in ("ceiling ", "client cpu% ", "cpu ms/100MB "):
+            labels += [extra + l for l, _, _ in CONSUME_CASES]
     bins = [b.split("=", 1) for b in a.binaries]
-    results = {name: {label: [] for label, *_ in cases} for name, _ in bins}
+    results = {name: {label: [] for label in labels} for name, _ in bins}
     root = tempfile.mkdtemp(prefix="kaas-ab-", dir=os.path.join(os.path.dirname(__file__), "out"))
     for rnd in range(a.rounds):
         order = bins[rnd % len(bins):] + bins[:rnd % len(bins)]
@@ -252,20 +326,21 @@ def main():
             wd = os.path.join(root, f"{name}-{rnd}")
             os.makedirs(wd)
             if a.consume:
-                res = run_consume(path, a.perf, wd, a.scale)
+                res = run_consume(path, a.perf, wd, a.scale, a.profile)
             else:
-                res = run_one(path, a.perf, wd, a.scale, cases)
+                res = run_one(path, a.perf, wd, a.scale, cases, a.profile)
             for label, v in res.items():
                 results[name][label].append(v)
             print(f"round {rnd} {name:10s} " + "  ".join(f"{l}: {v}" for l, v in res.items()), flush=True)
             shutil.rmtree(os.path.join(wd, "data"), ignore_errors=True)
     base = bins[0][0]
     print()
-    for label, *_ in cases:
+    for label in labels:
         b = statistics.median(results[base][label])
         for name, _ in bins:
             m = statistics.median(results[name][label])
-            print(f"{label:12s} {name:10s} median {m:>10.0f} msg/s  ratio to {base}: {m / b:.2f}  runs {results[name][label]}")
+            unit = "" if label.startswith(("cpu ", "client ", "dd ")) else " msg/s"
+            print(f"{label:12s} {name:10s} median {m:>10.0f}{unit}  ratio to {base}: {m / b if b else float('nan'):.2f}  runs {results[name][label]}")
     return 0
 
 

@@ -4,7 +4,9 @@
 # bench/latency.py (confluent-kafka, default client settings, acks=all,
 # 100 B; ACKS=all or 1) for SECONDS at RATE records/s. Prints one LATENCY
 # line per run, with the broker's fsync p50/p99 of the same run (upper
-# bounds of kaas_fsync_seconds buckets from /metrics).
+# bounds of kaas_fsync_seconds buckets from /metrics), the broker's own
+# produce time (kaas_produce_seconds: frame read to answer written) and the data
+# directory's own 4 KiB write + fdatasync p50/p99 measured right after.
 # Loopback only; every run bounded by a timeout.
 #
 #   bench/latency_ab.sh [RATE] [ROUNDS] before=/tmp/kaas-old after=target/release/kaas
@@ -18,7 +20,13 @@ for ((round = 0; round < ROUNDS; round++)); do
   n=${#bins[@]}
   for ((k = 0; k < n; k++)); do
     spec="${bins[$(((k + round) % n))]}"; name="${spec%%=*}"; bin="${spec#*=}"
-    d="$(mktemp -d)"; port=$((30000 + RANDOM % 20000)); mport=$((port + 1))
+    # Two ports the kernel just handed out (a random pick collided with
+    # other agents' brokers).
+    d="$(mktemp -d)"; read -r port mport < <(.venv/bin/python3 -c "
+import socket
+s = [socket.socket() for _ in range(2)]
+for x in s: x.bind(('127.0.0.1', 0))
+print(*[x.getsockname()[1] for x in s])")
     "$bin" broker --data-dir "$d" --listen "127.0.0.1:$port" --metrics-listen "127.0.0.1:$mport" >"$d/log" 2>&1 &
     pid=$!
     sleep 1.5
@@ -32,12 +40,29 @@ a.create_topics([NewTopic('lat', 1, 1)])['lat'].result(20)" 2>/dev/null
     fsync="$(.venv/bin/python3 -c "
 import re, urllib.request
 t = urllib.request.urlopen('http://127.0.0.1:$mport/metrics', timeout=5).read().decode()
-b = [(float('inf') if le == '+Inf' else float(le), int(n)) for le, n in
-     re.findall(r'^kaas_fsync_seconds_bucket\\{le=\"([^\"]+)\"\\} (\\d+)', t, re.M)]
-tot = b[-1][1] if b else 0
-q = lambda f: next((le * 1e3 for le, n in b if n >= f * tot), float('nan'))
-print(f'fsync_p50_ms<={q(0.5):g} fsync_p99_ms<={q(0.99):g} fsyncs={tot}')" 2>/dev/null)"
-    echo "round $round $name acks=${ACKS:-all} $line $fsync"
+def hist(name):
+    b = [(float('inf') if le == '+Inf' else float(le), int(n)) for le, n in
+         re.findall(r'^' + name + r'_bucket\\{le=\"([^\"]+)\"\\} (\\d+)', t, re.M)]
+    tot = b[-1][1] if b else 0
+    q = lambda f: next((le * 1e3 for le, n in b if n >= f * tot), float('nan'))
+    return q(0.5), q(0.99), tot
+f50, f99, n = hist('kaas_fsync_seconds')
+p50, p99, _ = hist('kaas_produce_seconds')
+print(f'fsync_p50_ms<={f50:g} fsync_p99_ms<={f99:g} fsyncs={n} broker_produce_p50_ms<={p50:g} broker_produce_p99_ms<={p99:g}')" 2>/dev/null)"
+    # The data volume's own fsync, measured right after the load on the
+    # same directory: 500 x (append 4 KiB + fdatasync) from one loop.
+    probe="$(.venv/bin/python3 -c "
+import os, time
+fd = os.open('$d/fsync-probe', os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+b, t = b'x' * 4096, []
+for _ in range(500):
+    s = time.perf_counter(); os.write(fd, b); os.fdatasync(fd); t.append(time.perf_counter() - s)
+t.sort(); os.close(fd)
+print(f'probe_fsync_p50_ms={t[250]*1e3:.3f} probe_fsync_p99_ms={t[int(0.99*500)]*1e3:.3f}')" 2>/dev/null)"
+    echo "round $round $name acks=${ACKS:-all} $line $fsync $probe"
+    # A run with no result: say why (a broker that did not start, e.g. a
+    # port taken between picking and binding, shows in its log).
+    [ -n "$line" ] || { echo "round $round $name: no result; broker log tail:"; tail -3 "$d/log"; }
     kill "$pid"; wait "$pid" 2>/dev/null; rm -rf "$d"
   done
 done

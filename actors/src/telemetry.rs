@@ -170,6 +170,10 @@ pub struct Telemetry {
     pub connections: AtomicI64,
     /// Latency of every completed fsync of a partition or shard file.
     pub fsync_seconds: Histogram,
+    /// Produce requests answered: from the frame read off the socket to
+    /// the answer written to it (the broker's share of a produce's
+    /// latency; the client's queueing and the network are outside it).
+    pub produce_seconds: Histogram,
     /// This broker's lease headroom (ms left before it lapses; negative or
     /// 0 once lapsed), refreshed by the sampler.
     pub lease_headroom_ms: AtomicI64,
@@ -338,6 +342,9 @@ impl Telemetry {
         out.push_str("# HELP kaas_fsync_seconds Latency of partition and shard fsyncs.\n# TYPE kaas_fsync_seconds histogram\n");
         self.fsync_seconds
             .render(&mut out, "kaas_fsync_seconds", "");
+        out.push_str("# HELP kaas_produce_seconds Produce requests, frame read to answer written.\n# TYPE kaas_produce_seconds histogram\n");
+        self.produce_seconds
+            .render(&mut out, "kaas_produce_seconds", "");
         out.push_str("# HELP kaas_heartbeat_seconds Duration of each heartbeat write (the lease renewal).\n# TYPE kaas_heartbeat_seconds histogram\n");
         self.heartbeat_seconds
             .render(&mut out, "kaas_heartbeat_seconds", "");

@@ -20,7 +20,8 @@
 //! that never reads cannot hold the broker's budget for ever.
 //!
 //! An answer is a sequence of [`Part`]s: encoded bytes, written with
-//! `writev`, and (a Fetch's records) ranges of segment files, sent with
+//! `writev` (`sendmsg` with `MSG_MORE` ahead of a file range), and (a
+//! Fetch's records) ranges of segment files, sent with
 //! `sendfile` from the file to the socket, so record bytes are never
 //! copied through the broker. The frame length is committed before the
 //! first byte goes out, so a file that turns out shorter than its range
@@ -271,9 +272,14 @@ impl Part {
     }
 }
 
-/// A queued answer: its future and the bytes its request holds until the
-/// answer is written.
-type Queued = (BoxFuture<'static, Option<Vec<Part>>>, [Charge; 2]);
+/// A queued answer: its future, the bytes its request holds until the
+/// answer is written, and (a Produce) when its frame was read, for
+/// `kaas_produce_seconds`.
+type Queued = (
+    BoxFuture<'static, Option<Vec<Part>>>,
+    [Charge; 2],
+    Option<Instant>,
+);
 
 /// Why an answer was not written whole.
 #[derive(Debug, thiserror::Error)]
@@ -349,10 +355,21 @@ fn send_parts(sock: &OwnedFd, parts: &[Part], stall: Duration) -> Result<(), Wri
                 _ => None,
             })
             .collect();
+        // Bytes followed by a file range (a Fetch's headers): MSG_MORE
+        // holds them back for the range's first bytes instead of pushing
+        // the few header bytes on their own (TCP_NODELAY is set);
+        // sendfile pushes as it ends (only ahead of a non-empty range:
+        // nothing would push after an empty one).
+        let flags = if parts.get(run_end).is_some_and(|p| !p.is_empty()) {
+            rustix::net::SendFlags::MORE
+        } else {
+            rustix::net::SendFlags::empty()
+        };
         let mut rest = &mut slices[..];
         while !rest.is_empty() {
             let n = rest.len().min(512);
-            match rustix::io::writev(sock, &rest[..n]) {
+            let mut no_control = rustix::net::SendAncillaryBuffer::default();
+            match rustix::net::sendmsg(sock, &rest[..n], &mut no_control, flags) {
                 Ok(n) => IoSlice::advance_slices(&mut rest, n),
                 Err(rustix::io::Errno::INTR) => {}
                 Err(rustix::io::Errno::AGAIN) => wait_writable(sock, stall)?,
@@ -489,7 +506,7 @@ pub async fn serve(b: Arc<Broker>, sock: TcpStream, peer: std::net::SocketAddr, 
         let (conn_budget, broker_budget) = (conn_budget.clone(), broker_budget.clone());
         async move {
             let mut sock = None;
-            while let Some((f, _held)) = rx.recv().await {
+            while let Some((f, _held, produce_read_at)) = rx.recv().await {
                 let Some(parts) = f.await else { continue };
                 let len: usize = parts.iter().map(Part::len).sum();
                 // Charged while written, file ranges included: a client not
@@ -506,6 +523,11 @@ pub async fn serve(b: Arc<Broker>, sock: TcpStream, peer: std::net::SocketAddr, 
                         }
                     }
                     return;
+                }
+                if let Some(t) = produce_read_at {
+                    kaas_actors::telemetry::global()
+                        .produce_seconds
+                        .observe(t.elapsed());
                 }
             }
         }
@@ -554,6 +576,7 @@ pub async fn serve(b: Arc<Broker>, sock: TcpStream, peer: std::net::SocketAddr, 
                 }
             };
             last_activity = Instant::now();
+            let read_at = last_activity;
             let frame = match next {
                 Some(Ok(f)) => {
                     slot.touch();
@@ -604,6 +627,7 @@ pub async fn serve(b: Arc<Broker>, sock: TcpStream, peer: std::net::SocketAddr, 
                         .send((
                             futures::future::ready(Some(vec![Part::Bytes(resp)])).boxed(),
                             held,
+                            None,
                         ))
                         .is_err()
                     {
@@ -651,6 +675,7 @@ pub async fn serve(b: Arc<Broker>, sock: TcpStream, peer: std::net::SocketAddr, 
                     return;
                 }
             };
+            let produce_read_at = (header.api_key == 0).then_some(read_at);
             let f = async move {
                 let answer = fut.await;
                 match api::encode(&header, answer) {
@@ -662,7 +687,7 @@ pub async fn serve(b: Arc<Broker>, sock: TcpStream, peer: std::net::SocketAddr, 
                 }
             }
             .boxed();
-            if tx.send((f, held)).is_err() {
+            if tx.send((f, held, produce_read_at)).is_err() {
                 return;
             }
         }

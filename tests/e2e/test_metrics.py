@@ -78,10 +78,17 @@ def test_metrics_after_produce(broker, topic_name):
 
     # counters are monotonic across scrapes
     fs_before = sum(v for _, v in fsyncs)
+    # Every answered Produce is timed in the broker (frame read to answer
+    # written): the histogram's count grows by at least the request below.
+    produced = samples(parsed, "kaas_produce_seconds_count")
+    assert produced and produced[0][1] > 0, "kaas_produce_seconds_count missing or 0 after produce"
     p.produce(topic_name, value=b"one more", partition=0)
     assert p.flush(30) == 0
     after = parse(broker.metrics())
     assert sum(v for _, v in samples(after, "kaas_fsyncs_total")) > fs_before
+    assert samples(after, "kaas_produce_seconds_count")[0][1] > produced[0][1]
+    inf = [v for l, v in samples(after, "kaas_produce_seconds_bucket") if l.get("le") == "+Inf"]
+    assert inf == [samples(after, "kaas_produce_seconds_count")[0][1]]
 
 
 def test_every_actor_kind_reports_through_one_path(broker, topic_name):
