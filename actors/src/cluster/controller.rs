@@ -624,20 +624,24 @@ impl ControllerState {
             .expect("leading")
             .listed_at
             .is_none_or(|t| now.saturating_sub(t) >= LIST_EVERY);
-        let listing = if relist {
-            Some(self.fs.list(&self.data_dir)?)
-        } else {
-            None
-        };
         let fs = self.fs.clone();
         let data_dir = self.data_dir.clone();
         let cluster_dir = self.cluster_dir().to_path_buf();
+        // Notices before the listing: a notice is posted after its topic's
+        // directory is complete, so the listing that follows shows every
+        // topic whose notice this pass consumes (listed first, a topic made
+        // in between would wait for the next listing).
         let notices = match kaas_volume::topic_notice::read_all(fs.as_ref(), &cluster_dir) {
             Ok(n) => n,
             Err(e) => {
                 tracing::warn!(error = %e, "topic change notices unreadable; relying on the slow refresh");
                 Vec::new()
             }
+        };
+        let listing = if relist {
+            Some(self.fs.list(&self.data_dir)?)
+        } else {
+            None
         };
         let l = self.leading.as_mut().expect("leading");
         let mut out = std::mem::take(&mut l.view);
