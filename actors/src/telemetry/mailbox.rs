@@ -152,9 +152,6 @@ impl ActorStats {
     pub(super) fn sample(&self, secs: f64) {
         let handled = self.handled();
         let fsyncs = self.fsyncs();
-        if self.window.lock().unwrap().idle_at(handled, fsyncs) {
-            return;
-        }
         let h = self.handling.snapshot();
         let f = self.fsync.snapshot();
         self.window

@@ -39,21 +39,6 @@ pub struct Window {
 }
 
 impl Window {
-    /// Whether folding in these counters would change nothing: nothing
-    /// was handled or fsynced since the last fold, which already showed an
-    /// idle interval (so every rate and quantile is zero and stays zero).
-    /// 10,000 idle partition actors skip their histogram snapshots.
-    pub fn idle_at(&self, handled: u64, fsyncs: u64) -> bool {
-        self.prev_handling.is_some()
-            && handled == self.prev_handled
-            && fsyncs == self.prev_fsyncs
-            && self.messages_per_sec == 0.0
-            && self.fsyncs_per_sec == 0.0
-            && self.handle_p50_ms == 0.0
-            && self.handle_p99_ms == 0.0
-            && self.fsync_p99_ms == 0.0
-    }
-
     /// Fold in the counters now, `secs` after the previous call.
     pub fn advance(
         &mut self,
@@ -273,15 +258,8 @@ mod tests {
         assert_eq!(w.fsyncs_per_sec, 0.0);
         assert!((w.handle_p50_ms - 25.0).abs() < 1e-9, "{}", w.handle_p50_ms);
         // Idle: zeros, not stale numbers.
-        assert!(!w.idle_at(110, 4), "the last interval was busy");
         w.advance(1.0, 110, 4, &h.snapshot(), &f.snapshot());
         assert_eq!((w.messages_per_sec, w.handle_p99_ms), (0.0, 0.0));
-        // Idle for a whole interval: folding in the same counters changes
-        // nothing, so the sampler may skip it; a new message does not.
-        assert!(w.idle_at(110, 4));
-        assert!(!w.idle_at(111, 4));
-        assert!(!w.idle_at(110, 5));
-        assert!(!Window::default().idle_at(0, 0), "never folded yet");
     }
 
     #[test]
