@@ -101,6 +101,20 @@ pub struct BrokerArgs {
     /// 20,000; raise it with the broker count.
     #[arg(long, env = "KAAS_MAX_PARTITIONS", default_value_t = 20_000)]
     pub max_partitions: i64,
+    /// Most partitions per live broker: a create that would take the
+    /// cluster past live brokers × this is refused with POLICY_VIOLATION
+    /// (KIP-578's max.broker.partitions). Default: four per segment file the
+    /// broker may hold open, within 1,000..10,000 (see fd_budget).
+    #[arg(long, env = "KAAS_MAX_PARTITIONS_PER_BROKER", value_parser = clap::value_parser!(i64).range(1..))]
+    pub max_partitions_per_broker: Option<i64>,
+    /// Partition mutations (partitions created, added or deleted) this
+    /// broker admits per second (KIP-599's controller_mutation_rate, with a
+    /// burst of 11 seconds' worth); beyond it CreateTopics v6+,
+    /// CreatePartitions v3+ and DeleteTopics v5+ answer
+    /// THROTTLING_QUOTA_EXCEEDED with the throttle time, older versions are
+    /// served and then throttled. 0: no quota.
+    #[arg(long, env = "KAAS_CONTROLLER_MUTATION_RATE", default_value_t = 1_000.0)]
+    pub controller_mutation_rate: f64,
     /// Most topics one Metadata request may auto-create; the others are
     /// answered LEADER_NOT_AVAILABLE (retriable) without being created.
     #[arg(long, env = "KAAS_MAX_AUTO_CREATE_PER_REQUEST", default_value_t = 100)]

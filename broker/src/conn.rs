@@ -649,8 +649,10 @@ pub async fn serve(b: Arc<Broker>, sock: TcpStream, peer: std::net::SocketAddr, 
                 }
             };
             let header = req.header;
-            let dispatched = match oversized {
-                None => api::with_peer(peer, api::dispatch(&b, &header, req.body)).await,
+            let (dispatched, hold) = match oversized {
+                None => {
+                    api::with_hold(api::with_peer(peer, api::dispatch(&b, &header, req.body))).await
+                }
                 Some(size) => {
                     if let Some(count) =
                         b.peer_warnings
@@ -658,7 +660,7 @@ pub async fn serve(b: Arc<Broker>, sock: TcpStream, peer: std::net::SocketAddr, 
                     {
                         tracing::warn!(%peer, size, max_request_bytes = b.args.max_request_bytes, count, "produce request over --max-request-bytes; answered MESSAGE_TOO_LARGE");
                     }
-                    api::dispatch_oversized(&header, req.body)
+                    (api::dispatch_oversized(&header, req.body), Duration::ZERO)
                 }
             };
             let fut = match dispatched {
@@ -689,6 +691,11 @@ pub async fn serve(b: Arc<Broker>, sock: TcpStream, peer: std::net::SocketAddr, 
             .boxed();
             if tx.send((f, held, produce_read_at)).is_err() {
                 return;
+            }
+            if !hold.is_zero() {
+                // Muted (a throttled request): its answer goes out now, the
+                // next request is read after.
+                tokio::time::sleep(hold).await;
             }
         }
     };

@@ -1,7 +1,8 @@
 //! Declared bounds on what one request may make the broker do: partitions
-//! per CreateTopics request and in the whole cluster, topics auto-created
-//! per Metadata request and per second, and the helper that logs a repeated
-//! condition once per interval with a count.
+//! per CreateTopics request, per broker and in the whole cluster, the rate
+//! of partition mutations (KIP-599), topics auto-created per Metadata
+//! request and per second, and the helper that logs a repeated condition
+//! once per interval with a count.
 //!
 //! Why bounds at all: every partition costs the broker files, timers and a
 //! share of the assignment the controller rewrites, so a single request for
@@ -38,6 +39,27 @@ pub enum LimitError {
         /// The bound.
         max: i64,
     },
+    /// POLICY_VIOLATION (44): the brokers would lead too many partitions
+    /// each (KIP-578's `max.broker.partitions`; Kafka has no code of its
+    /// own for it, and refuses a too large operation with POLICY_VIOLATION).
+    #[error("the cluster has {existing} partitions; {asked} more would exceed {brokers} broker(s) × {per_broker} partitions per broker (--max-partitions-per-broker)")]
+    BrokerPartitions {
+        /// Partitions the cluster holds (as this broker knows it).
+        existing: i64,
+        /// Partitions of this topic.
+        asked: i64,
+        /// Live brokers (at least one).
+        brokers: i64,
+        /// The bound per broker.
+        per_broker: i64,
+    },
+    /// THROTTLING_QUOTA_EXCEEDED (89, retriable): the partition mutation
+    /// rate (KIP-599) is spent; the client may retry after the throttle.
+    #[error("the partition mutation rate is exceeded (--controller-mutation-rate); retry after {throttle_ms} ms")]
+    Throttled {
+        /// How long until the quota has credit again.
+        throttle_ms: i32,
+    },
     /// LEADER_NOT_AVAILABLE (5, retriable): the topic was not auto-created
     /// by this request (too many in one request, or the per-broker rate is
     /// spent); a client retrying later gets it created.
@@ -57,28 +79,42 @@ pub enum LimitError {
 pub struct PartitionBudget {
     per_request: i64,
     cluster: i64,
+    /// (live brokers, partitions per broker).
+    per_broker: Option<(i64, i64)>,
     existing: i64,
     requested: i64,
 }
 
 impl PartitionBudget {
-    /// A budget for one request; `existing` is the cluster's partition count.
-    pub fn new(args: &BrokerArgs, existing: i64) -> Self {
-        Self::with_limits(
+    /// A budget for one request; `existing` is the cluster's partition
+    /// count, `brokers` how many brokers are live (at least one counts).
+    pub fn new(args: &BrokerArgs, existing: i64, brokers: usize) -> Self {
+        let mut b = Self::with_limits(
             args.max_partitions_per_request,
             args.max_partitions,
             existing,
-        )
+        );
+        if let Some(per_broker) = args.max_partitions_per_broker {
+            b.per_broker = Some(((brokers as i64).max(1), per_broker));
+        }
+        b
     }
 
-    /// A budget with explicit limits.
+    /// A budget with explicit limits (no per-broker bound).
     pub fn with_limits(per_request: i64, cluster: i64, existing: i64) -> Self {
         Self {
             per_request,
             cluster,
+            per_broker: None,
             existing,
             requested: 0,
         }
+    }
+
+    /// The same with a per-broker bound over `brokers` brokers.
+    pub fn with_broker_limit(mut self, brokers: i64, per_broker: i64) -> Self {
+        self.per_broker = Some((brokers.max(1), per_broker));
+        self
     }
 
     /// Admit a topic of `partitions` partitions, or say which bound refuses
@@ -101,9 +137,105 @@ impl PartitionBudget {
                 max: self.cluster,
             });
         }
+        if let Some((brokers, per_broker)) = self.per_broker {
+            if existing + p > brokers.saturating_mul(per_broker) {
+                return Err(LimitError::BrokerPartitions {
+                    existing,
+                    asked: p,
+                    brokers,
+                    per_broker,
+                });
+            }
+        }
         self.requested = asked;
         Ok(())
     }
+}
+
+/// Default `--max-partitions-per-broker`: four partitions per segment file
+/// the broker may hold open (`--max-open-segment-files`, itself a quarter
+/// of the descriptor limit), within 1,000..10,000 — 10,000 being what one
+/// broker was measured to serve idle within its budgets (BENCHMARKS.md).
+pub fn default_partitions_per_broker(open_segment_files: usize) -> i64 {
+    (open_segment_files as i64)
+        .saturating_mul(4)
+        .clamp(1_000, 10_000)
+}
+
+/// KIP-599's controller mutation quota, for this broker: a token bucket of
+/// partition mutations (partitions created, added or deleted) refilled at
+/// `rate` per second, holding at most `rate` × [`MUTATION_BURST_SECS`]
+/// (Kafka's quota window: 11 one-second samples). A request is admitted
+/// while the bucket is not in debt and may overdraw it; then the next ones
+/// wait until the debt is repaid: the throttle is debt / rate.
+#[derive(Debug, Clone)]
+pub struct MutationQuota {
+    rate: f64,
+    burst: f64,
+    tokens: f64,
+    last: Instant,
+}
+
+/// See [`MutationQuota`].
+pub const MUTATION_BURST_SECS: f64 = 11.0;
+
+impl MutationQuota {
+    /// A full bucket; `rate` ≤ 0 means no quota.
+    pub fn new(rate: f64, now: Instant) -> Self {
+        let burst = (rate * MUTATION_BURST_SECS).max(1.0);
+        Self {
+            rate,
+            burst,
+            tokens: burst,
+            last: now,
+        }
+    }
+
+    fn refill(&mut self, now: Instant) {
+        let dt = now.saturating_duration_since(self.last).as_secs_f64();
+        self.last = self.last.max(now);
+        self.tokens = (self.tokens + dt * self.rate).min(self.burst);
+    }
+
+    /// How long a client is to wait now (zero while not in debt).
+    pub fn throttle(&mut self, now: Instant) -> Duration {
+        if self.rate <= 0.0 {
+            return Duration::ZERO;
+        }
+        self.refill(now);
+        if self.tokens >= 0.0 {
+            Duration::ZERO
+        } else {
+            Duration::from_secs_f64((-self.tokens / self.rate).min(3600.0))
+        }
+    }
+
+    /// Strict (CreateTopics v6+, CreatePartitions v3+, DeleteTopics v5+):
+    /// take `partitions` mutations, or refuse them while in debt.
+    pub fn admit(&mut self, partitions: i64, now: Instant) -> Result<(), LimitError> {
+        let wait = self.throttle(now);
+        if !wait.is_zero() {
+            return Err(LimitError::Throttled {
+                throttle_ms: throttle_ms(wait),
+            });
+        }
+        self.tokens -= partitions.max(0) as f64;
+        Ok(())
+    }
+
+    /// Permissive (older versions, which have no error for it): take them
+    /// whatever the debt; the request is throttled afterwards instead.
+    pub fn record(&mut self, partitions: i64, now: Instant) {
+        if self.rate > 0.0 {
+            self.refill(now);
+            self.tokens -= partitions.max(0) as f64;
+        }
+    }
+}
+
+/// A throttle as the protocol's `throttle_time_ms`.
+pub fn throttle_ms(d: Duration) -> i32 {
+    d.as_millis().min(i32::MAX as u128) as i32
 }
 
 /// A token bucket: `rate` tokens per second, holding at most `burst`.
@@ -245,6 +377,62 @@ mod tests {
             one.admit(100_000),
             Err(LimitError::PartitionsPerRequest { .. })
         ));
+    }
+
+    #[test]
+    fn broker_bound_is_brokers_times_the_limit() {
+        let mut b = PartitionBudget::with_limits(100, 1_000, 5).with_broker_limit(2, 5);
+        assert_eq!(b.admit(4), Ok(()));
+        assert_eq!(
+            b.admit(2),
+            Err(LimitError::BrokerPartitions {
+                existing: 9,
+                asked: 2,
+                brokers: 2,
+                per_broker: 5
+            })
+        );
+        assert_eq!(b.admit(1), Ok(()));
+        // No live broker known yet still counts as one.
+        let mut none = PartitionBudget::with_limits(100, 1_000, 0).with_broker_limit(0, 3);
+        assert!(matches!(
+            none.admit(4),
+            Err(LimitError::BrokerPartitions { brokers: 1, .. })
+        ));
+        assert_eq!(default_partitions_per_broker(32), 1_000);
+        assert_eq!(default_partitions_per_broker(1_000), 4_000);
+        assert_eq!(default_partitions_per_broker(4_096), 10_000);
+    }
+
+    #[test]
+    fn mutation_quota_admits_until_in_debt_then_throttles() {
+        let t0 = Instant::now();
+        // 10/s: a burst of 110.
+        let mut q = MutationQuota::new(10.0, t0);
+        assert_eq!(q.admit(100, t0), Ok(()));
+        // Not in debt (10 left): admitted, and overdraws to -40.
+        assert_eq!(q.admit(50, t0), Ok(()));
+        assert_eq!(
+            q.admit(1, t0),
+            Err(LimitError::Throttled { throttle_ms: 4000 })
+        );
+        assert_eq!(
+            q.throttle(t0 + Duration::from_secs(1)),
+            Duration::from_secs(3)
+        );
+        assert_eq!(q.admit(1, t0 + Duration::from_secs(4)), Ok(()));
+        // Permissive: always taken, the throttle says how long to wait.
+        q.record(99, t0 + Duration::from_secs(4));
+        assert_eq!(
+            q.throttle(t0 + Duration::from_secs(4)),
+            Duration::from_secs(10)
+        );
+        // No quota.
+        let mut off = MutationQuota::new(0.0, t0);
+        for _ in 0..10 {
+            assert_eq!(off.admit(1_000_000, t0), Ok(()));
+        }
+        assert_eq!(off.throttle(t0), Duration::ZERO);
     }
 
     #[test]

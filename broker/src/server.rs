@@ -42,6 +42,16 @@ pub fn run(args: BrokerArgs) -> anyhow::Result<()> {
     let segment_files = args
         .max_open_segment_files
         .unwrap_or_else(|| crate::fd_budget::segment_file_cap(&fds));
+    let mut args = args;
+    let per_broker = *args
+        .max_partitions_per_broker
+        .get_or_insert_with(|| crate::limits::default_partitions_per_broker(segment_files));
+    tracing::info!(
+        max_partitions_per_broker = per_broker,
+        max_partitions = args.max_partitions,
+        controller_mutation_rate = args.controller_mutation_rate,
+        "partition limits"
+    );
     kaas_actors::partition::files::OpenFiles::configure(
         segment_files,
         std::time::Duration::from_millis(args.segment_idle_close_ms),

@@ -86,6 +86,8 @@ pub struct Broker {
     pub controller: std::sync::OnceLock<Mailbox<ControllerActor>>,
     /// Rate of Metadata auto-creation (--auto-create-per-sec).
     pub auto_create: std::sync::Mutex<crate::limits::TokenBucket>,
+    /// KIP-599 partition mutation quota (--controller-mutation-rate).
+    pub mutations: std::sync::Mutex<crate::limits::MutationQuota>,
     /// Repeated warnings about one peer, logged once per interval.
     pub peer_warnings: crate::limits::PeerWarnings,
     /// The data volume's free-space reserve (see [`crate::reserve`]).
@@ -166,6 +168,10 @@ impl Broker {
                 args.auto_create_per_sec,
                 std::time::Instant::now(),
             )),
+            mutations: std::sync::Mutex::new(crate::limits::MutationQuota::new(
+                args.controller_mutation_rate,
+                std::time::Instant::now(),
+            )),
             peer_warnings: crate::limits::PeerWarnings::new(Duration::from_secs(10)),
             fetch_sessions: Default::default(),
             inflight: Arc::new(crate::conn::ByteBudget::new(
@@ -184,6 +190,17 @@ impl Broker {
     /// A topic's stamp, as the newest assignment knows it.
     pub fn topic(&self, name: &str) -> Option<TopicStamp> {
         self.topics.read().unwrap().get(name).cloned()
+    }
+
+    /// The partition limits for one request, over the cluster as this
+    /// broker knows it (its topics, and the live brokers the assignment
+    /// advertises).
+    pub fn partition_budget(&self) -> crate::limits::PartitionBudget {
+        crate::limits::PartitionBudget::new(
+            &self.args,
+            self.partition_count(),
+            self.assignment().brokers.len(),
+        )
     }
 
     /// Partitions of every topic this broker knows (the cluster's count

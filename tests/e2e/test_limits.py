@@ -2,22 +2,29 @@
 declares it serves is refused with the Kafka error code, before it touches
 the volume, and the broker keeps serving everyone else.
 
-* CreateTopics: partitions per request (--max-partitions-per-request) and in
-  the cluster (--max-partitions) -> POLICY_VIOLATION (44);
+* CreateTopics / CreatePartitions: partitions per request
+  (--max-partitions-per-request), per live broker (--max-partitions-per-broker)
+  and in the cluster (--max-partitions) -> POLICY_VIOLATION (44);
+* the partition mutation rate (--controller-mutation-rate, KIP-599) ->
+  THROTTLING_QUOTA_EXCEEDED (89) with throttle_time_ms from CreateTopics v6,
+  CreatePartitions v3 and DeleteTopics v5; older versions are served and then
+  held for the throttle time;
 * Metadata auto-creation: per request (--max-auto-create-per-request) and per
   second (--auto-create-per-sec) -> LEADER_NOT_AVAILABLE (5), not created.
 """
 
 import struct
+import time
 
 from confluent_kafka import KafkaError
-from confluent_kafka.admin import NewTopic
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 import kafka_wire as kw
-from conftest import admin, assert_healthy, create_topic, produce_and_check
+from conftest import admin, assert_healthy, client_conf, create_topic, produce_and_check
 
 POLICY_VIOLATION = 44
 LEADER_NOT_AVAILABLE = 5
+THROTTLING_QUOTA_EXCEEDED = 89
 
 
 def create_codes(bootstrap, topics, timeout=30.0):
@@ -147,3 +154,94 @@ def test_every_topic_create_and_delete_is_logged_at_info(broker, topic_name):
     assert created and "INFO" in created[0] and "partitions=2" in created[0], broker.log_tail()
     deleted = [ln for ln in log.splitlines() if "topic deleted" in ln and topic_name in ln]
     assert deleted and "INFO" in deleted[0], broker.log_tail()
+
+
+def test_partitions_per_broker_bound_the_cluster(broker_factory, topic_name):
+    # One live broker, 10 partitions each: the cluster holds 10 at most.
+    b = broker_factory(["--max-partitions-per-broker", "10"])
+    create_topic(b.bootstrap, topic_name + "-a", 8)
+    assert create_codes(b.bootstrap, [(topic_name + "-b", 3)]) == {topic_name + "-b": POLICY_VIOLATION}
+    assert not b.topic_dir(topic_name + "-b").exists()
+    # CreatePartitions is held to the same bound.
+    a = admin(b.bootstrap)
+    f = a.create_partitions([NewPartitions(topic_name + "-a", 11)], operation_timeout=30,
+                            request_timeout=30)[topic_name + "-a"]
+    e = f.exception(timeout=30)
+    assert e is not None and e.args[0].code() == POLICY_VIOLATION, e
+    assert "--max-partitions-per-broker" in e.args[0].str(), e
+    assert create_codes(b.bootstrap, [(topic_name + "-c", 2)]) == {topic_name + "-c": 0}
+    produce_and_check(b.bootstrap, topic_name + "-a")
+    b.assert_no_panic()
+
+
+def create_topics_v7(addr, topics, correlation_id=11):
+    """(throttle_time_ms, {name: error code}) of one CreateTopics v7
+    request (flexible, the version with THROTTLING_QUOTA_EXCEEDED)."""
+    body = kw.compact_array([
+        kw.compact_string(n) + kw.i32(p) + kw.i16(1) + kw.compact_array([]) + kw.compact_array([]) + b"\x00"
+        for n, p in topics])
+    body += kw.i32(30_000) + b"\x00" + b"\x00"  # timeout, validate_only, tags
+    header = kw.i16(19) + kw.i16(7) + kw.i32(correlation_id) + kw.string("limits-test") + b"\x00"
+    with kw.connect(addr, timeout=60) as s:
+        r = kw.Reader(kw.roundtrip(s, header + body))
+    assert r.i32() == correlation_id
+    r.skip_tags()
+    throttle = r.i32()
+    out = {}
+    for _ in range(r.compact_array_len()):
+        name = r.compact_string()
+        r.take(16)  # topic id
+        code = r.i16()
+        r.compact_string()  # message
+        r.i32(), r.i16()  # partitions, replication factor
+        for _ in range(r.compact_array_len()):  # configs
+            r.compact_string(), r.compact_string(), r.i8(), r.i8(), r.i8()
+            r.skip_tags()
+        r.skip_tags()
+        out[name] = code
+    return throttle, out
+
+
+def test_partition_mutation_rate_is_throttled(broker_factory, topic_name):
+    # 2 partition mutations per second: a burst of 22.
+    b = broker_factory(["--controller-mutation-rate", "2"])
+    throttle, codes = create_topics_v7(b.addr, [(topic_name + "-a", 20), (topic_name + "-b", 10),
+                                                (topic_name + "-c", 1)])
+    # -a fits the burst; -b is admitted with credit left and overdraws it
+    # (to -8: 4 s); -c is refused while in debt, and the answer says how
+    # long to back off.
+    assert codes == {topic_name + "-a": 0, topic_name + "-b": 0,
+                     topic_name + "-c": THROTTLING_QUOTA_EXCEEDED}, codes
+    assert 3_000 <= throttle <= 4_000, throttle
+    assert not b.topic_dir(topic_name + "-c").exists()
+    # Once the debt is repaid, creation goes on.
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        _, codes = create_topics_v7(b.addr, [(topic_name + "-d", 30)])
+        if codes[topic_name + "-d"] != THROTTLING_QUOTA_EXCEEDED:
+            break
+        time.sleep(0.5)
+    assert codes == {topic_name + "-d": 0}, codes
+    # In debt again (-30: 15 s). confluent-kafka (librdkafka 2.16) sends
+    # CreateTopics v4, older than THROTTLING_QUOTA_EXCEEDED: its topic is
+    # created and answered at once with throttle_time_ms, and then its
+    # connection is muted for that long (as Kafka mutes the channel).
+    throttles = []
+    a = AdminClient(client_conf(b.bootstrap, **{"socket.timeout.ms": 60000,
+                                                "throttle_cb": lambda ev: throttles.append(ev.throttle_time)}))
+    t0 = time.monotonic()
+    f = a.create_topics([NewTopic(topic_name + "-e", 1, 1)], operation_timeout=60,
+                        request_timeout=60)[topic_name + "-e"]
+    assert f.exception(timeout=60) is None
+    answered = time.monotonic() - t0
+    assert answered < 5, answered
+    assert b.topic_dir(topic_name + "-e").exists()
+    deadline = time.monotonic() + 10
+    while not throttles and time.monotonic() < deadline:
+        a.poll(0.2)
+    assert throttles and 10 <= throttles[0] <= 16, throttles
+    # The next request on that connection waits out the mute.
+    t1 = time.monotonic()
+    a.list_topics(timeout=60)
+    assert time.monotonic() - t1 >= 8, time.monotonic() - t1
+    assert_healthy(b)

@@ -59,7 +59,13 @@ use std::time::Duration;
 /// next pass. 10,000 topics cost ~100 reads/s; 1,000 topics ~10.
 pub(crate) const TOPIC_REFRESH: Duration = Duration::from_secs(300);
 
-/// When a topic read at `at` is due again (see [`TOPIC_REFRESH`]).
+/// The data directory is listed at most this often (see
+/// `ControllerState::scan_topics`): topics changed through the Kafka API
+/// are announced by notices and planned the same pass; a directory made or
+/// removed without one is seen within this.
+pub(crate) const LIST_EVERY: Duration = Duration::from_secs(1);
+
+/// When a topic read at `at` is due to be read again (see [`TOPIC_REFRESH`]).
 fn refresh_due(name: &str, at: Duration) -> Duration {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
@@ -123,9 +129,62 @@ struct Leading {
     pruned_below: u64,
     /// The version the head was last written with.
     head: u64,
+    /// Topic stamps read, and when each is due to be read again (see
+    /// [`TOPIC_REFRESH`]).
     topics: HashMap<String, (TopicInfo, Duration)>,
+    /// What the last [`ControllerState::scan_topics`] gave the plan; kept
+    /// so a pass that read nothing new neither clones nor compares it.
+    view: BTreeMap<String, TopicInfo>,
+    /// Bumped whenever `view` changes.
+    view_gen: u64,
+    /// When the data directory was last listed (see
+    /// [`ControllerState::scan_topics`]).
+    listed_at: Option<Duration>,
+    /// Every broker `prev` names (leaders, releases, endpoints), for the
+    /// version it was computed at (so a pass does not walk every partition).
+    named: (u64, i32, Vec<i32>),
+    /// The inputs of the last plan that changed nothing: a pass whose
+    /// inputs are equal would change nothing again, so it skips the plan.
+    unchanged_plan: Option<PlanInputs>,
     /// Coordinator shards, once `group-shards.json` was read (0 before).
     shards: u32,
+}
+
+/// What [`plan_with_shards`] decides from, without what does not matter to
+/// it (a broker record's heartbeat `seq` changes every beat; the plan reads
+/// only liveness, incarnation, applied version, shutdown and fences). The
+/// plan is a pure function of these (a partition it would grant anew reads
+/// the disk's epochs, but a plan that changed nothing granted nothing anew).
+#[derive(Debug, PartialEq, Eq)]
+struct PlanInputs {
+    base: (i32, i32, u64),
+    shards: u32,
+    view_gen: u64,
+    brokers: Vec<(i32, bool, bool, BrokerRecord)>,
+}
+
+impl PlanInputs {
+    fn of(l: &Leading, shards: u32, brokers: &BTreeMap<i32, BrokerView>) -> Self {
+        Self {
+            base: (
+                l.prev.controller_epoch,
+                l.prev.controller_id,
+                l.prev.version,
+            ),
+            shards,
+            view_gen: l.view_gen,
+            brokers: brokers
+                .iter()
+                .map(|(id, b)| {
+                    let record = BrokerRecord {
+                        seq: 0,
+                        ..b.record.clone()
+                    };
+                    (*id, b.alive, b.suspect, record)
+                })
+                .collect(),
+        }
+    }
 }
 
 /// Every broker record this host has watched, as candidate or controller,
@@ -380,6 +439,11 @@ impl ControllerState {
             pruned_below: 0,
             head: 0,
             topics: HashMap::new(),
+            view: BTreeMap::new(),
+            view_gen: 0,
+            listed_at: None,
+            named: (0, 0, Vec::new()),
+            unchanged_plan: None,
             shards: 0,
         });
         self.lead()
@@ -411,18 +475,25 @@ impl ControllerState {
 
     fn observe(&mut self) -> std::io::Result<BTreeMap<i32, BrokerView>> {
         let mut ids = self.broker_ids()?;
-        let l = self.leading.as_ref().expect("leading");
+        let l = self.leading.as_mut().expect("leading");
         // Also every broker the assignment names, by exact name: a stale
-        // listing must not hide a broker that holds grants.
-        ids.extend(l.prev.brokers.iter().map(|b| b.id));
-        for t in l.prev.topics.values() {
-            for e in &t.partitions {
-                ids.push(e.leader);
-                if let Some((b, _, _)) = e.releasing {
-                    ids.push(b);
+        // listing must not hide a broker that holds grants. Collected once
+        // per version, not every pass (10,000 partitions each 100 ms).
+        if (l.named.0, l.named.1) != (l.prev.version, l.prev.controller_epoch) {
+            let mut named: Vec<i32> = l.prev.brokers.iter().map(|b| b.id).collect();
+            for t in l.prev.topics.values() {
+                for e in &t.partitions {
+                    named.push(e.leader);
+                    if let Some((b, _, _)) = e.releasing {
+                        named.push(b);
+                    }
                 }
             }
+            named.sort_unstable();
+            named.dedup();
+            l.named = (l.prev.version, l.prev.controller_epoch, named);
         }
+        ids.extend_from_slice(&l.named.2);
         self.read_records(ids);
         let dead_after = self.shared.timing.dead_after();
         let lease = self.shared.timing.lease;
@@ -534,13 +605,32 @@ impl ControllerState {
 
     /// Topic stamps by exact name; the listing only discovers names. A
     /// topic is re-read when it is new, when a change notice names it, or
-    /// when its slow refresh is due (see [`TOPIC_REFRESH`]).
-    fn scan_topics(&mut self) -> std::io::Result<BTreeMap<String, TopicInfo>> {
-        let names = self.fs.list(&self.data_dir)?;
+    /// when its slow refresh is due (see [`TOPIC_REFRESH`]). The result is
+    /// `Leading::view`, and `view_gen` moves only when it changed: an idle
+    /// pass reads no stamp and copies nothing.
+    ///
+    /// The data directory is listed at most every [`LIST_EVERY`]; a pass in
+    /// between reads only the topics its notices name (every create, grow,
+    /// alter and delete through any broker posts one, so it is planned in
+    /// the same pass). The listing is the safety net for what comes without
+    /// a notice (a directory made by the operator or removed by hand), and
+    /// listing 1,000 names ten times a second was most of what an idle
+    /// controller still cost.
+    fn scan_topics(&mut self) -> std::io::Result<()> {
         let now = self.clock.now();
+        let relist = self
+            .leading
+            .as_ref()
+            .expect("leading")
+            .listed_at
+            .is_none_or(|t| now.saturating_sub(t) >= LIST_EVERY);
         let fs = self.fs.clone();
         let data_dir = self.data_dir.clone();
         let cluster_dir = self.cluster_dir().to_path_buf();
+        // Notices before the listing: a notice is posted after its topic's
+        // directory is complete, so the listing that follows shows every
+        // topic whose notice this pass consumes (listed first, a topic made
+        // in between would wait for the next listing).
         let notices = match kaas_volume::topic_notice::read_all(fs.as_ref(), &cluster_dir) {
             Ok(n) => n,
             Err(e) => {
@@ -548,12 +638,37 @@ impl ControllerState {
                 Vec::new()
             }
         };
+        let listing = if relist {
+            Some(self.fs.list(&self.data_dir)?)
+        } else {
+            None
+        };
         let l = self.leading.as_mut().expect("leading");
-        // A set, not the listing: `Vec::contains` per cached topic made
-        // this O(topics²) string compares every pass (a quarter of an idle
-        // 1,000-topic broker's CPU).
-        let listed: std::collections::HashSet<&str> = names.iter().map(String::as_str).collect();
-        l.topics.retain(|n, _| listed.contains(n.as_str()));
+        let mut out = std::mem::take(&mut l.view);
+        let mut changed = false;
+        let names: Vec<String> = match listing {
+            Some(names) => {
+                l.listed_at = Some(now);
+                // A set, not the listing: `Vec::contains` per cached topic
+                // made this O(topics²) string compares every pass.
+                let listed: std::collections::HashSet<&str> =
+                    names.iter().map(String::as_str).collect();
+                l.topics.retain(|n, _| listed.contains(n.as_str()));
+                let before = out.len();
+                out.retain(|n, _| listed.contains(n.as_str()));
+                changed = out.len() != before;
+                names
+            }
+            None => {
+                let mut named: Vec<String> = notices
+                    .iter()
+                    .filter_map(|(_, n)| n.as_ref().map(|n| n.topic.clone()))
+                    .collect();
+                named.sort_unstable();
+                named.dedup();
+                named
+            }
+        };
         // A delete request is trusted from its notice (see topic_notice);
         // every other change makes the topic be re-read now.
         let mut delete_noticed = std::collections::HashSet::new();
@@ -563,69 +678,76 @@ impl ControllerState {
             }
             l.topics.remove(&n.topic);
         }
-        let mut out = BTreeMap::new();
         for name in names {
             if validate_name(&name).is_err() {
                 continue;
             }
-            let fresh = l
-                .topics
-                .get(&name)
-                .filter(|(_, at)| now < refresh_due(&name, *at))
-                .map(|(t, _)| t.clone());
-            let info = match fresh {
-                Some(t) => Some(t),
-                None => {
-                    // The stamp with the configs in force (an altered
-                    // set of this incarnation replaces the stamp's).
-                    match kaas_volume::topic_config::read_topic(fs.as_ref(), &data_dir.join(&name))
-                    {
-                        Ok(Some(s)) if !(1..=100_000).contains(&s.partitions) => {
-                            tracing::warn!(topic = %name, partitions = s.partitions, "topic stamp has an impossible partition count; ignored");
-                            None
-                        }
-                        Ok(Some(s)) => {
-                            let dir = data_dir.join(&name);
-                            let noticed = delete_noticed.contains(&(name.clone(), s.topic_id));
-                            let deleting = match kaas_volume::topic_dir::delete_requested(
-                                fs.as_ref(),
-                                &dir,
-                                s.topic_id,
-                            ) {
-                                Ok(d) => d || noticed,
-                                // Not known: keep what we knew (a delete is
-                                // never un-asked; a wrong "no" only waits).
-                                Err(e) => {
-                                    tracing::warn!(topic = %name, error = %e, "delete request unreadable");
-                                    l.topics.get(&name).is_some_and(|(t, _)| t.deleting)
-                                }
-                            };
-                            let t = TopicInfo {
-                                topic_id: s.topic_id,
-                                partitions: s.partitions,
-                                configs: s.configs,
-                                deleting,
-                            };
-                            l.topics.insert(name.clone(), (t.clone(), now));
-                            Some(t)
-                        }
-                        Ok(None) => {
-                            l.topics.remove(&name);
-                            None
-                        }
-                        Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => None,
-                        Err(e) => {
-                            // Keep what we knew; one bad stamp must not
-                            // stall the controller.
-                            tracing::warn!(topic = %name, error = %e, "topic stamp unreadable");
-                            l.topics.get(&name).map(|(t, _)| t.clone())
-                        }
+            if let Some((t, _)) = l.topics.get(&name).filter(|(_, due)| now < *due) {
+                if out.get(&name) != Some(t) {
+                    out.insert(name, t.clone());
+                    changed = true;
+                }
+                continue;
+            }
+            let info = {
+                // The stamp with the configs in force (an altered
+                // set of this incarnation replaces the stamp's).
+                match kaas_volume::topic_config::read_topic(fs.as_ref(), &data_dir.join(&name)) {
+                    Ok(Some(s)) if !(1..=100_000).contains(&s.partitions) => {
+                        tracing::warn!(topic = %name, partitions = s.partitions, "topic stamp has an impossible partition count; ignored");
+                        None
+                    }
+                    Ok(Some(s)) => {
+                        let dir = data_dir.join(&name);
+                        let noticed = delete_noticed.contains(&(name.clone(), s.topic_id));
+                        let deleting = match kaas_volume::topic_dir::delete_requested(
+                            fs.as_ref(),
+                            &dir,
+                            s.topic_id,
+                        ) {
+                            Ok(d) => d || noticed,
+                            // Not known: keep what we knew (a delete is
+                            // never un-asked; a wrong "no" only waits).
+                            Err(e) => {
+                                tracing::warn!(topic = %name, error = %e, "delete request unreadable");
+                                l.topics.get(&name).is_some_and(|(t, _)| t.deleting)
+                            }
+                        };
+                        let t = TopicInfo {
+                            topic_id: s.topic_id,
+                            partitions: s.partitions,
+                            configs: s.configs,
+                            deleting,
+                        };
+                        l.topics
+                            .insert(name.clone(), (t.clone(), refresh_due(&name, now)));
+                        Some(t)
+                    }
+                    Ok(None) => {
+                        l.topics.remove(&name);
+                        None
+                    }
+                    Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => None,
+                    Err(e) => {
+                        // Keep what we knew; one bad stamp must not
+                        // stall the controller.
+                        tracing::warn!(topic = %name, error = %e, "topic stamp unreadable");
+                        l.topics.get(&name).map(|(t, _)| t.clone())
                     }
                 }
             };
-            if let Some(t) = info {
-                out.insert(name, t);
+            match info {
+                Some(t) if out.get(&name) != Some(&t) => {
+                    out.insert(name, t);
+                    changed = true;
+                }
+                Some(_) => {}
+                None => changed |= out.remove(&name).is_some(),
             }
+        }
+        l.view = out;
+        if changed {
+            l.view_gen += 1;
         }
         // Acted on: the state they announced is in `l.topics` now. A failed
         // removal is retried next pass (acting twice only re-reads).
@@ -635,7 +757,7 @@ impl ControllerState {
                 break;
             }
         }
-        Ok(out)
+        Ok(())
     }
 
     /// Fold every complete version after `prev` into it (ours that landed
@@ -701,7 +823,7 @@ impl ControllerState {
 
     fn lead(&mut self) -> std::io::Result<bool> {
         let brokers = self.observe()?;
-        let mut topics = self.scan_topics()?;
+        self.scan_topics()?;
         let repair_at = match self.catch_up()? {
             CatchUp::Deposed => {
                 self.resign("a newer controller published a version");
@@ -710,6 +832,29 @@ impl ControllerState {
             CatchUp::Wait => return Ok(false),
             CatchUp::Plan { repair } => repair,
         };
+        let data_dir = self.data_dir.clone();
+        let fs = self.fs.clone();
+        let cluster_dir = self.cluster_dir().to_path_buf();
+        let l = self.leading.as_mut().expect("leading");
+        if l.shards == 0 {
+            // Recorded once at cluster creation by the first broker.
+            l.shards =
+                crate::group::shard::read_count(fs.as_ref(), &cluster_dir)?.map_or(0, |c| c.get());
+        }
+        // Never fewer shards than already granted (the count is immutable).
+        let shards = l.shards.max(l.prev.coordinators.len() as u32);
+        // Same inputs as a plan that changed nothing: it would change
+        // nothing again (an idle controller of 10,000 partitions spent most
+        // of its CPU re-planning every one of them each poll). A broker's
+        // death, a new or changed topic, or a folded version changes the
+        // inputs, so it is still planned in the same pass.
+        let inputs = PlanInputs::of(l, shards, &brokers);
+        if repair_at.is_none() && l.unchanged_plan.as_ref() == Some(&inputs) {
+            self.housekeeping();
+            self.remove_vacated();
+            return Ok(false);
+        }
+        let mut topics = l.view.clone();
         // A topic whose directory vanished without our delete (removed by
         // hand, or not listed for a moment) still has leaders with files
         // open: it leaves the assignment only the way a deleted one does,
@@ -732,16 +877,8 @@ impl ControllerState {
             }
         }
         let me = self.shared.broker_id;
-        let data_dir = self.data_dir.clone();
-        let fs = self.fs.clone();
-        let cluster_dir = self.cluster_dir().to_path_buf();
         let now = self.clock.now();
         let l = self.leading.as_mut().expect("leading");
-        if l.shards == 0 {
-            // Recorded once at cluster creation by the first broker.
-            l.shards =
-                crate::group::shard::read_count(fs.as_ref(), &cluster_dir)?.map_or(0, |c| c.get());
-        }
         let base = &l.prev;
         let list_failed = std::cell::Cell::new(false);
         let disk_epoch = |t: &str, p: i32| -> i32 {
@@ -769,8 +906,6 @@ impl ControllerState {
                 .max()
                 .unwrap_or(0)
         };
-        // Never fewer shards than already granted (the count is immutable).
-        let shards = l.shards.max(base.coordinators.len() as u32);
         let planned = plan_with_shards(base, l.epoch, me, &brokers, &topics, shards, disk_epoch);
         if list_failed.get() {
             // A new partition's starting epoch must be above what is on disk;
@@ -788,6 +923,7 @@ impl ControllerState {
                 ..base.clone()
             },
             None => {
+                l.unchanged_plan = Some(inputs);
                 self.housekeeping();
                 self.remove_vacated();
                 return Ok(false);

@@ -340,6 +340,25 @@ fn a_controller_whose_lease_lapsed_writes_nothing() {
     assert_eq!(ffs.ops(), ops, "no write after the lease is gone");
 }
 
+fn id_of(id: u128) -> uuid::Uuid {
+    uuid::Uuid::from_u128(id)
+}
+
+/// A change notice for `name`, posted to the cluster directory the tests
+/// keep in `data`.
+fn notice(data: &Path, name: &str, id: uuid::Uuid) {
+    kaas_volume::topic_notice::post(
+        real().as_ref(),
+        &data.join("__cluster"),
+        &kaas_volume::topic_notice::Notice {
+            topic: name.into(),
+            topic_id: Some(id),
+            delete: false,
+        },
+    )
+    .unwrap();
+}
+
 /// The topic `t` with `n` partitions, stamped in `data`.
 fn stamp_topic(data: &Path, n: i32) {
     let stamp = crate::topic::TopicStamp {
@@ -356,6 +375,9 @@ fn stamp_topic(data: &Path, n: i32) {
         &stamp,
     )
     .unwrap();
+    // As the catalog does: announced, so the controller reads it the
+    // next pass (it lists the directory only every LIST_EVERY).
+    notice(data, "t", id_of(7));
 }
 
 fn on_disk(cluster: &Path) -> Assignment {
@@ -681,6 +703,16 @@ fn a_vanished_topic_is_let_go_two_phase_like_a_deleted_one() {
         pass(true);
     }
     std::fs::remove_dir_all(data.join("t")).unwrap();
+    // Gone without a notice: seen at the next listing.
+    let polls = (super::controller::LIST_EVERY.as_millis() / TIMING.poll.as_millis()) as usize;
+    let mut seen = false;
+    for _ in 0..=polls {
+        if pass(false).topics.get("t").is_some_and(|t| t.deleting) {
+            seen = true;
+            break;
+        }
+    }
+    assert!(seen, "a vanished topic not seen within a listing interval");
     for _ in 0..20 {
         let a = pass(false);
         let t = a.topics.get("t").expect("kept until broker 2 let go");
@@ -855,6 +887,9 @@ fn stamp_named(data: &Path, name: &str, id: u128, n: i32) {
         &stamp,
     )
     .unwrap();
+    // As the catalog does: announced, so the controller reads it the
+    // next pass (it lists the directory only every LIST_EVERY).
+    notice(data, name, id_of(id));
 }
 
 /// A seam over the real filesystem that counts the bytes written through
@@ -1479,5 +1514,41 @@ fn the_watcher_never_opens_a_version_before_the_head_or_a_listing_names_it() {
         "opened before named: {:?} (all opens {:?})",
         w_fs.early.lock().unwrap(),
         w_fs.opened.lock().unwrap()
+    );
+}
+
+#[test]
+fn a_paused_process_is_not_taken_for_a_stuck_poller_but_a_stuck_one_is() {
+    let d = tempfile::tempdir().unwrap();
+    let clock = FakeClock::new();
+    let s = shared(d.path(), 1, 11, &clock);
+    let mut m = beat(real(), &s);
+    s.watcher_tick.store(s.now_ns(), Ordering::Release);
+    s.controller_tick.store(s.now_ns(), Ordering::Release);
+    clock.advance(TIMING.heartbeat);
+    assert_eq!(m.beat(), BeatOutcome::Written { lease_valid: true });
+    // The whole process stopped for five leases (SIGSTOP): every actor is
+    // equally late, and the missed beats run back to back on resume. That
+    // is a lapse, not a stuck actor.
+    clock.advance(TIMING.lease * 5);
+    for _ in 0..20 {
+        assert_ne!(m.beat(), BeatOutcome::Withheld);
+    }
+    // The controller polls on, the watcher never again, the heartbeat runs
+    // on time: withheld once the watcher stood still two leases of it.
+    let mut ran = Duration::ZERO;
+    loop {
+        clock.advance(TIMING.heartbeat);
+        ran += TIMING.heartbeat;
+        s.controller_tick.store(s.now_ns(), Ordering::Release);
+        if m.beat() == BeatOutcome::Withheld {
+            break;
+        }
+        assert!(ran < TIMING.lease * 10, "a stuck watcher was never noticed");
+    }
+    // (The pause counts as at most two heartbeat intervals of it.)
+    assert!(
+        ran + TIMING.heartbeat * 2 > TIMING.lease * 2,
+        "withheld after {ran:?}"
     );
 }

@@ -309,6 +309,14 @@ pub struct MembershipState {
     /// means a second process runs with our broker id.
     mine: Vec<u64>,
     new_incarnation: fn() -> u64,
+    /// The poll actors' last ticks as the previous beat saw them, how long
+    /// they have stood still *while this heartbeat ran*, and when it last
+    /// ran (see [`MembershipState::stalled`]).
+    ticks_seen: (u64, u64),
+    stalled_for: Duration,
+    last_beat: Option<Duration>,
+    /// Whether the stall was already logged.
+    stall_logged: bool,
 }
 
 impl MembershipState {
@@ -322,7 +330,41 @@ impl MembershipState {
             failures: 0,
             mine,
             new_incarnation: incarnation,
+            ticks_seen: (0, 0),
+            stalled_for: Duration::ZERO,
+            last_beat: None,
+            stall_logged: false,
         }
+    }
+
+    /// Whether the watcher or the controller actor has stopped polling: its
+    /// tick stood still for two leases *of this heartbeat's own running
+    /// time*. Each gap between beats counts for at most two heartbeat
+    /// intervals, so a pause of the whole process (SIGSTOP, a VM stall, a
+    /// saturated host) — after which every actor is equally late and the
+    /// missed beats run back to back — is not taken for a stuck actor:
+    /// only beats that kept running while a tick stood still are.
+    fn stalled(&mut self, now: Duration) -> bool {
+        let ticks = (
+            self.shared.watcher_tick.load(Ordering::Acquire),
+            self.shared.controller_tick.load(Ordering::Acquire),
+        );
+        let gap = self
+            .last_beat
+            .map_or(Duration::ZERO, |t| now.saturating_sub(t))
+            .min(self.shared.timing.heartbeat * 2);
+        self.last_beat = Some(now);
+        // One of them has polled, and has not since the last beat.
+        let still = (ticks.0 != 0 && ticks.0 == self.ticks_seen.0)
+            || (ticks.1 != 0 && ticks.1 == self.ticks_seen.1);
+        self.ticks_seen = ticks;
+        if still {
+            self.stalled_for += gap;
+        } else {
+            self.stalled_for = Duration::ZERO;
+            self.stall_logged = false;
+        }
+        self.stalled_for > self.shared.timing.lease * 2
     }
 
     /// The last heartbeat sequence number written (or attempted).
@@ -332,7 +374,8 @@ impl MembershipState {
 
     /// One heartbeat pass.
     pub fn beat(&mut self) -> BeatOutcome {
-        let lease = &self.shared.lease;
+        let shared = self.shared.clone();
+        let lease = &shared.lease;
         let clock = lease.clock().clone();
         let path = broker_record_path(&self.shared.cluster_dir, self.shared.broker_id);
         // Only we write our record. If it shows an incarnation we never
@@ -347,13 +390,11 @@ impl MembershipState {
                 };
             }
         }
-        let now = clock.now().as_nanos() as u64;
-        let stale = |t: &AtomicU64| {
-            let t = t.load(Ordering::Acquire);
-            t != 0 && now.saturating_sub(t) > (self.shared.timing.lease * 2).as_nanos() as u64
-        };
-        if stale(&self.shared.watcher_tick) || stale(&self.shared.controller_tick) {
-            tracing::error!(broker_id = self.shared.broker_id, "assignment watcher or controller actor stopped polling; withholding heartbeats so the lease lapses");
+        if self.stalled(clock.now()) {
+            // Once per stall: every beat after it is withheld the same way.
+            if !std::mem::replace(&mut self.stall_logged, true) {
+                tracing::error!(broker_id = self.shared.broker_id, "assignment watcher or controller actor stopped polling; withholding heartbeats so the lease lapses");
+            }
             return BeatOutcome::Withheld;
         }
         let mut inc = lease.incarnation();

@@ -142,9 +142,12 @@ impl From<&LimitError> for ApiError {
     fn from(e: &LimitError) -> Self {
         Self(match e {
             // What Kafka answers when a CreateTopicPolicy refuses a create.
-            LimitError::PartitionsPerRequest { .. } | LimitError::ClusterPartitions { .. } => {
-                ResponseError::PolicyViolation
-            }
+            LimitError::PartitionsPerRequest { .. }
+            | LimitError::ClusterPartitions { .. }
+            | LimitError::BrokerPartitions { .. } => ResponseError::PolicyViolation,
+            // KIP-599, only to the versions that know it (see
+            // `api::admin::mutation_quota`).
+            LimitError::Throttled { .. } => ResponseError::ThrottlingQuotaExceeded,
             // What Kafka answers for a topic whose auto-creation has not
             // (yet) happened: retriable, so the client asks again later
             // instead of failing (Metadata has no throttling error).
@@ -241,6 +244,20 @@ mod tests {
         assert_eq!(
             ApiError::from(&LimitError::AutoCreateDeferred("x")).code(),
             5
+        );
+        assert_eq!(
+            ApiError::from(&LimitError::BrokerPartitions {
+                existing: 1,
+                asked: 2,
+                brokers: 1,
+                per_broker: 2
+            })
+            .code(),
+            44
+        );
+        assert_eq!(
+            ApiError::from(&LimitError::Throttled { throttle_ms: 5 }).code(),
+            89
         );
     }
 

@@ -193,9 +193,7 @@ fn defer_auto_create(b: &Broker, name: &str, c: &mut AutoCreates) -> Option<Limi
             "too many topics in one request (--max-auto-create-per-request)",
         ));
     }
-    let budget = c
-        .budget
-        .get_or_insert_with(|| PartitionBudget::new(&b.args, b.partition_count()));
+    let budget = c.budget.get_or_insert_with(|| b.partition_budget());
     if let Err(e) = budget.clone().admit(b.args.default_partitions) {
         if let Some(count) = super::warn_for_peer(b, "auto-creation refused") {
             tracing::warn!(peer = %super::peer_name(), topic = %name, reason = %e, count, "auto-creation refused");

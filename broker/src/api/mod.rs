@@ -278,6 +278,30 @@ pub async fn with_peer<F: std::future::Future>(peer: std::net::SocketAddr, f: F)
     PEER.scope(peer, f).await
 }
 
+tokio::task_local! {
+    /// How long the connection is to read nothing more after the answer of
+    /// the request being dispatched is queued (see [`hold_connection`]).
+    static HOLD: std::cell::Cell<std::time::Duration>;
+}
+
+/// Run `f` (a request's [`dispatch`]) and say how long the connection is
+/// to hold its next read afterwards ([`hold_connection`]).
+pub async fn with_hold<F: std::future::Future>(f: F) -> (F::Output, std::time::Duration) {
+    HOLD.scope(std::cell::Cell::new(std::time::Duration::ZERO), async {
+        let out = f.await;
+        (out, HOLD.with(std::cell::Cell::get))
+    })
+    .await
+}
+
+/// Mute the connection of the request being dispatched for `d` once its
+/// answer is queued, as Kafka mutes a throttled channel after sending the
+/// response: the client gets its answer (and throttle_time_ms) at once, and
+/// its next request waits. Outside a request (tests) nothing is held.
+pub(crate) fn hold_connection(d: std::time::Duration) {
+    let _ = HOLD.try_with(|h| h.set(h.get().max(d)));
+}
+
 /// The peer address of the request being dispatched (`None` outside one).
 pub(crate) fn peer() -> Option<std::net::SocketAddr> {
     PEER.try_with(|p| *p).ok()

@@ -8,10 +8,9 @@
 //! within the partition limits (POLICY_VIOLATION), no manual assignment
 //! (one copy on the shared volume: INVALID_REQUEST), validate_only honoured.
 
-use super::read_topic;
+use super::{read_topic, Mutations};
 use crate::api::error::ApiError;
 use crate::api::{s, Reply};
-use crate::limits::PartitionBudget;
 use crate::state::Broker;
 use kaas_actors::topic::GrowTopic;
 use kaas_protocol::kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
@@ -23,11 +22,13 @@ use std::time::{Duration, Instant};
 /// Answer inline (bounded by the request's timeout).
 pub async fn handle(
     b: &Arc<Broker>,
-    _v: i16,
+    v: i16,
     r: CreatePartitionsRequest,
 ) -> Reply<CreatePartitionsResponse> {
     let mut resp = CreatePartitionsResponse::default();
-    let mut budget = PartitionBudget::new(&b.args, b.partition_count());
+    let mut budget = b.partition_budget();
+    // KIP-599: THROTTLING_QUOTA_EXCEEDED from v3.
+    let mutations = Mutations::new(b, v, 3);
     let wait = Duration::from_millis(r.timeout_ms.clamp(0, 30_000) as u64);
     for t in r.topics {
         let name = t.name.0.to_string();
@@ -56,7 +57,14 @@ pub async fn handle(
         };
         let added = t.count.saturating_sub(current.partitions);
         if added > 0 {
-            if let Err(e) = budget.admit(added) {
+            let admitted = budget.admit(added).and_then(|()| {
+                if r.validate_only {
+                    Ok(())
+                } else {
+                    mutations.admit(i64::from(added))
+                }
+            });
+            if let Err(e) = admitted {
                 tracing::info!(topic = %name, added, reason = %e, "partition creation refused");
                 fail(ApiError::from(&e), e.to_string());
                 resp.results.push(tr);
@@ -84,6 +92,7 @@ pub async fn handle(
         }
         resp.results.push(tr);
     }
+    resp.throttle_time_ms = mutations.throttle_ms();
     Reply::Now(resp)
 }
 

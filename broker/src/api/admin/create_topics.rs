@@ -5,10 +5,9 @@
 //! kaas keeps one copy on the shared volume: replication factor 1 or -1
 //! only, no manual replica assignment.
 
-use crate::api::admin::topic_entries;
+use crate::api::admin::{topic_entries, Mutations};
 use crate::api::error::ApiError;
 use crate::api::{await_topic_ready, s, Reply};
-use crate::limits::PartitionBudget;
 use crate::state::Broker;
 use kaas_actors::topic::CreateTopic;
 use kaas_protocol::kafka_protocol::messages::create_topics_response::{
@@ -51,7 +50,9 @@ async fn create_topics(b: &Arc<Broker>, r: CreateTopicsRequest, v: i16) -> Creat
     let mut resp = CreateTopicsResponse::default();
     // The partition limits count every topic of the request (and what the
     // cluster already holds), checked before anything touches the volume.
-    let mut budget = PartitionBudget::new(&b.args, b.partition_count());
+    let mut budget = b.partition_budget();
+    // KIP-599: THROTTLING_QUOTA_EXCEEDED from v6.
+    let mutations = Mutations::new(b, v, 6);
     for t in r.topics {
         let name = t.name.0.to_string();
         let mut tr = CreatableTopicResult::default();
@@ -82,7 +83,13 @@ async fn create_topics(b: &Arc<Broker>, r: CreateTopicsRequest, v: i16) -> Creat
                         .into(),
                 ),
             );
-        } else if let Err(e) = budget.admit(partitions) {
+        } else if let Err(e) = budget.admit(partitions).and_then(|()| {
+            if r.validate_only {
+                Ok(())
+            } else {
+                mutations.admit(i64::from(partitions))
+            }
+        }) {
             tracing::info!(topic = %name, partitions, reason = %e, "topic creation refused");
             fail(&mut tr, ApiError::from(&e), Some(e.to_string()));
         } else {
@@ -137,6 +144,7 @@ async fn create_topics(b: &Arc<Broker>, r: CreateTopicsRequest, v: i16) -> Creat
         for_version(&mut tr, v);
         resp.topics.push(tr);
     }
+    resp.throttle_time_ms = mutations.throttle_ms();
     resp
 }
 

@@ -8,6 +8,7 @@
 //! timeout the answer is REQUEST_TIMED_OUT and the delete goes on, as in
 //! Kafka.
 
+use crate::api::admin::Mutations;
 use crate::api::error::ApiError;
 use crate::api::{s, Reply};
 use crate::state::Broker;
@@ -62,6 +63,8 @@ async fn delete_topics(b: &Arc<Broker>, r: DeleteTopicsRequest, v: i16) -> Delet
     let mut resp = DeleteTopicsResponse::default();
     // Every request first, then one wait for all of them.
     let mut asked: Vec<(usize, String, Uuid)> = Vec::new();
+    // KIP-599: a deleted topic's partitions count; THROTTLING_QUOTA_EXCEEDED from v5.
+    let mutations = Mutations::new(b, v, 5);
     for (name, id) in targets(&r) {
         let mut tr = DeletableTopicResult::default();
         tr.name = name.clone().map(|n| TopicName(s(&n)));
@@ -74,6 +77,14 @@ async fn delete_topics(b: &Arc<Broker>, r: DeleteTopicsRequest, v: i16) -> Delet
             None => tr.error_code = ResponseError::UnknownTopicId.code(),
             Some(n) => {
                 tr.name = Some(TopicName(s(&n)));
+                let partitions = b.topic(&n).map_or(0, |t| i64::from(t.partitions));
+                if let Err(e) = mutations.admit(partitions) {
+                    tracing::info!(topic = %n, reason = %e, "topic deletion refused");
+                    tr.error_code = ApiError::from(&e).code();
+                    tr.error_message = Some(s(&e.to_string()));
+                    resp.responses.push(tr);
+                    continue;
+                }
                 let id = (!id.is_nil()).then_some(id);
                 let res = b
                     .catalog
@@ -114,6 +125,7 @@ async fn delete_topics(b: &Arc<Broker>, r: DeleteTopicsRequest, v: i16) -> Delet
     for tr in resp.responses.iter_mut() {
         for_version(tr, v);
     }
+    resp.throttle_time_ms = mutations.throttle_ms();
     resp
 }
 

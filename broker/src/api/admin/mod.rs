@@ -215,6 +215,56 @@ pub(crate) async fn await_topic_configs(
     .await
 }
 
+/// KIP-599's partition mutation quota ([`crate::limits::MutationQuota`])
+/// for one CreateTopics, CreatePartitions or DeleteTopics request. From
+/// the version that knows THROTTLING_QUOTA_EXCEEDED (`strict`), a topic
+/// asked for while the quota is in debt is refused with it; an older
+/// version has no such error, so its topics are all served and the
+/// connection is muted for the throttle time after the answer goes out, as
+/// Kafka does. Either way the answer's throttle_time_ms says how long to
+/// back off.
+pub(crate) struct Mutations<'a> {
+    b: &'a Broker,
+    strict: bool,
+}
+
+impl<'a> Mutations<'a> {
+    /// For a request of version `v`; `strict_from` is the first version
+    /// that knows THROTTLING_QUOTA_EXCEEDED.
+    pub(crate) fn new(b: &'a Broker, v: i16, strict_from: i16) -> Self {
+        Self {
+            b,
+            strict: v >= strict_from,
+        }
+    }
+
+    /// Count `partitions` mutations of one topic, or refuse them (strict).
+    pub(crate) fn admit(&self, partitions: i64) -> Result<(), crate::limits::LimitError> {
+        let mut q = self.b.mutations.lock().unwrap();
+        if self.strict {
+            q.admit(partitions, Instant::now())
+        } else {
+            q.record(partitions, Instant::now());
+            Ok(())
+        }
+    }
+
+    /// The answer's throttle_time_ms; for an older version the connection
+    /// is also muted that long after the answer (at most
+    /// [`crate::quota::MAX_THROTTLE`]).
+    pub(crate) fn throttle_ms(&self) -> i32 {
+        let wait = self.b.mutations.lock().unwrap().throttle(Instant::now());
+        let wait = wait.min(crate::quota::MAX_THROTTLE);
+        if !self.strict && !wait.is_zero() {
+            if let Some(count) = super::warn_for_peer(self.b, "mutation rate exceeded") {
+                tracing::info!(peer = %super::peer_name(), throttle_ms = crate::limits::throttle_ms(wait), count, "partition mutation rate exceeded by a client too old for THROTTLING_QUOTA_EXCEEDED; served, then muted");
+            }
+            super::hold_connection(wait);
+        }
+        crate::limits::throttle_ms(wait)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
