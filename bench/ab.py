@@ -319,7 +319,9 @@ def main():
             labels += [extra + l for l, _, _ in CONSUME_CASES]
     bins = [b.split("=", 1) for b in a.binaries]
     results = {name: {label: [] for label in labels} for name, _ in bins}
-    root = tempfile.mkdtemp(prefix="kaas-ab-", dir=os.path.join(os.path.dirname(__file__), "out"))
+    out = os.path.join(os.path.dirname(__file__), "out")
+    os.makedirs(out, exist_ok=True)  # a fresh clone has no bench/out
+    root = tempfile.mkdtemp(prefix="kaas-ab-", dir=out)
     for rnd in range(a.rounds):
         order = bins[rnd % len(bins):] + bins[:rnd % len(bins)]
         for name, path in order:
