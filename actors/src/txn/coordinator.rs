@@ -1189,6 +1189,26 @@ mod tests {
         }
     }
 
+    /// AddPartitionsToTxn for transactional id "t".
+    fn add_t((producer_id, producer_epoch): (i64, i16), parts: &[(&str, i32)]) -> AddTxnPartitions {
+        AddTxnPartitions {
+            transactional_id: "t".into(),
+            producer_id,
+            producer_epoch,
+            partitions: parts.iter().map(|(t, p)| (t.to_string(), *p)).collect(),
+        }
+    }
+
+    /// EndTxn for transactional id "t".
+    fn end_t((producer_id, producer_epoch): (i64, i16), commit: bool) -> EndTxn {
+        EndTxn {
+            transactional_id: "t".into(),
+            producer_id,
+            producer_epoch,
+            commit,
+        }
+    }
+
     async fn status(h: &TxnCoordinatorHandle, id: &str) -> Option<TxnMeta> {
         let mut v = h
             .addr
@@ -1207,24 +1227,13 @@ mod tests {
         loaded(&h).await;
         let (pid, epoch) = init(&h, "t").await;
         assert_eq!((pid, epoch), (1000, 0));
-        let add = |parts: Vec<(String, i32)>| AddTxnPartitions {
-            transactional_id: "t".into(),
-            producer_id: pid,
-            producer_epoch: epoch,
-            partitions: parts,
-        };
         h.addr
-            .send(add(vec![("a".into(), 0), (GROUP_OFFSETS_TOPIC.into(), 4)]))
+            .send(add_t((pid, epoch), &[("a", 0), (GROUP_OFFSETS_TOPIC, 4)]))
             .await
             .unwrap()
             .unwrap()
             .unwrap();
-        let end = EndTxn {
-            transactional_id: "t".into(),
-            producer_id: pid,
-            producer_epoch: epoch,
-            commit: true,
-        };
+        let end = end_t((pid, epoch), true);
         h.addr.send(end).await.unwrap().unwrap().unwrap();
         for _ in 0..200 {
             if status(&h, "t").await.unwrap().status == TxnStatus::CompleteCommit {
@@ -1245,7 +1254,7 @@ mod tests {
         assert_eq!((pid2, epoch2), (pid, 1));
         let r = h
             .addr
-            .send(add(vec![("b".into(), 0)]))
+            .send(add_t((pid, epoch), &[("b", 0)]))
             .await
             .unwrap()
             .unwrap();
@@ -1268,19 +1277,9 @@ mod tests {
             let h = start(dir.path(), 1, sink(Arc::default(), fail_rounds));
             loaded(&h).await;
             let (pid, epoch) = init(&h, "t").await;
-            let add = |p: &str| AddTxnPartitions {
-                transactional_id: "t".into(),
-                producer_id: pid,
-                producer_epoch: epoch,
-                partitions: vec![(p.into(), 0)],
-            };
+            let add = |p: &str| add_t((pid, epoch), &[(p, 0)]);
             h.addr.send(add("a")).await.unwrap().unwrap().unwrap();
-            let end = EndTxn {
-                transactional_id: "t".into(),
-                producer_id: pid,
-                producer_epoch: epoch,
-                commit: true,
-            };
+            let end = end_t((pid, epoch), true);
             h.addr.send(end).await.unwrap().unwrap().unwrap();
             let r = h.addr.send(add("b")).await.unwrap().unwrap();
             assert_eq!(r, expect, "fail_rounds {fail_rounds}");
@@ -1310,19 +1309,9 @@ mod tests {
         );
         loaded(&h).await;
         let (pid, epoch) = init(&h, "t").await;
-        let add = |p: &str| AddTxnPartitions {
-            transactional_id: "t".into(),
-            producer_id: pid,
-            producer_epoch: epoch,
-            partitions: vec![(p.into(), 0)],
-        };
+        let add = |p: &str| add_t((pid, epoch), &[(p, 0)]);
         h.addr.send(add("a")).await.unwrap().unwrap().unwrap();
-        let end = EndTxn {
-            transactional_id: "t".into(),
-            producer_id: pid,
-            producer_epoch: epoch,
-            commit: true,
-        };
+        let end = end_t((pid, epoch), true);
         h.addr.send(end).await.unwrap().unwrap().unwrap();
         let syncs = || {
             fs.log()
@@ -1363,18 +1352,8 @@ mod tests {
                 .filter(|l| l.contains(": sync ") && l.ends_with(".log"))
                 .count()
         };
-        let add = |p: &str| AddTxnPartitions {
-            transactional_id: "t".into(),
-            producer_id: pid,
-            producer_epoch: epoch,
-            partitions: vec![(p.into(), 0)],
-        };
-        let end = || EndTxn {
-            transactional_id: "t".into(),
-            producer_id: pid,
-            producer_epoch: epoch,
-            commit: true,
-        };
+        let add = |p: &str| add_t((pid, epoch), &[(p, 0)]);
+        let end = || end_t((pid, epoch), true);
         let completed = |h: TxnCoordinatorHandle| async move {
             for _ in 0..200 {
                 if status(&h, "t").await.unwrap().status == TxnStatus::CompleteCommit {
@@ -1459,22 +1438,12 @@ mod tests {
             let Some((pid, epoch)) = ids else {
                 return acked;
             };
-            let add = |p: &str| AddTxnPartitions {
-                transactional_id: "t".into(),
-                producer_id: pid,
-                producer_epoch: epoch,
-                partitions: vec![(p.into(), 0)],
-            };
+            let add = |p: &str| add_t((pid, epoch), &[(p, 0)]);
             let ok =
                 |r: Result<CoordReply<Result<(), ResponseError>>, _>| matches!(r, Ok(Ok(Ok(()))));
             acked.add_a = ok(h.addr.send(add("a")).await);
             if acked.add_a {
-                let end = EndTxn {
-                    transactional_id: "t".into(),
-                    producer_id: pid,
-                    producer_epoch: epoch,
-                    commit: true,
-                };
+                let end = end_t((pid, epoch), true);
                 acked.end = ok(h.addr.send(end).await);
             }
             if acked.end {
@@ -1585,23 +1554,13 @@ mod tests {
         loaded(&h).await;
         let (pid, epoch) = init(&h, "t").await;
         h.addr
-            .send(AddTxnPartitions {
-                transactional_id: "t".into(),
-                producer_id: pid,
-                producer_epoch: epoch,
-                partitions: vec![("a".into(), 1)],
-            })
+            .send(add_t((pid, epoch), &[("a", 1)]))
             .await
             .unwrap()
             .unwrap()
             .unwrap();
         h.addr
-            .send(EndTxn {
-                transactional_id: "t".into(),
-                producer_id: pid,
-                producer_epoch: epoch,
-                commit: false,
-            })
+            .send(end_t((pid, epoch), false))
             .await
             .unwrap()
             .unwrap()
