@@ -1189,6 +1189,14 @@ mod tests {
         }
     }
 
+    /// fsyncs of a shard's log file so far, from the fault seam's log.
+    fn shard_syncs(fs: &kaas_volume::fs::fault::FaultFs) -> usize {
+        fs.log()
+            .iter()
+            .filter(|l| l.contains(": sync ") && l.ends_with(".log"))
+            .count()
+    }
+
     /// AddPartitionsToTxn for transactional id "t".
     fn add_t((producer_id, producer_epoch): (i64, i16), parts: &[(&str, i32)]) -> AddTxnPartitions {
         AddTxnPartitions {
@@ -1313,12 +1321,7 @@ mod tests {
         h.addr.send(add("a")).await.unwrap().unwrap().unwrap();
         let end = end_t((pid, epoch), true);
         h.addr.send(end).await.unwrap().unwrap().unwrap();
-        let syncs = || {
-            fs.log()
-                .iter()
-                .filter(|l| l.contains(": sync ") && l.ends_with(".log"))
-                .count()
-        };
+        let syncs = || shard_syncs(&fs);
         let before = syncs();
         // Parked: the first marker round fails, the second comes 20 ms later.
         h.addr.send(add("b")).await.unwrap().unwrap().unwrap();
@@ -1346,12 +1349,7 @@ mod tests {
         );
         loaded(&h).await;
         let (pid, epoch) = init(&h, "t").await;
-        let syncs = || {
-            fs.log()
-                .iter()
-                .filter(|l| l.contains(": sync ") && l.ends_with(".log"))
-                .count()
-        };
+        let syncs = || shard_syncs(&fs);
         let add = |p: &str| add_t((pid, epoch), &[(p, 0)]);
         let end = || end_t((pid, epoch), true);
         let completed = |h: TxnCoordinatorHandle| async move {
