@@ -92,14 +92,17 @@ def leaders(brokers, topic: str) -> dict[int, int]:
 
 
 def wait_leaders(brokers, topic: str, partitions: int, live_ids: set[int],
-                 timeout: float = 30.0) -> dict[int, int]:
-    """Until every partition is led by one of `live_ids`."""
+                 timeout: float = 30.0, spread: bool = False) -> dict[int, int]:
+    """Until every partition is led by one of `live_ids` — and, with
+    `spread`, every one of `live_ids` leads some partition (a cluster whose
+    later brokers have not yet joined the assignment has one leader for all)."""
     deadline = time.monotonic() + timeout
     last = None
     while time.monotonic() < deadline:
         try:
             last = leaders(brokers, topic)
-            if len(last) == partitions and all(l in live_ids for l in last.values()):
+            if len(last) == partitions and all(l in live_ids for l in last.values()) \
+                    and (not spread or set(last.values()) == set(live_ids)):
                 return last
         except Exception as e:  # metadata from a broker mid-failover
             last = repr(e)

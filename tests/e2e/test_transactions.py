@@ -679,7 +679,9 @@ def test_verification_asks_a_coordinator_on_another_broker(broker_factory, topic
     brokers = broker_factory.cluster(3, ["--group-shards", "8"])
     by_id = {b.broker_id: b for b in brokers}
     create_everywhere(brokers, topic_name, 6)
-    led = wait_leaders(brokers, topic_name, 6, set(by_id))
+    # Spread: until all three brokers are in the assignment, the first
+    # leads every partition and every coordinator shard.
+    led = wait_leaders(brokers, topic_name, 6, set(by_id), spread=True)
     # Two partitions led by one broker, and a transactional id whose
     # coordinator is another broker — chosen together: every coordinator
     # shard may sit on one broker that also leads two partitions.
