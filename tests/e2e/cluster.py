@@ -8,7 +8,7 @@ import threading
 import time
 from pathlib import Path
 
-from conftest import client_conf, consume_all, create_topic, producer_conf
+from conftest import client_conf, consume_all, create_topic, producer_conf, wait_until
 
 LEASE_MS, GRACE_MS = 1500, 500
 FAST = ["--lease-ms", str(LEASE_MS), "--lease-grace-ms", str(GRACE_MS),
@@ -220,9 +220,15 @@ def check_ledger(brokers, led: Ledger):
 def create_everywhere(brokers, topic: str, partitions: int):
     """Create, then wait until *each* broker's own metadata shows every
     partition led (brokers learn the assignment by polling it)."""
+    from kafka_wire import metadata_v4
     create_topic(bootstrap(brokers), topic, partitions=partitions)
+    ids = {x.broker_id for x in brokers}
     for b in brokers:
-        wait_leaders([b], topic, partitions, {x.broker_id for x in brokers})
+        # Asked of `b` itself (a client library may ask any broker it knows).
+        def led(b=b):
+            err, parts = metadata_v4(b.addr, [topic])[1].get(topic, (-1, {}))
+            return err == 0 and len(parts) == partitions and set(parts.values()) <= ids
+        wait_until(led, 30, what=f"broker {b.broker_id} to see {topic} led")
 
 
 def controller_id(brokers) -> int:

@@ -489,10 +489,15 @@ def broker_factory(request, tmp_path, substrate):
 
     def make_cluster(n: int, extra_args: list[str] | None = None,
                      start: bool = True,
-                     weakfs_args: list[str] | None = None) -> list[Broker]:
+                     weakfs_args: list[str] | None = None,
+                     settle: bool = True) -> list[Broker]:
         """`n` brokers (ids 0..n-1) sharing one volume: one directory on
         the local substrate; on weakfs one backing directory with a mount
-        ("host") per broker. Started together, not one by one."""
+        ("host") per broker. Started together, not one by one; with
+        `settle`, returned once every broker has applied an assignment
+        naming all `n` (before that the first to join leads every partition
+        and every coordinator shard, and a test reading leaders or
+        coordinators would see them move under it)."""
         shared = tmp_path / f"volume{len(made)}"
         shared.mkdir()
         out = []
@@ -510,6 +515,8 @@ def broker_factory(request, tmp_path, substrate):
                 b.spawn()
             for b in out:
                 b.wait_ready()
+            if settle:
+                settle_cluster(out)
         return out
 
     make.cluster = make_cluster
@@ -524,6 +531,25 @@ def broker_factory(request, tmp_path, substrate):
                 m.unmount()
     for b in made:
         b.assert_no_panic()
+
+
+def settle_cluster(brokers: list[Broker], timeout: float = 30.0) -> None:
+    """Until every broker's Metadata lists every broker in `brokers`."""
+    from kafka_wire import metadata_v4
+    want = {b.broker_id for b in brokers}
+    deadline = time.monotonic() + timeout
+    seen = {}
+    while time.monotonic() < deadline:
+        for b in brokers:
+            try:
+                seen[b.broker_id] = metadata_v4(b.addr, [])[0]
+            except OSError as e:
+                seen[b.broker_id] = repr(e)
+        if all(v == want for v in seen.values()):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"brokers {sorted(want)} not all in every broker's metadata "
+                         f"within {timeout}s: {seen}")
 
 
 @pytest.fixture

@@ -285,6 +285,41 @@ def api_versions(addr: tuple[str, int]) -> ApiVersionsResponse:
         return parse_api_versions_v0(roundtrip(s, api_versions_request(1, 0)))
 
 
+def metadata_v4(addr: tuple[str, int], topics: list[str] | None = None
+                ) -> tuple[set[int], dict[str, tuple[int, dict[int, int]]]]:
+    """One Metadata v4 request to exactly this broker (no auto-creation):
+    the broker ids it lists — the brokers in the assignment it has applied —
+    and per named topic (every topic for None) its error code and each
+    partition's leader."""
+    body = (i32(-1) if topics is None else i32(len(topics)) + b"".join(string(t) for t in topics))
+    with connect(addr) as s:
+        r = Reader(roundtrip(s, request_header(METADATA, 4, 1) + body + i8(0)))
+    r.i32()  # correlation id
+    r.i32()  # throttle
+    ids = set()
+    for _ in range(max(r.i32(), 0)):
+        ids.add(r.i32())
+        r.string()
+        r.i32()
+        r.string()  # rack
+    r.string()  # cluster id
+    r.i32()  # controller id
+    out = {}
+    for _ in range(max(r.i32(), 0)):
+        err, name = r.i16(), r.string()
+        r.i8()  # is_internal
+        parts = {}
+        for _ in range(max(r.i32(), 0)):
+            r.i16()
+            p, leader = r.i32(), r.i32()
+            for _ in range(2):  # replicas, isr
+                for _ in range(max(r.i32(), 0)):
+                    r.i32()
+            parts[p] = leader
+        out[name] = (err, parts)
+    return ids, out
+
+
 # ---------------------------------------------------------------------------
 # RecordBatch v2 and legacy message sets
 # ---------------------------------------------------------------------------
