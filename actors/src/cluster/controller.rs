@@ -398,6 +398,11 @@ impl ControllerState {
             }
         };
         ids.extend(claim.as_ref().map(|c| c.broker_id));
+        // And every broker the assignment this broker applied names: a
+        // stale listing (a record created within an NFS client's attribute
+        // lifetime) must not hide a broker holding grants until our
+        // election, after which it would be timed from zero.
+        ids.extend(self.shared.named.lock().unwrap().iter().copied());
         self.read_records(ids);
         let (next, gone) = match &claim {
             None => (1, true),
@@ -497,18 +502,11 @@ impl ControllerState {
         // listing must not hide a broker that holds grants. Collected once
         // per version, not every pass (10,000 partitions each 100 ms).
         if (l.named.0, l.named.1) != (l.prev.version, l.prev.controller_epoch) {
-            let mut named: Vec<i32> = l.prev.brokers.iter().map(|b| b.id).collect();
-            for t in l.prev.topics.values() {
-                for e in &t.partitions {
-                    named.push(e.leader);
-                    if let Some((b, _, _)) = e.releasing {
-                        named.push(b);
-                    }
-                }
-            }
-            named.sort_unstable();
-            named.dedup();
-            l.named = (l.prev.version, l.prev.controller_epoch, named);
+            l.named = (
+                l.prev.version,
+                l.prev.controller_epoch,
+                l.prev.named_brokers(),
+            );
         }
         ids.extend_from_slice(&l.named.2);
         self.read_records(ids);

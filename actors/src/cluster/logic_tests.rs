@@ -1559,14 +1559,22 @@ fn a_paused_process_is_not_taken_for_a_stuck_poller_but_a_stuck_one_is() {
 type OpenHook = Box<dyn FnMut(&Path) -> Option<std::path::PathBuf> + Send>;
 
 /// A seam over the real filesystem that hands every open for reading to a
-/// hook first: the test decides what another host's write or a cache does
-/// at exactly that syscall.
+/// hook first (the test decides what another host's write or a cache does
+/// at exactly that syscall), and leaves the broker records of `hidden` out
+/// of every listing (a stale NFS listing: a record created within the
+/// client's attribute lifetime).
 #[derive(Clone, Default)]
-struct OnOpen(Arc<std::sync::Mutex<Option<OpenHook>>>);
+struct OnOpen(
+    Arc<std::sync::Mutex<Option<OpenHook>>>,
+    Arc<std::sync::Mutex<Vec<i32>>>,
+);
 
 impl OnOpen {
     fn set(&self, h: impl FnMut(&Path) -> Option<std::path::PathBuf> + Send + 'static) {
         *self.0.lock().unwrap() = Some(Box::new(h));
+    }
+    fn hide_broker(&self, id: i32) {
+        self.1.lock().unwrap().push(id);
     }
 }
 
@@ -1597,7 +1605,12 @@ impl kaas_volume::fs::Fs for OnOpen {
         RealFs.remove_dir(p)
     }
     fn list(&self, d: &Path) -> std::io::Result<Vec<String>> {
-        RealFs.list(d)
+        let hidden = self.1.lock().unwrap().clone();
+        let mut names = RealFs.list(d)?;
+        names.retain(|n| {
+            kaas_volume::layout::parse_broker_record(n).is_none_or(|id| !hidden.contains(&id))
+        });
+        Ok(names)
     }
     fn is_dir(&self, p: &Path) -> bool {
         RealFs.is_dir(p)
@@ -1619,6 +1632,9 @@ struct ControllerKill {
     m0: Arc<std::sync::Mutex<MembershipState>>,
     m1: MembershipState,
     m2: MembershipState,
+    /// Broker 2 keeps beating (else it died with the controller).
+    two_alive: bool,
+    s1: Arc<Shared>,
     c1: ControllerState,
 }
 
@@ -1639,7 +1655,7 @@ impl ControllerKill {
         let mut c0 = ControllerState::new(real(), s0, data.clone());
         assert!(c0.tick());
         assert_eq!(c0.epoch(), Some(1));
-        let mut c1 = ControllerState::new(Arc::new(seam), s1, data);
+        let mut c1 = ControllerState::new(Arc::new(seam), s1.clone(), data);
         for _ in 0..10 {
             clock.advance(TIMING.poll);
             m0.lock().unwrap().beat();
@@ -1663,6 +1679,8 @@ impl ControllerKill {
             m0,
             m1,
             m2,
+            two_alive: true,
+            s1,
             c1,
         }
     }
@@ -1683,7 +1701,9 @@ impl ControllerKill {
         while self.c1.epoch().is_none() {
             self.clock.advance(TIMING.poll);
             self.m1.beat();
-            self.m2.beat();
+            if self.two_alive {
+                self.m2.beat();
+            }
             self.c1.tick();
             let since = self.clock.now() - last_beat;
             assert!(
@@ -1777,4 +1797,38 @@ fn a_holder_whose_record_vanished_is_gone_for_the_election_and_the_plan_alike() 
     let last_beat = k.clock.now();
     std::fs::remove_file(broker_record_path(&k.cluster, 0)).unwrap();
     k.successor_regrants(last_beat);
+}
+
+/// Catches: a broker that holds grants but that a stale listing hides from
+/// the candidate (its record created within an NFS client's attribute
+/// lifetime). The candidate never watched it, so the successor first read
+/// it after its election and timed it from zero: when it died with the
+/// controller, its partitions moved a second lease + grace later. A
+/// candidate now also reads every broker its own applied assignment names.
+#[test]
+fn a_broker_a_stale_listing_hides_is_timed_from_before_the_election() {
+    let seam = OnOpen::default();
+    seam.hide_broker(2);
+    let mut k = ControllerKill::new(seam);
+    // Broker 1's watcher applies the assignment (which names broker 2).
+    let mut w1 = WatcherState::new(real(), k.s1.clone());
+    let a = w1.poll().expect("an assignment to apply");
+    assert!(w1.done(&a));
+    k.clock.advance(TIMING.poll);
+    k.m0.lock().unwrap().beat();
+    k.m1.beat();
+    k.m2.beat();
+    k.c1.tick();
+    // The controller's broker and broker 2 die together.
+    let last_beat = k.clock.now();
+    k.two_alive = false;
+    k.successor_regrants(last_beat);
+    let held_by_2 = grants(&on_disk(&k.cluster))
+        .iter()
+        .filter(|(l, _)| *l == 2)
+        .count();
+    assert_eq!(
+        held_by_2, 0,
+        "broker 2, silent as long as the controller, is re-granted in the same pass"
+    );
 }

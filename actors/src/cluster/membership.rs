@@ -95,6 +95,11 @@ pub struct Shared {
     /// controller is left to stop advertising them (the controller's own
     /// broker died). A hint for answers only; nothing is written on it.
     pub silent: Mutex<Vec<i32>>,
+    /// Every broker the assignment this broker applied last names
+    /// (`Assignment::named_brokers`; set by the watcher): a candidate reads
+    /// their records by exact name too, so a stale listing cannot hide a
+    /// broker that holds grants until after the election.
+    pub named: Mutex<Vec<i32>>,
 }
 
 impl Shared {
@@ -118,6 +123,7 @@ impl Shared {
             advertised,
             timing,
             silent: Mutex::new(Vec::new()),
+            named: Mutex::new(Vec::new()),
         }
     }
 
