@@ -117,7 +117,11 @@ class Load:
                            "max.in.flight.requests.per.connection": 1,
                            "retries": 10**6, "retry.backoff.ms": 20, "retry.backoff.max.ms": 100,
                            "message.timeout.ms": 120000, "topic.metadata.refresh.interval.ms": 1000,
-                           "reconnect.backoff.ms": 20, "reconnect.backoff.max.ms": 200})
+                           "reconnect.backoff.ms": 20, "reconnect.backoff.max.ms": 200,
+                           # e.g. BENCH_PRODUCER_DEBUG=metadata,topic: when the
+                           # client learnt of each leader change (stderr)
+                           **({"debug": os.environ["BENCH_PRODUCER_DEBUG"]}
+                              if os.environ.get("BENCH_PRODUCER_DEBUG") else {})})
         self.topic = topic
         self.acks: list[tuple[float, int, int]] = []  # (time, partition, seq)
         self.errors = []

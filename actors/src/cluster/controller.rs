@@ -21,6 +21,8 @@
 //! observation into its first pass: the successor of a dead controller has
 //! already timed the dead broker's silence (that is what elected it), so its
 //! partitions are re-granted at once instead of after a second lease + grace.
+//! The election judges a claim's holder on that same observation
+//! (`Observed::dead` over `Sight`), never on a timing of its own.
 //!
 //! The logic lives in [`ControllerState`] (plain Rust: the clock and the
 //! volume are inputs, a pass returns whether it published a version);
@@ -99,6 +101,14 @@ struct Observed {
     /// How long the record has provably stood still: from `last_change` to
     /// the *start* of the latest read that still showed it.
     still: Duration,
+}
+
+impl Observed {
+    /// Stood still for more than lease + grace on our clock: its owner is
+    /// fenced (the election and the plan both ask exactly this).
+    fn dead(&self, dead_after: Duration) -> bool {
+        self.still > dead_after
+    }
 }
 
 struct Leading {
@@ -206,8 +216,8 @@ pub struct ControllerState {
     shared: Arc<Shared>,
     clock: SharedClock,
     data_dir: PathBuf,
-    /// Candidate: the claim we are timing, the seq last seen, since when.
-    watching: Option<(i32, Option<u64>, Duration)>,
+    /// Candidate: an unowned claim (epoch) we are timing, since when.
+    watching: Option<(i32, Duration)>,
     sight: Sight,
     leading: Option<Leading>,
     resigned: bool,
@@ -248,7 +258,7 @@ impl ControllerState {
         self.leading.as_ref()?;
         let o = self.sight.observed.get(&id)?;
         Some(Liveness {
-            alive: o.still <= self.shared.timing.dead_after(),
+            alive: !o.dead(self.shared.timing.dead_after()),
             suspect: o.still > self.shared.timing.lease,
         })
     }
@@ -259,7 +269,7 @@ impl ControllerState {
         let me = self.shared.broker_id;
         let dead_after = self.shared.timing.dead_after();
         let someone_eligible = self.sight.observed.iter().any(|(id, o)| {
-            *id != me && o.still <= dead_after && !o.record.shutting_down && !o.record.clean_exit
+            *id != me && !o.dead(dead_after) && !o.record.shutting_down && !o.record.clean_exit
         });
         let vacant = l
             .prev
@@ -338,31 +348,62 @@ impl ControllerState {
         false
     }
 
-    /// Whether the holder of `claim` has been seen standing still long
-    /// enough: from the first read that showed `seq` (timed after it) to the
-    /// start of the read that still shows it (`read_start`).
-    fn still_for(
-        &mut self,
-        claim: &ControllerEpoch,
-        seq: Option<u64>,
-        read_start: Duration,
-    ) -> bool {
+    /// Whether a claim nobody owns (created, never written: its creator
+    /// crashed between create and write) has been seen for lease + grace:
+    /// from the read that first showed it (timed after it) to the start of
+    /// the read that still shows it (`read_start`). A claim with an owner is
+    /// judged on the owner's record instead ([`ControllerState::holder_fenced`]).
+    fn unowned_for_long(&mut self, claim: &ControllerEpoch, read_start: Duration) -> bool {
         match self.watching {
-            Some((e, s, since)) if e == claim.epoch && s == seq => {
-                read_start.saturating_sub(since) >= self.shared.timing.dead_after()
+            Some((e, since)) if e == claim.epoch => {
+                read_start.saturating_sub(since) > self.shared.timing.dead_after()
             }
             _ => {
-                self.watching = Some((claim.epoch, seq, self.clock.now()));
+                self.watching = Some((claim.epoch, self.clock.now()));
                 false
             }
         }
     }
 
+    /// Whether the holder of `claim` is provably fenced, on the very
+    /// observation the first pass plans from (`sight`): its record shows
+    /// another incarnation, says it exited or released the epoch, or has
+    /// stood still for lease + grace on our clock (a record missing that
+    /// long is a gone broker in `sight`). The election and the plan read one
+    /// `Observed`, so a successor elected on a dead holder's silence finds
+    /// it dead in the pass that elected it — never a second timing of it.
+    fn holder_fenced(&self, claim: &ControllerEpoch) -> bool {
+        let Some(o) = self.sight.observed.get(&claim.broker_id) else {
+            return false;
+        };
+        o.record.incarnation != claim.incarnation
+            || o.record.clean_exit
+            || o.record.controller_released == Some(claim.epoch)
+            || o.dead(self.shared.timing.dead_after())
+    }
+
     fn campaign(&mut self, inc: u64) -> std::io::Result<bool> {
-        self.watch_brokers();
         let me = self.shared.broker_id;
         let read_start = self.clock.now();
         let claim = highest_controller_epoch(&self.fs, self.cluster_dir())?;
+        // Every broker record, the holder's included (by exact name, even
+        // if a stale listing misses it), timed in `sight`: if we are
+        // elected, our first pass already knows who has been silent, and
+        // for how long on our clock.
+        let mut ids = match self.broker_ids() {
+            Ok(ids) => ids,
+            Err(e) => {
+                tracing::debug!(error = %e, "broker listing failed while a candidate");
+                self.sight.observed.keys().copied().collect()
+            }
+        };
+        ids.extend(claim.as_ref().map(|c| c.broker_id));
+        // And every broker the assignment this broker applied names: a
+        // stale listing (a record created within an NFS client's attribute
+        // lifetime) must not hide a broker holding grants until our
+        // election, after which it would be timed from zero.
+        ids.extend(self.shared.named.lock().unwrap().iter().copied());
+        self.read_records(ids);
         let (next, gone) = match &claim {
             None => (1, true),
             Some(c) if c.broker_id == me && c.incarnation == inc => {
@@ -375,17 +416,8 @@ impl ControllerState {
                     None => Ok(false),
                 };
             }
-            Some(c) if c.broker_id < 0 => (c.epoch + 1, self.still_for(c, None, read_start)),
-            Some(c) => {
-                let path = super::records::broker_record_path(self.cluster_dir(), c.broker_id);
-                let gone = match read_json::<BrokerRecord>(self.fs.as_ref(), &path)? {
-                    Some(r) if r.incarnation != c.incarnation => true,
-                    Some(r) if r.clean_exit || r.controller_released == Some(c.epoch) => true,
-                    Some(r) => self.still_for(c, Some(r.seq), read_start),
-                    None => self.still_for(c, None, read_start),
-                };
-                (c.epoch + 1, gone)
-            }
+            Some(c) if c.broker_id < 0 => (c.epoch + 1, self.unowned_for_long(c, read_start)),
+            Some(c) => (c.epoch + 1, self.holder_fenced(c)),
         };
         if !gone {
             return Ok(false);
@@ -463,16 +495,6 @@ impl ControllerState {
         Ok(ids)
     }
 
-    /// As a candidate: watch every broker record, so that if we are
-    /// elected, our first pass already knows who has been silent (and for
-    /// how long, on our clock). A failure only delays that knowledge.
-    fn watch_brokers(&mut self) {
-        match self.broker_ids() {
-            Ok(ids) => self.read_records(ids),
-            Err(e) => tracing::debug!(error = %e, "broker listing failed while a candidate"),
-        }
-    }
-
     fn observe(&mut self) -> std::io::Result<BTreeMap<i32, BrokerView>> {
         let mut ids = self.broker_ids()?;
         let l = self.leading.as_mut().expect("leading");
@@ -480,18 +502,11 @@ impl ControllerState {
         // listing must not hide a broker that holds grants. Collected once
         // per version, not every pass (10,000 partitions each 100 ms).
         if (l.named.0, l.named.1) != (l.prev.version, l.prev.controller_epoch) {
-            let mut named: Vec<i32> = l.prev.brokers.iter().map(|b| b.id).collect();
-            for t in l.prev.topics.values() {
-                for e in &t.partitions {
-                    named.push(e.leader);
-                    if let Some((b, _, _)) = e.releasing {
-                        named.push(b);
-                    }
-                }
-            }
-            named.sort_unstable();
-            named.dedup();
-            l.named = (l.prev.version, l.prev.controller_epoch, named);
+            l.named = (
+                l.prev.version,
+                l.prev.controller_epoch,
+                l.prev.named_brokers(),
+            );
         }
         ids.extend_from_slice(&l.named.2);
         self.read_records(ids);
@@ -506,7 +521,7 @@ impl ControllerState {
                     *id,
                     BrokerView {
                         record: o.record.clone(),
-                        alive: o.still <= dead_after,
+                        alive: !o.dead(dead_after),
                         suspect: o.still > lease,
                     },
                 )
@@ -532,13 +547,20 @@ impl ControllerState {
                     r
                 }
                 Ok(None) => {
-                    // Named (by a grant, a release or a claim) but without a
-                    // record: once that has lasted lease + grace, it is
+                    if let Some(o) = l.observed.get_mut(&id) {
+                        // No record is no new heartbeat either (a live
+                        // broker rewrites its record every heartbeat): the
+                        // stand-still goes on from the last one we saw.
+                        if o.still != Duration::MAX {
+                            o.still = read_start.saturating_sub(o.last_change);
+                        }
+                        continue;
+                    }
+                    // Named (by a grant, a release or a claim) but never
+                    // seen: once that has lasted lease + grace, it is
                     // gone — its releases are complete, its grants void.
                     let since = *l.missing.entry(id).or_insert(read_start);
-                    if read_start.saturating_sub(since) > self.shared.timing.dead_after()
-                        && !l.observed.contains_key(&id)
-                    {
+                    if read_start.saturating_sub(since) > self.shared.timing.dead_after() {
                         l.observed.insert(
                             id,
                             Observed {
@@ -573,6 +595,15 @@ impl ControllerState {
             // Timed after the read returned: no earlier than the write.
             let now = clock.now();
             match l.observed.get_mut(&id) {
+                // An older heartbeat of the same incarnation than one we
+                // already read: a stale read (a cache), not a change. It
+                // neither restarts nor extends the stand-still (restarting
+                // it timed a dead broker from zero again: a second lease +
+                // grace before its partitions moved).
+                Some(o)
+                    if o.record.incarnation == r.incarnation
+                        && r.seq < o.record.seq
+                        && o.still != Duration::MAX => {}
                 Some(o) if o.record.seq == r.seq && o.record.incarnation == r.incarnation => {
                     o.record = r;
                     o.still = read_start.saturating_sub(o.last_change);

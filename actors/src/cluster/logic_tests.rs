@@ -1646,3 +1646,283 @@ fn a_paused_process_is_not_taken_for_a_stuck_poller_but_a_stuck_one_is() {
         "withheld after {ran:?}"
     );
 }
+
+/// What [`OnOpen`] calls on every open for reading: it may act (a
+/// heartbeat landing in the middle of a pass) and may name another file to
+/// serve instead (a stale cached copy).
+type OpenHook = Box<dyn FnMut(&Path) -> Option<std::path::PathBuf> + Send>;
+
+/// A seam over the real filesystem that hands every open for reading to a
+/// hook first (the test decides what another host's write or a cache does
+/// at exactly that syscall), and leaves the broker records of `hidden` out
+/// of every listing (a stale NFS listing: a record created within the
+/// client's attribute lifetime).
+#[derive(Clone, Default)]
+struct OnOpen(
+    Arc<std::sync::Mutex<Option<OpenHook>>>,
+    Arc<std::sync::Mutex<Vec<i32>>>,
+);
+
+impl OnOpen {
+    fn set(&self, h: impl FnMut(&Path) -> Option<std::path::PathBuf> + Send + 'static) {
+        *self.0.lock().unwrap() = Some(Box::new(h));
+    }
+    fn hide_broker(&self, id: i32) {
+        self.1.lock().unwrap().push(id);
+    }
+}
+
+impl kaas_volume::fs::Fs for OnOpen {
+    fn open_read(&self, p: &Path) -> std::io::Result<Arc<dyn kaas_volume::fs::ReadFile>> {
+        let instead = self.0.lock().unwrap().as_mut().and_then(|h| h(p));
+        RealFs.open_read(instead.as_deref().unwrap_or(p))
+    }
+    fn create_exclusive(&self, p: &Path) -> std::io::Result<Arc<dyn kaas_volume::fs::WriteFile>> {
+        RealFs.create_exclusive(p)
+    }
+    fn open_write(&self, p: &Path) -> std::io::Result<Arc<dyn kaas_volume::fs::WriteFile>> {
+        RealFs.open_write(p)
+    }
+    fn rename(&self, a: &Path, b: &Path) -> std::io::Result<()> {
+        RealFs.rename(a, b)
+    }
+    fn remove_file(&self, p: &Path) -> std::io::Result<()> {
+        RealFs.remove_file(p)
+    }
+    fn create_dir_all(&self, p: &Path) -> std::io::Result<()> {
+        RealFs.create_dir_all(p)
+    }
+    fn create_dir(&self, p: &Path) -> std::io::Result<()> {
+        RealFs.create_dir(p)
+    }
+    fn remove_dir(&self, p: &Path) -> std::io::Result<()> {
+        RealFs.remove_dir(p)
+    }
+    fn list(&self, d: &Path) -> std::io::Result<Vec<String>> {
+        let hidden = self.1.lock().unwrap().clone();
+        let mut names = RealFs.list(d)?;
+        names.retain(|n| {
+            kaas_volume::layout::parse_broker_record(n).is_none_or(|id| !hidden.contains(&id))
+        });
+        Ok(names)
+    }
+    fn is_dir(&self, p: &Path) -> bool {
+        RealFs.is_dir(p)
+    }
+    fn sync_dir(&self, d: &Path) -> std::io::Result<()> {
+        RealFs.sync_dir(d)
+    }
+}
+
+/// Three brokers on `clock`; broker 0 the controller, broker 1 a candidate
+/// reading through `seam`, all three alive for a second (so broker 1 has
+/// watched everyone). The controller's broker is then killed by the test:
+/// it simply stops beating and ticking.
+struct ControllerKill {
+    _d: tempfile::TempDir,
+    cluster: std::path::PathBuf,
+    clock: Arc<FakeClock>,
+    /// Broker 0's membership, shared with a hook that may beat it.
+    m0: Arc<std::sync::Mutex<MembershipState>>,
+    m1: MembershipState,
+    m2: MembershipState,
+    /// Broker 2 keeps beating (else it died with the controller).
+    two_alive: bool,
+    s1: Arc<Shared>,
+    c1: ControllerState,
+}
+
+impl ControllerKill {
+    fn new(seam: OnOpen) -> Self {
+        let d = tempfile::tempdir().unwrap();
+        let cluster = d.path().join("__cluster");
+        let data = d.path().to_path_buf();
+        stamp_topic(&data, 6);
+        let clock = FakeClock::new();
+        let (s0, s1, s2) = (
+            shared(&cluster, 0, 100, &clock),
+            shared(&cluster, 1, 101, &clock),
+            shared(&cluster, 2, 102, &clock),
+        );
+        let (m0, mut m1, mut m2) = (beat(real(), &s0), beat(real(), &s1), beat(real(), &s2));
+        let m0 = Arc::new(std::sync::Mutex::new(m0));
+        let mut c0 = ControllerState::new(real(), s0, data.clone());
+        assert!(c0.tick());
+        assert_eq!(c0.epoch(), Some(1));
+        let mut c1 = ControllerState::new(Arc::new(seam), s1.clone(), data);
+        for _ in 0..10 {
+            clock.advance(TIMING.poll);
+            m0.lock().unwrap().beat();
+            m1.beat();
+            m2.beat();
+            c0.tick();
+            c1.tick();
+        }
+        assert_eq!(c1.epoch(), None);
+        let held = |b| {
+            grants(&on_disk(&cluster))
+                .iter()
+                .filter(|(l, _)| *l == b)
+                .count()
+        };
+        assert_eq!((held(0), held(1), held(2)), (2, 2, 2));
+        Self {
+            _d: d,
+            cluster,
+            clock,
+            m0,
+            m1,
+            m2,
+            two_alive: true,
+            s1,
+            c1,
+        }
+    }
+
+    /// How many partitions broker 0 holds in the published history.
+    fn held_by_dead(&self) -> usize {
+        grants(&on_disk(&self.cluster))
+            .iter()
+            .filter(|(l, _)| *l == 0)
+            .count()
+    }
+
+    /// Poll (broker 1 and 2 beating, broker 0 silent) until broker 1 is
+    /// elected; asserts that the pass that elected it also re-granted
+    /// broker 0's partitions, more than lease + grace and at most a poll
+    /// more after `last_beat`, when broker 1 read broker 0's last heartbeat.
+    fn successor_regrants(&mut self, last_beat: Duration) {
+        while self.c1.epoch().is_none() {
+            self.clock.advance(TIMING.poll);
+            self.m1.beat();
+            if self.two_alive {
+                self.m2.beat();
+            }
+            self.c1.tick();
+            let since = self.clock.now() - last_beat;
+            assert!(
+                since <= TIMING.dead_after() + TIMING.poll,
+                "not elected {since:?} after the dead controller's last heartbeat"
+            );
+        }
+        let elected = self.clock.now() - last_beat;
+        assert!(
+            elected >= TIMING.dead_after(),
+            "elected after only {elected:?}"
+        );
+        assert_eq!(
+            self.held_by_dead(),
+            0,
+            "the pass that elected the successor re-grants the dead controller's partitions"
+        );
+    }
+}
+
+/// Catches: the election timing the dead holder's record apart from the
+/// observation the first pass plans from. Its last heartbeat lands while
+/// the candidate reads the claim (after the candidate's own read of the
+/// record, before its read for the election): the election counted from the
+/// newer `seq`, the plan from the older one — the first pass found the
+/// holder alive and re-granted only on a later pass. Now one read feeds
+/// both, so the pass that elects also re-grants.
+#[test]
+fn the_pass_that_elects_the_successor_plans_from_the_observation_that_elected_it() {
+    let seam = OnOpen::default();
+    let mut k = ControllerKill::new(seam.clone());
+    // Broker 0's last heartbeat lands during broker 1's next read of the
+    // controller claim.
+    let (m0, clock) = (k.m0.clone(), k.clock.clone());
+    let last_beat = Arc::new(std::sync::Mutex::new(None));
+    let at = last_beat.clone();
+    seam.set(move |p| {
+        let claim = p
+            .to_string_lossy()
+            .ends_with(&kaas_volume::layout::controller_epoch(1));
+        if claim && at.lock().unwrap().is_none() {
+            m0.lock().unwrap().beat();
+            *at.lock().unwrap() = Some(clock.now());
+        }
+        None
+    });
+    k.clock.advance(TIMING.poll);
+    k.c1.tick();
+    let last = last_beat
+        .lock()
+        .unwrap()
+        .expect("broker 0 beat during the pass");
+    k.successor_regrants(last);
+}
+
+/// Catches: a stale read of the dead holder's record (an older `seq`, as an
+/// NFS attribute or page cache can serve) taken for a change, restarting
+/// its stand-still: the successor then timed the dead controller from zero
+/// again — a second lease + grace, failover ~8 s.
+#[test]
+fn a_stale_read_of_an_older_heartbeat_does_not_restart_the_dead_holders_silence() {
+    let seam = OnOpen::default();
+    let mut k = ControllerKill::new(seam.clone());
+    let rec = broker_record_path(&k.cluster, 0);
+    let stale = k.cluster.join("stale-0.json");
+    std::fs::copy(&rec, &stale).unwrap();
+    k.clock.advance(TIMING.poll);
+    k.m0.lock().unwrap().beat();
+    k.c1.tick();
+    let last_beat = k.clock.now();
+    // Broker 0 is killed. 2 s later one read of its record by broker 1
+    // serves the heartbeat before its last.
+    let (clock, due) = (k.clock.clone(), last_beat + Duration::from_secs(2));
+    let mut served = false;
+    seam.set(move |p| {
+        (p == rec && clock.now() >= due && !std::mem::replace(&mut served, true))
+            .then(|| stale.clone())
+    });
+    k.successor_regrants(last_beat);
+}
+
+/// Catches: a holder whose record vanished. The election timed the
+/// absence, but the plan kept the record it had last read with its
+/// stand-still frozen — the elected successor kept the gone broker's grants
+/// forever. A record missing for lease + grace is now a gone broker for the
+/// election and the plan alike.
+#[test]
+fn a_holder_whose_record_vanished_is_gone_for_the_election_and_the_plan_alike() {
+    let mut k = ControllerKill::new(OnOpen::default());
+    // Killed after the heartbeat broker 1 read last; its record vanishes.
+    let last_beat = k.clock.now();
+    std::fs::remove_file(broker_record_path(&k.cluster, 0)).unwrap();
+    k.successor_regrants(last_beat);
+}
+
+/// Catches: a broker that holds grants but that a stale listing hides from
+/// the candidate (its record created within an NFS client's attribute
+/// lifetime). The candidate never watched it, so the successor first read
+/// it after its election and timed it from zero: when it died with the
+/// controller, its partitions moved a second lease + grace later. A
+/// candidate now also reads every broker its own applied assignment names.
+#[test]
+fn a_broker_a_stale_listing_hides_is_timed_from_before_the_election() {
+    let seam = OnOpen::default();
+    seam.hide_broker(2);
+    let mut k = ControllerKill::new(seam);
+    // Broker 1's watcher applies the assignment (which names broker 2).
+    let mut w1 = WatcherState::new(real(), k.s1.clone());
+    let a = w1.poll().expect("an assignment to apply");
+    assert!(w1.done(&a));
+    k.clock.advance(TIMING.poll);
+    k.m0.lock().unwrap().beat();
+    k.m1.beat();
+    k.m2.beat();
+    k.c1.tick();
+    // The controller's broker and broker 2 die together.
+    let last_beat = k.clock.now();
+    k.two_alive = false;
+    k.successor_regrants(last_beat);
+    let held_by_2 = grants(&on_disk(&k.cluster))
+        .iter()
+        .filter(|(l, _)| *l == 2)
+        .count();
+    assert_eq!(
+        held_by_2, 0,
+        "broker 2, silent as long as the controller, is re-granted in the same pass"
+    );
+}

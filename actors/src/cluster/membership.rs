@@ -101,6 +101,11 @@ pub struct Shared {
     /// middle of a heartbeat — its lease is provably gone — not a second
     /// live process: see [`MembershipState::beat`].
     pub waited_out: Mutex<Vec<u64>>,
+    /// Every broker the assignment this broker applied last names
+    /// (`Assignment::named_brokers`; set by the watcher): a candidate reads
+    /// their records by exact name too, so a stale listing cannot hide a
+    /// broker that holds grants until after the election.
+    pub named: Mutex<Vec<i32>>,
 }
 
 impl Shared {
@@ -125,6 +130,7 @@ impl Shared {
             timing,
             silent: Mutex::new(Vec::new()),
             waited_out: Mutex::new(Vec::new()),
+            named: Mutex::new(Vec::new()),
         }
     }
 

@@ -184,6 +184,29 @@ pub struct Assignment {
 }
 
 impl Assignment {
+    /// Every broker this assignment names — endpoints, leaders, owners of a
+    /// release — sorted, without duplicates or the vacant `-1`: the brokers
+    /// whose records a controller (or a candidate) must read by exact name,
+    /// whatever a listing shows.
+    pub fn named_brokers(&self) -> Vec<i32> {
+        let mut named: Vec<i32> = self.brokers.iter().map(|b| b.id).collect();
+        for e in self
+            .topics
+            .values()
+            .flat_map(|t| t.partitions.iter())
+            .chain(self.coordinators.iter())
+        {
+            named.push(e.leader);
+            if let Some((b, _, _)) = e.releasing {
+                named.push(b);
+            }
+        }
+        named.retain(|id| *id >= 0);
+        named.sort_unstable();
+        named.dedup();
+        named
+    }
+
     /// Whether `self` is newer than an assignment stamped (epoch, version).
     pub fn newer_than(&self, epoch: i32, version: u64) -> bool {
         (self.controller_epoch, self.version) > (epoch, version)

@@ -274,6 +274,9 @@ impl WatcherState {
         self.busy = false;
         if a.lead {
             let (e, v) = (a.assignment.controller_epoch, a.assignment.version);
+            if self.applied.is_none_or(|(pe, pv, _)| (pe, pv) != (e, v)) {
+                *self.shared.named.lock().unwrap() = a.assignment.named_brokers();
+            }
             self.applied = Some((e, v, a.incarnation));
             self.applied_assignment = Some(a.assignment.clone());
             self.lapsed_view = None;
