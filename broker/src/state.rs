@@ -674,13 +674,22 @@ impl LeaderSink for BrokerSink {
                     })
                 });
             }
-            let started = b.leaders.start_granted(wanted, |(t, p), (_, epoch)| {
-                b.start_leader(t, *p, *epoch, inc)
-            }) + b.coordinators.start_granted(shards.clone(), |s, epoch| {
-                Some(b.start_coordinator(*s, *epoch, inc))
-            }) + b.txn_coordinators.start_granted(shards, |s, epoch| {
-                Some(b.start_txn_coordinator(*s, *epoch, inc))
-            });
+            // A broker shutting down starts nothing: what it still holds is
+            // being handed off or stopped. (A periodic re-apply after
+            // `stop_leaders` restarted every partition of a lone broker
+            // during its shutdown; their closes after the lease was revoked
+            // logged ERROR "lease lapsed".)
+            let started = if b.shared.state.lock().unwrap().shutting_down {
+                0
+            } else {
+                b.leaders.start_granted(wanted, |(t, p), (_, epoch)| {
+                    b.start_leader(t, *p, *epoch, inc)
+                }) + b.coordinators.start_granted(shards.clone(), |s, epoch| {
+                    Some(b.start_coordinator(*s, *epoch, inc))
+                }) + b.txn_coordinators.start_granted(shards, |s, epoch| {
+                    Some(b.start_txn_coordinator(*s, *epoch, inc))
+                })
+            };
             if lead {
                 b.apply_config_changes(&before, &a);
             }
