@@ -153,10 +153,12 @@ pub fn control_reserve(limit: u64) -> u64 {
     (limit / 16).clamp(16, 256)
 }
 
-/// Descriptors opened after the first calibration that are not the data
-/// plane's: the event loops (two per arbiter) of the threads the broker
-/// starts after it, and slack.
-const STARTUP_MARGIN: u64 = 64;
+/// Descriptors opened after the first estimate that are not the data
+/// plane's (the event loops, two per arbiter, of the threads the broker
+/// starts after it, and slack): 64, or an eighth of a small limit.
+fn startup_margin(limit: u64) -> u64 {
+    (limit / 8).min(64)
+}
 
 /// The data-plane budget's cap: the limit, less the control plane's
 /// reserve, less every descriptor open now that is not the data plane's
@@ -170,7 +172,7 @@ pub fn data_plane_cap(p: &FdPlan, open: u64, held: u64) -> usize {
 /// The data plane's budget, sized for now: before the broker's threads and
 /// listeners exist, with a margin for them; [`calibrate`] sets it exactly.
 pub fn data_plane_budget(p: &FdPlan) -> std::sync::Arc<kaas_volume::fs::FdBudget> {
-    let open = open_fds().unwrap_or(0) + STARTUP_MARGIN;
+    let open = open_fds().unwrap_or(0) + startup_margin(p.limit);
     kaas_volume::fs::FdBudget::new(data_plane_cap(p, open, 0))
 }
 
