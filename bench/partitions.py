@@ -28,7 +28,13 @@ from pathlib import Path
 
 FS_CALLS = ("openat", "open", "read", "pread64", "write", "pwrite64", "getdents64", "statx",
             "newfstatat", "fstat", "rename", "renameat", "renameat2", "unlink", "unlinkat",
-            "fsync", "fdatasync", "mkdir", "mkdirat", "close", "lseek")
+            "fsync", "fdatasync", "mkdir", "mkdirat", "close", "lseek", "statfs")
+# The calls that are a metadata operation on the volume (a round trip on NFS,
+# cached or not): opens, listings, stats, statfs, renames, unlinks, mkdirs,
+# fsyncs. Reads, writes and closes of an open file, and the event loops'
+# eventfd reads and writes, are not counted here.
+META_CALLS = ("openat", "open", "getdents64", "statx", "newfstatat", "rename", "renameat",
+              "renameat2", "unlink", "unlinkat", "fsync", "fdatasync", "mkdir", "mkdirat", "statfs")
 
 
 def free_port():
@@ -126,9 +132,10 @@ def main():
         calls = fs_syscalls(proc.pid, a.idle)
         per_s = {k: round(v / a.idle, 1) for k, v in sorted(calls.items())} if calls is not None else "n/a"
         total_ops = round(sum(calls.values()) / a.idle, 1) if calls else 0
+        meta_ops = round(sum(v for k, v in calls.items() if k in META_CALLS) / a.idle, 1) if calls else 0
         nparts = a.topics * a.partitions
         print(f"PARTITIONS idle partitions={nparts} rss_mb={rss_mb(proc.pid):.0f} fds={fds(proc.pid)} "
-              f"cpu_cores={cores:.3f} fs_syscalls_per_s={total_ops} by_call={per_s}", flush=True)
+              f"cpu_cores={cores:.3f} fs_syscalls_per_s={total_ops} metadata_ops_per_s={meta_ops} by_call={per_s}", flush=True)
         # kill -9, restart on the same directory, time until every partition acks.
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)

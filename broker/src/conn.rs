@@ -46,6 +46,7 @@ use kaas_actors::partition::reader::FileRange;
 use kaas_protocol::{
     parse_oversized_produce, parse_request, Frame, FrameCodec, FrameError, RequestError,
 };
+use kaas_volume::fs::{FdBudget, Permit};
 use std::io::IoSlice;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -194,6 +195,11 @@ pub fn prometheus(b: &Broker) -> String {
         "# HELP kaas_inflight_bytes Bytes held by requests not yet answered and answers not yet written, over all connections.\n# TYPE kaas_inflight_bytes gauge\nkaas_inflight_bytes {}\n# HELP kaas_inflight_bytes_limit --broker-inflight-bytes: no connection is read while kaas_inflight_bytes is at it.\n# TYPE kaas_inflight_bytes_limit gauge\nkaas_inflight_bytes_limit {}\n",
         b.inflight.used(),
         b.inflight.limit()
+    ) + &format!(
+        "# HELP kaas_fd_data_plane Descriptors held by the data plane (files, connections, peer and HTTP sockets).\n# TYPE kaas_fd_data_plane gauge\nkaas_fd_data_plane {}\n# HELP kaas_fd_data_plane_cap The data plane's descriptor cap (the limit less the control plane's reserve and the runtime's own).\n# TYPE kaas_fd_data_plane_cap gauge\nkaas_fd_data_plane_cap {}\n# HELP kaas_fd_data_plane_refused_total Data-plane opens and accepts refused at the cap.\n# TYPE kaas_fd_data_plane_refused_total counter\nkaas_fd_data_plane_refused_total {}\n",
+        b.fd_budget.held(),
+        b.fd_budget.cap(),
+        b.fd_budget.refused()
     )
 }
 
@@ -309,9 +315,14 @@ enum WriteError {
 /// `sendfile` for the ranges, since reading a range may block on the
 /// volume), through `sock`, a duplicate of the socket's descriptor made on
 /// first use, so the task never outlives the descriptor it writes to.
+///
+/// The duplicate is a descriptor of the data plane: it takes a permit of
+/// `budget` (kept with it), and a connection refused one is closed (the
+/// client reconnects) rather than take the control plane's descriptors.
 async fn write_answer(
     wr: &mut tokio::net::tcp::OwnedWriteHalf,
-    sock: &mut Option<Arc<OwnedFd>>,
+    sock: &mut Option<Arc<(OwnedFd, Permit)>>,
+    budget: &Arc<FdBudget>,
     parts: Vec<Part>,
     stall: Duration,
 ) -> Result<(), WriteError> {
@@ -328,12 +339,13 @@ async fn write_answer(
     let fd = match sock {
         Some(fd) => fd.clone(),
         None => {
-            let fd = Arc::new(wr.as_ref().as_fd().try_clone_to_owned()?);
+            let permit = budget.try_acquire()?;
+            let fd = Arc::new((wr.as_ref().as_fd().try_clone_to_owned()?, permit));
             *sock = Some(fd.clone());
             fd
         }
     };
-    tokio::task::spawn_blocking(move || send_parts(&fd, &parts, stall))
+    tokio::task::spawn_blocking(move || send_parts(&fd.0, &parts, stall))
         .await
         .map_err(|_| WriteError::Task)?
 }
@@ -504,6 +516,7 @@ pub async fn serve(b: Arc<Broker>, sock: TcpStream, peer: std::net::SocketAddr, 
 
     let writer = {
         let (conn_budget, broker_budget) = (conn_budget.clone(), broker_budget.clone());
+        let fd_budget = b.fd_budget.clone();
         async move {
             let mut sock = None;
             while let Some((f, _held, produce_read_at)) = rx.recv().await {
@@ -513,7 +526,9 @@ pub async fn serve(b: Arc<Broker>, sock: TcpStream, peer: std::net::SocketAddr, 
                 // taking its answers keeps the connection at its limit, so
                 // it is not read.
                 let _answer = charge_both(&conn_budget, &broker_budget, len);
-                if let Err(e) = write_answer(&mut wr, &mut sock, parts, request_timeout).await {
+                if let Err(e) =
+                    write_answer(&mut wr, &mut sock, &fd_budget, parts, request_timeout).await
+                {
                     match e {
                         WriteError::File { .. } | WriteError::Task => {
                             tracing::warn!(%peer, bytes = len, error = %e, "answer not written whole; closing connection")
@@ -950,6 +965,7 @@ mod tests {
         expected.extend_from_slice(&bytes[500_000..]);
         expected.extend_from_slice(b"tail");
         let mut dup = None;
+        let budget = kaas_volume::fs::FdBudget::new(1);
         for _ in 0..3 {
             let parts = parts
                 .iter()
@@ -958,12 +974,14 @@ mod tests {
                     Part::File(f) => Part::File(f.clone()),
                 })
                 .collect();
-            write_answer(&mut wr, &mut dup, parts, Duration::from_secs(10))
+            write_answer(&mut wr, &mut dup, &budget, parts, Duration::from_secs(10))
                 .await
                 .unwrap();
         }
+        assert_eq!(budget.held(), 1, "the duplicate holds one permit");
         drop(wr);
         drop(dup);
+        assert_eq!(budget.held(), 0);
         let got = client.await.unwrap();
         assert_eq!(got.len(), expected.len() * 3);
         assert!(got == expected.repeat(3));

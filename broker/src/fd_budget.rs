@@ -15,14 +15,19 @@
 //! the limit leaves fewer than [`MIN_CONNECTIONS`] connections: it could
 //! not serve anyone.
 //!
-//! The split bounds what each side holds in the steady state, not in a
-//! burst: a connection evicted for a new one keeps its socket until its
-//! task runs, and a burst of accepts can run ahead of those closes. So the
-//! accept loop also asks an [`FdGuard`] before keeping a connection: while
-//! fewer than [`FdGuard::keep`] descriptors are free (counted in
-//! `/proc/self/fd`, sampled at most every [`FdGuard::SAMPLE`], with every
-//! accept since counted as taken), new connections are closed at once, so
-//! the heartbeat, the watcher and the controller always find a descriptor.
+//! The split bounds the connection count; what guarantees the control
+//! plane its descriptors is a count of everything else. Every data-plane
+//! descriptor — a segment, index, manifest or snapshot file, a coordinator
+//! shard log, a listing or directory fsync of a recovery, a Kafka or HTTP
+//! connection, the duplicate a sendfile writes through, a peer connection —
+//! takes a permit of one broker-wide [`kaas_volume::fs::FdBudget`] before
+//! its syscall and holds it as long as the descriptor lives (files through
+//! [`kaas_volume::fs::BudgetedFs`]). The budget's cap is the limit less
+//! [`control_reserve`] less what the runtime holds once started
+//! ([`calibrate`]), so a burst of any of them is refused with a retriable
+//! error (a produce answered KAFKA_STORAGE_ERROR, a partition open retried,
+//! a connection closed) and the heartbeat, the watcher and the controller,
+//! which open through the uncounted seam, always find theirs.
 
 use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
 
@@ -139,68 +144,71 @@ pub fn apply(max_connections: usize) -> Result<FdPlan, FdBudgetError> {
     Ok(p)
 }
 
-/// Keeps descriptors free for the control plane (see the module docs).
-/// Used by the accept loop only (one thread): not `Sync`.
-#[derive(Debug)]
-pub struct FdGuard {
-    limit: u64,
-    keep: u64,
-    /// Free at the last sample, and when it was taken.
-    free: u64,
-    sampled: Option<std::time::Instant>,
-    /// Connections kept since the sample (each holds a descriptor).
-    taken: u64,
+/// Descriptors kept for the control plane (the heartbeat, the watcher,
+/// the controller) out of `limit`: a sixteenth, 16..=256. They use a few at
+/// once (a heartbeat two, the watcher and the controller one or two each);
+/// the rest covers the two sockets an accept holds before it can be
+/// refused (Kafka and HTTP listeners, one each).
+pub fn control_reserve(limit: u64) -> u64 {
+    (limit / 16).clamp(16, 256)
 }
 
-impl FdGuard {
-    /// How stale a sample may be.
-    pub const SAMPLE: std::time::Duration = std::time::Duration::from_millis(100);
+/// Descriptors opened after the first estimate that are not the data
+/// plane's (the event loops, two per arbiter, of the threads the broker
+/// starts after it, and slack): 64, or an eighth of a small limit.
+fn startup_margin(limit: u64) -> u64 {
+    (limit / 8).min(64)
+}
 
-    /// A guard keeping [`Self::keep_for`]`(limit)` of `limit` descriptors free.
-    pub fn new(limit: u64) -> Self {
-        Self {
-            limit,
-            keep: Self::keep_for(limit),
-            free: limit,
-            sampled: None,
-            taken: 0,
+/// The data-plane budget's cap: the limit, less the control plane's
+/// reserve, less every descriptor open now that is not the data plane's
+/// (`held` of `open` are).
+pub fn data_plane_cap(p: &FdPlan, open: u64, held: u64) -> usize {
+    p.limit
+        .saturating_sub(control_reserve(p.limit))
+        .saturating_sub(open.saturating_sub(held)) as usize
+}
+
+/// The data plane's budget, sized for now: before the broker's threads and
+/// listeners exist, with a margin for them; [`calibrate`] sets it exactly.
+pub fn data_plane_budget(p: &FdPlan) -> std::sync::Arc<kaas_volume::fs::FdBudget> {
+    let open = open_fds().unwrap_or(0) + startup_margin(p.limit);
+    kaas_volume::fs::FdBudget::new(data_plane_cap(p, open, 0))
+}
+
+/// Once everything the broker runs is started: the cap is the limit less
+/// the control plane's reserve less what the runtime itself holds now (every
+/// open descriptor not counted in the budget). Logged at INFO.
+pub fn calibrate(p: &FdPlan, budget: &kaas_volume::fs::FdBudget) {
+    // The data plane may be opening files meanwhile (coordinator shards at
+    // start): a permit is taken before its descriptor exists, so a count
+    // read while permits rise would take the runtime for smaller than it
+    // is. Read the permits on both sides of the count, subtract the
+    // smaller, and keep the largest runtime of a few reads: never an
+    // overestimate of the cap.
+    let mut runtime = None;
+    for i in 0..8 {
+        if i > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(20));
         }
+        let before = budget.held() as u64;
+        let Ok(open) = open_fds() else { break };
+        let held = before.min(budget.held() as u64);
+        runtime = runtime.max(Some(open.saturating_sub(held)));
     }
-
-    /// Descriptors always left free: a sixteenth of the limit, 16..=256
-    /// (a heartbeat takes two at once; the watcher and controller one each).
-    pub fn keep_for(limit: u64) -> u64 {
-        (limit / 16).clamp(16, 256)
-    }
-
-    /// Descriptors kept free.
-    pub fn keep(&self) -> u64 {
-        self.keep
-    }
-
-    /// Whether a connection just accepted may be kept: `false` while fewer
-    /// than `keep` descriptors would be free. With `/proc` unreadable
-    /// every connection is kept (the budget still bounds them).
-    pub fn admit(&mut self, now: std::time::Instant) -> bool {
-        if self
-            .sampled
-            .is_none_or(|t| now.duration_since(t) >= Self::SAMPLE)
-        {
-            match open_fds() {
-                Ok(open) => {
-                    self.free = self.limit.saturating_sub(open);
-                    self.taken = 0;
-                    self.sampled = Some(now);
-                }
-                Err(_) => return true,
-            }
-        }
-        if self.free.saturating_sub(self.taken) <= self.keep {
-            return false;
-        }
-        self.taken += 1;
-        true
-    }
+    let Some(runtime) = runtime else {
+        tracing::warn!("cannot count open descriptors (/proc/self/fd); the data-plane budget keeps its start-up estimate");
+        return;
+    };
+    let cap = data_plane_cap(p, runtime, 0);
+    budget.set_cap(cap);
+    tracing::info!(
+        limit = p.limit,
+        control_plane_reserve = control_reserve(p.limit),
+        runtime,
+        data_plane_cap = cap,
+        "descriptor budget: data-plane files and sockets are refused past the cap"
+    );
 }
 
 /// Descriptors this process has open now.
@@ -239,27 +247,22 @@ mod tests {
         assert!(plan(e.needed, 10).is_ok());
     }
 
-    /// Catches: connections accepted until the process runs out of
-    /// descriptors (the heartbeat then fails with EMFILE).
     #[test]
-    fn the_guard_keeps_descriptors_free() {
-        use std::time::Instant;
+    fn the_control_plane_keeps_its_reserve() {
+        let p = plan(256, 10_000).unwrap();
+        assert_eq!(control_reserve(256), 16);
+        assert_eq!(control_reserve(1 << 20), 256);
+        // 40 open, 10 of them the data plane's: the runtime holds 30.
+        assert_eq!(data_plane_cap(&p, 40, 10), 256 - 16 - 30);
+        let b = data_plane_budget(&p);
+        assert!(b.cap() < 256 - 16, "{}", b.cap());
+        calibrate(&p, &b);
         let open = open_fds().unwrap();
-        let now = Instant::now();
-        // Room for exactly 5 more before the 16 kept.
-        let mut g = FdGuard::new(open + 16 + 5);
-        assert_eq!(g.keep(), 16);
-        // (other tests open files meanwhile: at most 5, at least one)
-        let n = (0..10).filter(|_| g.admit(now)).count();
-        assert!((1..=5).contains(&n), "{n}");
-        // Within the sample period nothing more, whatever closes.
-        assert!(!g.admit(now));
-        // A new sample sees what is really open.
-        let later = now + FdGuard::SAMPLE;
-        let mut g = FdGuard::new(open + 100);
-        assert!(g.admit(later));
-        assert_eq!(FdGuard::keep_for(256), 16);
-        assert_eq!(FdGuard::keep_for(1 << 20), 256);
+        assert!(
+            b.cap() as u64 + open <= 256 - 16 + 2,
+            "{} + {open}",
+            b.cap()
+        );
     }
 
     #[test]

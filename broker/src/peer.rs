@@ -16,9 +16,10 @@ use kaas_protocol::kafka_protocol::messages::{RequestHeader, ResponseHeader};
 use kaas_protocol::kafka_protocol::protocol::{
     Decodable, Encodable, HeaderVersion, Request, StrBytes,
 };
+use kaas_volume::fs::{FdBudget, Permit};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -44,9 +45,13 @@ pub enum PeerError {
     Malformed(String),
 }
 
+/// A pooled connection and its descriptor's permit.
+type Conn = (TcpStream, Permit);
+
 /// The client: a bounded pool of idle connections by address.
 pub struct PeerClient {
-    idle: Mutex<HashMap<(String, i32), Vec<TcpStream>>>,
+    idle: Mutex<HashMap<(String, i32), Vec<Conn>>>,
+    budget: Arc<FdBudget>,
     next_correlation: AtomicI32,
     connect_timeout: Duration,
     request_timeout: Duration,
@@ -55,9 +60,11 @@ pub struct PeerClient {
 
 impl PeerClient {
     /// A client identifying itself as `client_id`.
-    pub fn new(client_id: String) -> Self {
+    /// Its sockets are data-plane descriptors counted in `budget`.
+    pub fn new(client_id: String, budget: Arc<FdBudget>) -> Self {
         Self {
             idle: Mutex::new(HashMap::new()),
+            budget,
             next_correlation: AtomicI32::new(1),
             connect_timeout: Duration::from_secs(2),
             request_timeout: Duration::from_secs(15),
@@ -65,7 +72,7 @@ impl PeerClient {
         }
     }
 
-    async fn connection(&self, host: &str, port: i32) -> Result<TcpStream, PeerError> {
+    async fn connection(&self, host: &str, port: i32) -> Result<Conn, PeerError> {
         let pooled = self
             .idle
             .lock()
@@ -77,14 +84,15 @@ impl PeerClient {
         }
         let port =
             u16::try_from(port).map_err(|_| PeerError::Malformed(format!("bad port {port}")))?;
+        let permit = self.budget.try_acquire()?;
         let c = tokio::time::timeout(self.connect_timeout, TcpStream::connect((host, port)))
             .await
             .map_err(|_| PeerError::Timeout)??;
         c.set_nodelay(true)?;
-        Ok(c)
+        Ok((c, permit))
     }
 
-    fn give_back(&self, host: &str, port: i32, c: TcpStream) {
+    fn give_back(&self, host: &str, port: i32, c: Conn) {
         let mut idle = self.idle.lock().unwrap();
         let key = (host.to_owned(), port);
         if !idle.contains_key(&key) && idle.len() >= MAX_PEERS {
@@ -106,7 +114,8 @@ impl PeerClient {
     ) -> Result<R::Response, PeerError> {
         let correlation = self.next_correlation.fetch_add(1, Ordering::Relaxed);
         let frame = encode_request(req, version, correlation, &self.client_id)?;
-        let mut c = self.connection(host, port).await?;
+        let mut conn = self.connection(host, port).await?;
+        let c = &mut conn.0;
         let exchange = async {
             c.write_all(&frame).await?;
             let len = c.read_i32().await?;
@@ -122,7 +131,7 @@ impl PeerClient {
             .await
             .map_err(|_| PeerError::Timeout)??;
         let resp = decode_response::<R>(&body, version, correlation)?;
-        self.give_back(host, port, c);
+        self.give_back(host, port, conn);
         Ok(resp)
     }
 }

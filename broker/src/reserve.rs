@@ -13,7 +13,11 @@
 //! partition, which stays up).
 //!
 //! Free space is sampled (`statvfs`) on a thread of its own every
-//! [`SAMPLE`]: on a hard NFS mount a `statvfs` can block, and it must block
+//! [`SAMPLE`] while it is within [`FAST_WITHIN`] reserves of the reserve,
+//! else every [`SLOW_SAMPLE`] (a `statvfs` is a round trip on NFS; an idle
+//! broker far from full need not make ten a second). The slow period
+//! covers the same write rate as the fast one: 16 reserves of headroom
+//! in a second against one reserve in 100 ms. On a hard NFS mount a `statvfs` can block, and it must block
 //! nobody but itself. A blocked sampler keeps its last answer. Between two
 //! samples every admitted produce is counted against the last one, so a
 //! fast producer on this broker cannot write through the reserve within a
@@ -27,8 +31,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// How often free space is sampled.
+/// How often free space is sampled near the reserve.
 pub const SAMPLE: Duration = Duration::from_millis(100);
+/// How often free space is sampled far from the reserve.
+pub const SLOW_SAMPLE: Duration = Duration::from_secs(1);
+/// "Near": free space below this many reserves (the reserve included).
+pub const FAST_WITHIN: u64 = 17;
 
 /// See module docs.
 #[derive(Debug)]
@@ -111,15 +119,27 @@ impl Reserve {
         }
     }
 
-    /// Sample now and then every [`SAMPLE`] on a thread of its own, for
-    /// the life of the process.
+    /// The period until the next sample (see module docs).
+    pub fn period(&self) -> Duration {
+        let free = self
+            .free_bytes()
+            .saturating_sub(self.since.load(Ordering::Relaxed));
+        if self.applies && free < self.bytes.saturating_mul(FAST_WITHIN) {
+            SAMPLE
+        } else {
+            SLOW_SAMPLE
+        }
+    }
+
+    /// Sample now and then every [`Self::period`] on a thread of its own,
+    /// for the life of the process.
     pub fn start(self: &Arc<Self>) -> std::io::Result<()> {
         self.sample();
         let me = self.clone();
         std::thread::Builder::new()
             .name("kaas-reserve".into())
             .spawn(move || loop {
-                std::thread::sleep(SAMPLE);
+                std::thread::sleep(me.period());
                 me.sample();
             })
             .map(|_| ())
@@ -157,6 +177,16 @@ mod tests {
         assert!(r.admit(room / 2));
         assert!(!r.admit(room / 2 + 4096), "would cross the reserve");
         assert!(r.admit(room / 4));
+        // Far from the reserve the slow period; near it (what was admitted
+        // since the sample counted) the fast one.
+        let r = Reserve::new(d.path(), d.path(), 1 << 20);
+        r.sample();
+        let free = r.free_bytes();
+        if free > FAST_WITHIN << 20 {
+            assert_eq!(r.period(), SLOW_SAMPLE, "far from the reserve");
+        }
+        assert!(r.admit(free - (8 << 20)));
+        assert_eq!(r.period(), SAMPLE, "within 8 reserves");
         // /proc is another filesystem than any tempdir.
         let r = Reserve::new(d.path(), Path::new("/proc"), u64::MAX);
         assert!(!r.applies());

@@ -13,7 +13,7 @@ use kaas_actors::cluster::watcher::AssignmentWatcher;
 use kaas_actors::producer_id_blocks::ProducerIdBlocks;
 use kaas_actors::telemetry::Mailbox;
 use kaas_actors::topic::TopicCatalog;
-use kaas_volume::fs::{GuardedFs, ReadOnly, RealFs, SharedFs};
+use kaas_volume::fs::{BudgetedFs, FdBudget, GuardedFs, ReadOnly, RealFs, SharedFs};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -101,9 +101,14 @@ pub fn run(args: BrokerArgs) -> anyhow::Result<()> {
     )
     .context("joining the cluster")?;
 
+    // Everything but the control plane (membership, watcher, controller,
+    // which keep `fs`) opens through a seam whose descriptors are counted
+    // in the data plane's budget, so no burst of it can take theirs.
+    let fd_budget = crate::fd_budget::data_plane_budget(&fds);
+    let data_fs = BudgetedFs::shared(fs.clone(), fd_budget.clone());
     // The topic catalog (and its janitor) and the producer-id blocks write
     // only while this broker's lease is valid: the seam refuses otherwise.
-    let leased_fs = GuardedFs::shared(fs.clone(), shared.lease.clone());
+    let leased_fs = GuardedFs::shared(data_fs.clone(), shared.lease.clone());
     let sys = actix_rt::System::new();
     sys.block_on(async move {
         let catalog = TopicCatalog::load(leased_fs.clone(), &args.data_dir)
@@ -119,7 +124,8 @@ pub fn run(args: BrokerArgs) -> anyhow::Result<()> {
         let pids = ProducerIdBlocks::start(leased_fs, cluster_dir.clone(), args.broker_id);
         let broker = Arc::new(Broker::new(
             args.clone(),
-            fs.clone(),
+            data_fs.clone(),
+            fd_budget.clone(),
             shared.clone(),
             cluster_id.clone(),
             catalog,
@@ -128,7 +134,7 @@ pub fn run(args: BrokerArgs) -> anyhow::Result<()> {
         ));
         broker.reserve.start()?;
         broker.quotas.start_reload(
-            fs.read_only(),
+            data_fs.read_only(),
             cluster_dir.join(kaas_volume::layout::QUOTAS_DIR),
         )?;
         if broker.reserve.applies() {
@@ -204,12 +210,9 @@ pub fn run(args: BrokerArgs) -> anyhow::Result<()> {
         );
         eprintln!("kaas broker listening on {}", args.listen);
 
-        let accept = accept_loop(
-            broker.clone(),
-            listener,
-            fds.connections,
-            crate::fd_budget::FdGuard::new(fds.limit),
-        );
+        // Every thread and listener is up: size the data plane exactly.
+        crate::fd_budget::calibrate(&fds, &fd_budget);
+        let accept = accept_loop(broker.clone(), listener, fds.connections, fd_budget);
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         tokio::select! {
             _ = accept => {}
@@ -314,14 +317,14 @@ const EVICT_IDLE_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
 /// make room, as Kafka closes its least recently used one; with none that
 /// idle, the new connection is closed at once. Out of descriptors (EMFILE/ENFILE), the loop backs off
 /// instead of spinning, and repeated failures are logged once per interval
-/// with a count. While fewer than `guard.keep()` descriptors are free, a
-/// new connection is closed at once: the control plane's descriptors come
-/// first (see `fd_budget::FdGuard`).
+/// with a count. A connection is a data-plane descriptor: one the
+/// data plane's budget has no permit for is closed at once, so the control
+/// plane keeps its descriptors (see `fd_budget`).
 async fn accept_loop(
     b: Arc<Broker>,
     listener: TcpListener,
     max_connections: usize,
-    mut guard: crate::fd_budget::FdGuard,
+    budget: Arc<FdBudget>,
 ) {
     use crate::limits::EveryInterval;
     use std::time::{Duration, Instant};
@@ -353,13 +356,13 @@ async fn accept_loop(
             }
         };
         let open = t.connections.load(Ordering::Relaxed);
-        if !guard.admit(Instant::now()) {
+        let Ok(permit) = budget.try_acquire() else {
             if let Some(count) = short.hit(Instant::now()) {
-                tracing::warn!(%peer, open, keep_free = guard.keep(), count, interval_s = ACCEPT_LOG_INTERVAL.as_secs(), "few file descriptors free; closing new connections so the heartbeat keeps its own");
+                tracing::warn!(%peer, open, data_plane_cap = budget.cap(), count, interval_s = ACCEPT_LOG_INTERVAL.as_secs(), "data-plane descriptor budget exhausted; closing new connections so the heartbeat keeps its own");
             }
             drop(sock);
             continue;
-        }
+        };
         if open >= max_connections as i64 {
             let victim = slots
                 .borrow()
@@ -394,6 +397,7 @@ async fn accept_loop(
         let slots = slots.clone();
         tokio::task::spawn_local(async move {
             conn::serve(b, sock, peer, slot).await;
+            drop(permit);
             slots.borrow_mut().remove(&id);
             kaas_actors::telemetry::global()
                 .connections

@@ -99,6 +99,10 @@ pub struct Broker {
     /// Bytes held by every connection's requests and unwritten answers
     /// (see [`crate::conn::ByteBudget`]).
     pub inflight: Arc<crate::conn::ByteBudget>,
+    /// The data plane's descriptors (files, connections, peer and HTTP
+    /// sockets): at most its cap, so the control plane keeps its reserve
+    /// (see [`crate::fd_budget`]).
+    pub fd_budget: Arc<kaas_volume::fs::FdBudget>,
 }
 
 /// The topic configs a produce is checked against.
@@ -134,10 +138,12 @@ pub enum LookupError {
 }
 
 impl Broker {
-    /// Assemble the context.
+    /// Assemble the context. `fs` counts its descriptors in `fd_budget`.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         args: BrokerArgs,
         fs: SharedFs,
+        fd_budget: Arc<kaas_volume::fs::FdBudget>,
         shared: Arc<Shared>,
         cluster_id: String,
         catalog: Mailbox<TopicCatalog>,
@@ -156,10 +162,11 @@ impl Broker {
             leaders: OwnerRegistry::new(),
             coordinators: OwnerRegistry::new(),
             txn_coordinators: OwnerRegistry::new(),
-            peers: Arc::new(crate::peer::PeerClient::new(format!(
-                "kaas-broker-{}",
-                args.broker_id
-            ))),
+            peers: Arc::new(crate::peer::PeerClient::new(
+                format!("kaas-broker-{}", args.broker_id),
+                fd_budget.clone(),
+            )),
+            fd_budget,
             arbiters,
             next_arbiter: AtomicUsize::new(0),
             controller: std::sync::OnceLock::new(),
@@ -667,13 +674,22 @@ impl LeaderSink for BrokerSink {
                     })
                 });
             }
-            let started = b.leaders.start_granted(wanted, |(t, p), (_, epoch)| {
-                b.start_leader(t, *p, *epoch, inc)
-            }) + b.coordinators.start_granted(shards.clone(), |s, epoch| {
-                Some(b.start_coordinator(*s, *epoch, inc))
-            }) + b.txn_coordinators.start_granted(shards, |s, epoch| {
-                Some(b.start_txn_coordinator(*s, *epoch, inc))
-            });
+            // A broker shutting down starts nothing: what it still holds is
+            // being handed off or stopped. (A periodic re-apply after
+            // `stop_leaders` restarted every partition of a lone broker
+            // during its shutdown; their closes after the lease was revoked
+            // logged ERROR "lease lapsed".)
+            let started = if b.shared.state.lock().unwrap().shutting_down {
+                0
+            } else {
+                b.leaders.start_granted(wanted, |(t, p), (_, epoch)| {
+                    b.start_leader(t, *p, *epoch, inc)
+                }) + b.coordinators.start_granted(shards.clone(), |s, epoch| {
+                    Some(b.start_coordinator(*s, *epoch, inc))
+                }) + b.txn_coordinators.start_granted(shards, |s, epoch| {
+                    Some(b.start_txn_coordinator(*s, *epoch, inc))
+                })
+            };
             if lead {
                 b.apply_config_changes(&before, &a);
             }

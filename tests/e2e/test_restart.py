@@ -82,3 +82,19 @@ def test_a_clean_sigterm_logs_no_error(broker, topic_name):
     assert broker.sigterm() == 0
     errors = [l for l in broker.log_text().splitlines() if " ERROR " in l]
     assert not errors, "\n".join(errors)
+
+
+def test_a_lone_broker_shutting_down_restarts_no_partition(broker, topic_name):
+    """A broker shutting down starts no leader: the watcher's periodic
+    re-apply (every 20 polls) used to restart every partition a lone broker
+    had just stopped, and their closes after the lease was revoked logged
+    ERROR "lease lapsed". 400 partitions make the shutdown span a re-apply."""
+    create_topic(broker.bootstrap, topic_name, 400, timeout=120)
+    produce(broker.bootstrap, topic_name, 0, 10)
+    assert broker.sigterm() == 0
+    log = broker.log_text()
+    after = log[log.index("SIGTERM: controlled shutdown"):]
+    restarted = [l for l in after.splitlines() if "applied assignment" in l and "started=0" not in l]
+    assert not restarted, "\n".join(restarted)
+    errors = [l for l in log.splitlines() if " ERROR " in l]
+    assert not errors, "\n".join(errors[:10])

@@ -150,6 +150,15 @@ struct Leading {
     /// When the data directory was last listed (see
     /// [`ControllerState::scan_topics`]).
     listed_at: Option<Duration>,
+    /// When the history was last listed to look past a cached "no such
+    /// file" for the next version (our clock). A version this controller
+    /// did not write (a deposed controller's, won before our first) is
+    /// found by exact name at once, or — hidden by an NFS client's
+    /// negative cache — by that listing within [`LIST_EVERY`], or by our
+    /// own next publish meeting EEXIST; a listing is never taken for
+    /// "nothing newer", so nothing is planned past it either way. Listed
+    /// every pass it was a tenth of an idle broker's volume operations.
+    history_listed_at: Option<Duration>,
     /// Every broker `prev` names (leaders, releases, endpoints), for the
     /// version it was computed at (so a pass does not walk every partition).
     named: (u64, i32, Vec<i32>),
@@ -474,6 +483,7 @@ impl ControllerState {
             view: BTreeMap::new(),
             view_gen: 0,
             listed_at: None,
+            history_listed_at: None,
             named: (0, 0, Vec::new()),
             unchanged_plan: None,
             shards: 0,
@@ -482,7 +492,10 @@ impl ControllerState {
     }
 
     /// Every broker the listing shows, and every one already watched, by
-    /// exact name.
+    /// exact name. Listed every pass: a broker id never seen before is
+    /// found only by the listing, and a join discovered late is granted
+    /// late, so the partitions of topics created meanwhile would move
+    /// twice (tried at once a second: `test_cluster_balance` saw them move).
     fn broker_ids(&self) -> std::io::Result<Vec<i32>> {
         let dir = self.cluster_dir().join(BROKERS_DIR);
         let mut ids: Vec<i32> = self
@@ -804,7 +817,19 @@ impl ControllerState {
         let mut folded = 0;
         loop {
             let n = l.prev.version + 1;
-            match history::probe_fresh(fs.as_ref(), &cluster_dir, n)? {
+            // The listing that defeats a cached "no such file" at most every
+            // LIST_EVERY (see `Leading::history_listed_at`); the exact name
+            // every pass.
+            let relist = l
+                .history_listed_at
+                .is_none_or(|t| now.saturating_sub(t) >= LIST_EVERY);
+            let probed = if relist {
+                l.history_listed_at = Some(now);
+                history::probe_fresh(fs.as_ref(), &cluster_dir, n)?
+            } else {
+                history::probe(fs.as_ref(), &cluster_dir, n)?
+            };
+            match probed {
                 Probe::Found(d) => {
                     if d.controller_epoch > l.epoch {
                         return Ok(CatchUp::Deposed);

@@ -1473,6 +1473,8 @@ struct Witness {
     named: std::sync::Mutex<(u64, std::collections::BTreeSet<u64>)>,
     early: std::sync::Mutex<Vec<u64>>,
     opened: std::sync::Mutex<Vec<u64>>,
+    /// Every directory listed, in order.
+    listed: std::sync::Mutex<Vec<std::path::PathBuf>>,
 }
 
 impl kaas_volume::fs::Fs for Witness {
@@ -1516,6 +1518,7 @@ impl kaas_volume::fs::Fs for Witness {
     }
     fn list(&self, dir: &Path) -> std::io::Result<Vec<String>> {
         let names = RealFs.list(dir)?;
+        self.listed.lock().unwrap().push(dir.to_path_buf());
         if dir == super::history::history_dir(&self.cluster) {
             let mut n = self.named.lock().unwrap();
             n.1.extend(
@@ -1555,6 +1558,7 @@ fn the_watcher_never_opens_a_version_before_the_head_or_a_listing_names_it() {
         named: Default::default(),
         early: Default::default(),
         opened: Default::default(),
+        listed: Default::default(),
     });
     let version = |n: u64| {
         let prev = Assignment {
@@ -1925,4 +1929,43 @@ fn a_broker_a_stale_listing_hides_is_timed_from_before_the_election() {
         held_by_2, 0,
         "broker 2, silent as long as the controller, is re-granted in the same pass"
     );
+}
+
+/// Catches: an idle controller listing the assignment history on every
+/// pass — ten listings a second, a tenth of an idle broker's volume
+/// operations. At most once per LIST_EVERY; `brokers/` is still listed
+/// every pass (a join is found at once).
+#[test]
+fn an_idle_controller_lists_the_history_at_most_once_a_second() {
+    let d = tempfile::tempdir().unwrap();
+    let cluster = d.path().join("__cluster");
+    stamp_topic(d.path(), 4);
+    let clock = FakeClock::new();
+    let s1 = shared(&cluster, 1, 11, &clock);
+    let mut m1 = beat(real(), &s1);
+    let w = Arc::new(Witness {
+        cluster: cluster.clone(),
+        named: Default::default(),
+        early: Default::default(),
+        opened: Default::default(),
+        listed: Default::default(),
+    });
+    let mut c = ControllerState::new(w.clone(), s1.clone(), d.path().to_path_buf());
+    assert!(c.tick(), "v1");
+    w.listed.lock().unwrap().clear();
+    // Three seconds of passes, 100 ms apart.
+    for _ in 0..30 {
+        clock.advance(TIMING.poll);
+        m1.beat();
+        c.tick();
+    }
+    let listed = w.listed.lock().unwrap().clone();
+    let count = |dir: &Path| listed.iter().filter(|p| p.as_path() == dir).count();
+    let history = count(&super::history::history_dir(&cluster));
+    assert!(
+        (1..=4).contains(&history),
+        "history listed {history} times in 30 passes"
+    );
+    let brokers = count(&cluster.join(kaas_volume::layout::BROKERS_DIR));
+    assert_eq!(brokers, 30, "brokers/ every pass");
 }

@@ -37,6 +37,8 @@ pub struct OpenFiles {
     open: AtomicUsize,
     slots: Mutex<Vec<Weak<FileSlot>>>,
     sweeper: AtomicBool,
+    /// Opens refused for lack of descriptors (for the log's count).
+    refused: AtomicU64,
 }
 
 static GLOBAL: OnceLock<Arc<OpenFiles>> = OnceLock::new();
@@ -52,6 +54,7 @@ impl OpenFiles {
             open: AtomicUsize::new(0),
             slots: Mutex::new(Vec::new()),
             sweeper: AtomicBool::new(false),
+            refused: AtomicU64::new(0),
         })
     }
 
@@ -180,9 +183,10 @@ struct State {
     dirty: bool,
 }
 
-/// Whether `e` is EMFILE/ENFILE (out of descriptors).
+/// Whether `e` is EMFILE/ENFILE or a refused permit of the data plane's
+/// descriptor budget (out of descriptors: retriable, nothing opened).
 pub fn too_many_files(e: &std::io::Error) -> bool {
-    matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE))
+    kaas_volume::fs::budget::out_of_descriptors(e)
 }
 
 impl FileSlot {
@@ -219,17 +223,22 @@ impl FileSlot {
         // error) rather than taking the descriptors kept for the lease,
         // the cluster directory and the connections.
         if self.files.open_count() >= self.files.cap().saturating_mul(2) {
-            return Err(std::io::Error::from_raw_os_error(libc::EMFILE));
+            return Err(kaas_volume::fs::budget::exhausted());
         }
         let h = match open() {
             Ok(h) => h,
             Err(e) if too_many_files(&e) => {
                 drop(st);
-                tracing::warn!(
-                    open = self.files.open_count(),
-                    cap = self.files.cap(),
-                    "out of file descriptors: closing idle segment files"
-                );
+                let refused = self.files.refused.fetch_add(1, Ordering::Relaxed) + 1;
+                if refused.is_power_of_two() {
+                    tracing::warn!(
+                        open = self.files.open_count(),
+                        cap = self.files.cap(),
+                        refused,
+                        error = %e,
+                        "out of file descriptors: closing idle segment files (logged at the 1st, 2nd, 4th... refusal)"
+                    );
+                }
                 self.files.relieve();
                 return Err(e);
             }

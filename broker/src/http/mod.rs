@@ -201,12 +201,17 @@ pub async fn serve(l: TcpListener, broker: Arc<Broker>, files: Arc<ClusterFiles>
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;
             continue;
         };
+        // A data-plane descriptor: refused when its budget is spent.
+        let Ok(fd) = broker.fd_budget.try_acquire() else {
+            drop(sock);
+            continue;
+        };
         let Ok(permit) = slots.clone().acquire_owned().await else {
             return;
         };
         let (broker, files) = (broker.clone(), files.clone());
         tokio::task::spawn_local(async move {
-            let _permit = permit;
+            let _permit = (permit, fd);
             let Some(head) = read_head(&mut sock).await else {
                 let r = Response::bad_request("malformed or oversized request");
                 let _ = write(&mut sock, &r, false).await;

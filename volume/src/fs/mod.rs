@@ -18,6 +18,7 @@
 //! through a [`GuardedFs`], which refuses every write once the owner's
 //! guard (its lease) says no.
 
+pub mod budget;
 pub mod fault;
 pub mod guarded;
 pub mod real;
@@ -26,6 +27,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+pub use budget::{BudgetedFs, FdBudget, Permit};
 pub use guarded::{fenced, is_fenced, GuardedFs, WriteGuard};
 pub use real::RealFs;
 
