@@ -326,10 +326,6 @@ impl ControllerState {
         let inc = lease.incarnation();
         if !lease.valid_for(inc) {
             self.resign("lease not valid");
-            // Our observations stop here; a stale "silent" hint would hide
-            // the leaders a newer view (the watcher keeps it current while
-            // we are lapsed) names from our Metadata answers.
-            self.shared.silent.lock().unwrap().clear();
             return false;
         }
         let released = self.shared.state.lock().unwrap().controller_released;

@@ -171,23 +171,6 @@ fn a_lapsed_broker_keeps_its_metadata_view_current_and_leads_nothing() {
     );
 }
 
-/// A lapsed broker's "silent" hints are its controller actor's last
-/// observations, which stop with the lapse: kept, they would hide from its
-/// Metadata answers the leaders its (still current) view names — seen as
-/// librdkafka's "Unknown partition" asking a woken broker.
-#[test]
-fn a_lapse_clears_the_silent_hints() {
-    let d = tempfile::tempdir().unwrap();
-    let clock = FakeClock::new();
-    let s = shared(d.path(), 1, 11, &clock);
-    let _m = beat(real(), &s);
-    let mut c = ControllerState::new(real(), s.clone(), d.path().to_path_buf());
-    s.silent.lock().unwrap().push(2);
-    clock.advance(TIMING.lease);
-    assert!(!c.tick());
-    assert!(!s.is_silent(2), "stale hint kept after the lapse");
-}
-
 /// A broker paused in the middle of a heartbeat, replaced under its id
 /// while paused (a StatefulSet pod re-created), wakes and its in-flight
 /// write lands over the replacement's record. The zombie must be the one to
