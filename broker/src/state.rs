@@ -633,7 +633,7 @@ impl LeaderSink for BrokerSink {
         Box::pin(async move {
             let me = b.args.broker_id;
             let before = b.assignment();
-            if lead || a.newer_than(before.controller_epoch, before.version) {
+            if lead {
                 b.publish(&a);
             }
             let mut wanted: HashMap<(String, i32), (uuid::Uuid, i32)> = HashMap::new();

@@ -127,50 +127,6 @@ fn a_spent_incarnation_is_replaced_only_after_the_watcher_fenced_it() {
     assert!(!s.lease.valid_for(11));
 }
 
-/// Between the fence of a spent incarnation and the next one (a few silent
-/// beats), the watcher keeps following the history and hands newer versions
-/// to the sink with `lead` false: Metadata answered by a woken broker names
-/// the new leaders rather than its stale view, and it leads nothing.
-#[test]
-fn a_lapsed_broker_keeps_its_metadata_view_current_and_leads_nothing() {
-    let d = tempfile::tempdir().unwrap();
-    let clock = FakeClock::new();
-    let s = shared(d.path(), 1, 11, &clock);
-    let mut m = beat(real(), &s);
-    let mut w = WatcherState::new(real(), s.clone());
-    let write = |version: u64| {
-        let a = Assignment {
-            controller_epoch: 1,
-            version,
-            ..Assignment::default()
-        };
-        write_json(real().as_ref(), &d.path().join(ASSIGNMENT), &a).unwrap();
-    };
-    write(3);
-    let a = w.poll().expect("applies");
-    assert!(a.lead);
-    w.done(&a);
-    clock.advance(TIMING.lease);
-    assert_eq!(m.beat(), BeatOutcome::AwaitingFence);
-    let stop = w.poll().expect("stop everything");
-    assert!(!stop.lead);
-    assert_eq!(stop.assignment.version, 0, "the view is left as it was");
-    w.done(&stop);
-    // The controller re-grants elsewhere while we are silent.
-    write(4);
-    let view = w.poll().expect("the newer view");
-    assert!(!view.lead, "leading nothing");
-    assert_eq!((view.assignment.version, view.incarnation), (4, 11));
-    w.done(&view);
-    assert!(w.poll().is_none(), "the same version again");
-    assert_eq!(m.beat(), BeatOutcome::AwaitingFence, "still silent");
-    assert_eq!(
-        s.state.lock().unwrap().applied,
-        (1, 3),
-        "nothing reported applied"
-    );
-}
-
 /// A broker paused in the middle of a heartbeat, replaced under its id
 /// while paused (a StatefulSet pod re-created), wakes and its in-flight
 /// write lands over the replacement's record. The zombie must be the one to

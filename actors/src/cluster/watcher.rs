@@ -36,9 +36,8 @@ use std::sync::Arc;
 pub trait LeaderSink: Send + Sync + 'static {
     /// Publish `a` as the metadata view, and lead exactly the partitions it
     /// grants to `(broker_id, incarnation)`. With `lead` false (the lease
-    /// lapsed) stop every leader, and publish `a` only if it is newer than
-    /// the view (an empty `a` leaves the view as it was). The future
-    /// resolves once every leader no longer granted has stopped.
+    /// lapsed) stop every leader and leave the metadata view as it was. The
+    /// future resolves once every leader no longer granted has stopped.
     fn apply(
         &self,
         a: Arc<Assignment>,
@@ -50,8 +49,7 @@ pub trait LeaderSink: Send + Sync + 'static {
 /// One application of an assignment to the [`LeaderSink`].
 #[derive(Debug, Clone)]
 pub struct Apply {
-    /// The assignment (when `lead` is false: empty, or a newer view to
-    /// answer Metadata from while leading nothing).
+    /// The assignment (empty when `lead` is false).
     pub assignment: Arc<Assignment>,
     /// The incarnation it is applied for.
     pub incarnation: u64,
@@ -78,8 +76,6 @@ pub struct WatcherState {
     current: Option<Arc<Assignment>>,
     /// The assignment last applied (what a periodic re-apply applies).
     applied_assignment: Option<Arc<Assignment>>,
-    /// (controller epoch, version) last published while lapsed.
-    lapsed_view: Option<(i32, u64)>,
 }
 
 impl WatcherState {
@@ -95,7 +91,6 @@ impl WatcherState {
             last: None,
             current: None,
             applied_assignment: None,
-            lapsed_view: None,
         }
     }
 
@@ -120,19 +115,6 @@ impl WatcherState {
                 // Drop every leader of the spent incarnation (the metadata
                 // cache is kept: the volume may be unreachable right now).
                 return Some(self.start(Arc::default(), inc, false));
-            }
-            // Fenced, not yet a new incarnation (membership stays silent a
-            // few beats, see `MembershipState::QUARANTINE_BEATS`): keep the
-            // metadata view current, leading nothing, so clients asking us
-            // learn the new leaders instead of our stale view.
-            if lease.lapsed() {
-                if let Ok(Some(a)) = self.follow() {
-                    let newer = self.lapsed_view.is_none_or(|(e, v)| a.newer_than(e, v));
-                    if newer {
-                        self.lapsed_view = Some((a.controller_epoch, a.version));
-                        return Some(self.start(a, inc, false));
-                    }
-                }
             }
             return None;
         }
@@ -279,7 +261,6 @@ impl WatcherState {
             }
             self.applied = Some((e, v, a.incarnation));
             self.applied_assignment = Some(a.assignment.clone());
-            self.lapsed_view = None;
             self.shared.state.lock().unwrap().applied = (e, v);
             true
         } else {
