@@ -95,12 +95,6 @@ pub struct Shared {
     /// controller is left to stop advertising them (the controller's own
     /// broker died). A hint for answers only; nothing is written on it.
     pub silent: Mutex<Vec<i32>>,
-    /// Incarnations of this broker id that [`join`] waited out (their
-    /// heartbeat stood still for lease + grace before ours began). A record
-    /// showing one of them later is a late write of a process paused in the
-    /// middle of a heartbeat — its lease is provably gone — not a second
-    /// live process: see [`MembershipState::beat`].
-    pub waited_out: Mutex<Vec<u64>>,
     /// Every broker the assignment this broker applied last names
     /// (`Assignment::named_brokers`; set by the watcher): a candidate reads
     /// their records by exact name too, so a stale listing cannot hide a
@@ -129,7 +123,6 @@ impl Shared {
             advertised,
             timing,
             silent: Mutex::new(Vec::new()),
-            waited_out: Mutex::new(Vec::new()),
             named: Mutex::new(Vec::new()),
         }
     }
@@ -171,11 +164,9 @@ pub fn join(fs: &SharedFs, shared_cfg: JoinConfig) -> io::Result<(Arc<Shared>, u
     let path = broker_record_path(&cluster_dir, broker_id);
     fs.create_dir_all(path.parent().expect("has parent"))?;
     let mut seq = 0;
-    let mut waited_out = Vec::new();
     if let Some(prev) = read_json::<BrokerRecord>(fs.as_ref(), &path)? {
         seq = prev.seq;
         if !prev.clean_exit {
-            waited_out.push(prev.incarnation);
             tracing::warn!(
                 broker_id,
                 wait_ms = timing.dead_after().as_millis() as u64,
@@ -193,9 +184,6 @@ pub fn join(fs: &SharedFs, shared_cfg: JoinConfig) -> io::Result<(Arc<Shared>, u
                         last = r.seq;
                         seq = r.seq;
                         since = now;
-                        if !waited_out.contains(&r.incarnation) {
-                            waited_out.push(r.incarnation);
-                        }
                         if r.clean_exit {
                             break;
                         }
@@ -221,7 +209,6 @@ pub fn join(fs: &SharedFs, shared_cfg: JoinConfig) -> io::Result<(Arc<Shared>, u
         advertised,
         timing,
     ));
-    *shared.waited_out.lock().unwrap() = waited_out;
     let seq = seq + 1;
     let started = boot_now();
     write_json(fs.as_ref(), &path, &record(&shared, inc, seq))?;
@@ -306,9 +293,7 @@ pub enum BeatOutcome {
     /// so the lease lapses and the broker is fenced rather than half-alive.
     Withheld,
     /// The lease lapsed and the watcher has not yet stopped every leader of
-    /// the spent incarnation, or the lapse is younger than
-    /// [`MembershipState::QUARANTINE_BEATS`] heartbeats: wait before taking
-    /// a new one, writing nothing.
+    /// the spent incarnation: wait before taking a new one.
     AwaitingFence,
     /// Our record shows an incarnation this process never used: another
     /// process has our broker id. The lease is revoked; the caller exits.
@@ -327,14 +312,8 @@ pub struct MembershipState {
     seq: u64,
     failures: u64,
     /// Every incarnation this process has used: a record showing any other
-    /// (but a waited-out predecessor's, see [`Shared::waited_out`]) means a
-    /// second process runs with our broker id.
+    /// means a second process runs with our broker id.
     mine: Vec<u64>,
-    /// Snapshot of [`Shared::waited_out`].
-    predecessors: Vec<u64>,
-    /// When a lapse of the current incarnation was first seen (see
-    /// [`MembershipState::QUARANTINE_BEATS`]).
-    lapse_seen: Option<Duration>,
     new_incarnation: fn() -> u64,
     /// The poll actors' last ticks as the previous beat saw them, how long
     /// they have stood still *while this heartbeat ran*, and when it last
@@ -350,15 +329,12 @@ impl MembershipState {
     /// State after [`join`] wrote heartbeat `seq`.
     pub fn new(fs: SharedFs, shared: Arc<Shared>, seq: u64) -> Self {
         let mine = vec![shared.lease.incarnation()];
-        let predecessors = shared.waited_out.lock().unwrap().clone();
         Self {
             fs,
             shared,
             seq,
             failures: 0,
             mine,
-            predecessors,
-            lapse_seen: None,
             new_incarnation: incarnation,
             ticks_seen: (0, 0),
             stalled_for: Duration::ZERO,
@@ -397,17 +373,6 @@ impl MembershipState {
         self.stalled_for > self.shared.timing.lease * 2
     }
 
-    /// Heartbeats a lapsed incarnation waits, writing nothing, before it
-    /// takes a new one. A process paused in the middle of a heartbeat wakes
-    /// with that write still to land: if a replacement took our broker id
-    /// meanwhile, the write clobbers the replacement's record with our old
-    /// incarnation, and a new incarnation taken at once would look to the
-    /// replacement like a second live process — the replacement would exit
-    /// and the zombie stay. Silent for a few beats, we let the replacement
-    /// (which takes our old incarnation for the predecessor it waited out)
-    /// rewrite its record, find it, and exit instead.
-    pub const QUARANTINE_BEATS: u32 = 3;
-
     /// The last heartbeat sequence number written (or attempted).
     pub fn seq(&self) -> u64 {
         self.seq
@@ -424,16 +389,7 @@ impl MembershipState {
         // while we were paused or cut off): stop at once — never heartbeat
         // over it, never lead again.
         if let Ok(Some(r)) = read_json::<BrokerRecord>(self.fs.as_ref(), &path) {
-            if self.predecessors.contains(&r.incarnation) && !self.mine.contains(&r.incarnation) {
-                // The predecessor we waited out, waking with a heartbeat
-                // in flight: its lease is gone; ours below replaces it and
-                // it finds ours on its next beat.
-                tracing::warn!(
-                    broker_id = self.shared.broker_id,
-                    theirs = r.incarnation,
-                    "a late heartbeat of the incarnation this process replaced; rewriting the record"
-                );
-            } else if !self.mine.contains(&r.incarnation) {
+            if !self.mine.contains(&r.incarnation) {
                 lease.revoke();
                 return BeatOutcome::Impostor {
                     theirs: r.incarnation,
@@ -450,16 +406,10 @@ impl MembershipState {
         let mut inc = lease.incarnation();
         let leaving = self.shared.state.lock().unwrap().clean_exit;
         if lease.lapsed() && !leaving {
-            // Spent: wait until the watcher stopped every leader of it, and
-            // a few beats in any case (see `QUARANTINE_BEATS`).
-            let now = clock.now();
-            let seen = *self.lapse_seen.get_or_insert(now);
-            if self.shared.fenced_incarnation.load(Ordering::Acquire) != inc
-                || now.saturating_sub(seen) < self.shared.timing.heartbeat * Self::QUARANTINE_BEATS
-            {
+            // Spent: wait until the watcher stopped every leader of it.
+            if self.shared.fenced_incarnation.load(Ordering::Acquire) != inc {
                 return BeatOutcome::AwaitingFence;
             }
-            self.lapse_seen = None;
             let new = (self.new_incarnation)();
             tracing::error!(
                 broker_id = self.shared.broker_id,
