@@ -89,6 +89,9 @@ pub struct Lease {
     deadline: AtomicU64,
     /// Set once the current incarnation's lease lapsed.
     lapsed: AtomicBool,
+    /// Set by [`Lease::revoke`]: this process ended its lease on purpose
+    /// (controlled shutdown, an impostor found) and never takes another.
+    revoked: AtomicBool,
     /// The clock the lease is measured on (CLOCK_BOOTTIME outside tests).
     clock: SharedClock,
 }
@@ -106,6 +109,7 @@ impl Lease {
             incarnation: AtomicU64::new(incarnation),
             deadline: AtomicU64::new(0),
             lapsed: AtomicBool::new(false),
+            revoked: AtomicBool::new(false),
             clock,
         }
     }
@@ -173,7 +177,14 @@ impl Lease {
     /// End the lease now (controlled shutdown, before `clean_exit` is
     /// published): nothing acknowledges after this.
     pub fn revoke(&self) {
+        self.revoked.store(true, Ordering::Release);
         self.lapsed.store(true, Ordering::Release);
+    }
+
+    /// Whether [`Lease::revoke`] ended the lease: a heartbeat landing after
+    /// that is expected, not a fence, and no new incarnation follows.
+    pub fn revoked(&self) -> bool {
+        self.revoked.load(Ordering::Acquire)
     }
 
     /// Start a new incarnation (after every holder of the old one stopped).

@@ -1571,9 +1571,17 @@ type OpenHook = Box<dyn FnMut(&Path) -> Option<std::path::PathBuf> + Send>;
 struct OnOpen(
     Arc<std::sync::Mutex<Option<OpenHook>>>,
     Arc<std::sync::Mutex<Vec<i32>>>,
+    Arc<std::sync::Mutex<Option<RenameHook>>>,
 );
 
+/// What [`OnOpen`] calls on every rename, with its target, before it
+/// happens (something else happening while a write is in flight).
+type RenameHook = Box<dyn FnMut(&Path) + Send>;
+
 impl OnOpen {
+    fn on_rename(&self, h: impl FnMut(&Path) + Send + 'static) {
+        *self.2.lock().unwrap() = Some(Box::new(h));
+    }
     fn set(&self, h: impl FnMut(&Path) -> Option<std::path::PathBuf> + Send + 'static) {
         *self.0.lock().unwrap() = Some(Box::new(h));
     }
@@ -1594,6 +1602,9 @@ impl kaas_volume::fs::Fs for OnOpen {
         RealFs.open_write(p)
     }
     fn rename(&self, a: &Path, b: &Path) -> std::io::Result<()> {
+        if let Some(h) = self.2.lock().unwrap().as_mut() {
+            h(b);
+        }
         RealFs.rename(a, b)
     }
     fn remove_file(&self, p: &Path) -> std::io::Result<()> {
@@ -1874,4 +1885,44 @@ fn an_idle_controller_lists_the_history_at_most_once_a_second() {
     );
     let brokers = count(&cluster.join(kaas_volume::layout::BROKERS_DIR));
     assert_eq!(brokers, 30, "brokers/ every pass");
+}
+
+/// A controlled shutdown revokes the lease while a heartbeat write is in
+/// flight: that write lands after the lease ended, on purpose — not a
+/// fence (which logs ERROR, "someone must act"). Found in CI: a lone
+/// broker's SIGTERM logged "heartbeat completed after the lease ended".
+#[test]
+fn a_heartbeat_landing_after_a_controlled_revoke_is_not_a_fence() {
+    let d = tempfile::tempdir().unwrap();
+    let clock = FakeClock::new();
+    let s = shared(d.path(), 1, 11, &clock);
+    let seam = OnOpen::default();
+    let mut m = beat(Arc::new(seam.clone()), &s);
+    let lease = s.lease.clone();
+    let record = broker_record_path(d.path(), 1);
+    seam.on_rename(move |to| {
+        if to == record {
+            lease.revoke();
+        }
+    });
+    clock.advance(TIMING.heartbeat);
+    assert_eq!(m.beat(), BeatOutcome::Revoked);
+}
+
+/// Revoked but `clean_exit` not yet set (the shutdown sets it right after
+/// revoking): the lapse path must not take a new incarnation — a broker on
+/// its way out would rejoin and be granted partitions again.
+#[test]
+fn a_revoked_lease_never_rejoins_as_a_new_incarnation() {
+    let d = tempfile::tempdir().unwrap();
+    let clock = FakeClock::new();
+    let s = shared(d.path(), 1, 11, &clock);
+    let mut m = beat(Arc::new(RealFs), &s);
+    s.lease.revoke();
+    // Every leader of the incarnation stopped: a lapse would now rejoin.
+    s.fenced_incarnation.store(11, Ordering::Release);
+    clock.advance(TIMING.heartbeat);
+    assert_eq!(m.beat(), BeatOutcome::Revoked);
+    assert_eq!(s.lease.incarnation(), 11);
+    assert!(!s.lease.valid());
 }

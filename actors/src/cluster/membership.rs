@@ -295,6 +295,9 @@ pub enum BeatOutcome {
     /// The lease lapsed and the watcher has not yet stopped every leader of
     /// the spent incarnation: wait before taking a new one.
     AwaitingFence,
+    /// The record was rewritten after [`Lease::revoke`] ended the lease on
+    /// purpose (a controlled shutdown): not a renewal, not a fence.
+    Revoked,
     /// Our record shows an incarnation this process never used: another
     /// process has our broker id. The lease is revoked; the caller exits.
     Impostor {
@@ -404,7 +407,9 @@ impl MembershipState {
             return BeatOutcome::Withheld;
         }
         let mut inc = lease.incarnation();
-        let leaving = self.shared.state.lock().unwrap().clean_exit;
+        // Revoked on purpose (a controlled shutdown revokes before it sets
+        // `clean_exit`): this process never rejoins.
+        let leaving = lease.revoked() || self.shared.state.lock().unwrap().clean_exit;
         if lease.lapsed() && !leaving {
             // Spent: wait until the watcher stopped every leader of it.
             if self.shared.fenced_incarnation.load(Ordering::Acquire) != inc {
@@ -436,13 +441,20 @@ impl MembershipState {
                 let t = crate::telemetry::global();
                 t.heartbeat_seconds.observe(now.saturating_sub(started));
                 let lease_valid = lease.renewed(inc, started, now);
+                // Re-read: a controlled shutdown may have revoked the lease
+                // while this write was in flight.
+                let leaving = leaving || lease.revoked();
                 if !lease_valid && !leaving {
                     t.heartbeat_failures.fetch_add(1, Ordering::Relaxed);
                 }
                 if leaving {
-                    // The clean exit revoked the lease first, on purpose:
-                    // this record only tells the others we are gone.
-                    tracing::info!(broker_id = self.shared.broker_id, "clean exit published");
+                    // The shutdown revoked the lease first, on purpose: this
+                    // record is not a renewal, and once `clean_exit` is in
+                    // it, it tells the others we are gone.
+                    if self.shared.state.lock().unwrap().clean_exit {
+                        tracing::info!(broker_id = self.shared.broker_id, "clean exit published");
+                    }
+                    return BeatOutcome::Revoked;
                 } else if !lease_valid {
                     tracing::error!(
                         broker_id = self.shared.broker_id,
