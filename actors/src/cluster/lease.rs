@@ -63,6 +63,35 @@ impl WriteGuard for LeaseGuard {
     }
 }
 
+/// The write guard of one heartbeat: every step of its temp → fsync →
+/// rename passes only while [`Lease::may_heartbeat`] holds. A broker
+/// paused in the middle of a heartbeat past its lease wakes with the write
+/// refused instead of renaming it over the record of a replacement that
+/// waited it out (which would then read a foreign incarnation and exit,
+/// leaving the zombie in its place).
+#[derive(Debug, Clone)]
+pub struct HeartbeatGuard {
+    lease: Arc<Lease>,
+    incarnation: u64,
+}
+
+impl HeartbeatGuard {
+    /// The heartbeat of `incarnation`.
+    pub fn new(lease: Arc<Lease>, incarnation: u64) -> Self {
+        Self { lease, incarnation }
+    }
+}
+
+impl WriteGuard for HeartbeatGuard {
+    fn may_write(&self) -> io::Result<()> {
+        if self.lease.may_heartbeat(self.incarnation) {
+            Ok(())
+        } else {
+            Err(fenced())
+        }
+    }
+}
+
 /// The broker-wide guard (the topic catalog, producer-id blocks): writes
 /// pass while the *current* incarnation's lease is valid. Those owners
 /// outlive an incarnation, so they follow whichever one is current; what an
@@ -141,6 +170,25 @@ impl Lease {
         }
         self.lapsed.store(true, Ordering::Release);
         false
+    }
+
+    /// Whether a heartbeat of `incarnation` may still land now: before the
+    /// lease's deadline, or — never granted yet — as the first beat of a
+    /// fresh incarnation. Unlike [`Lease::valid_for`] this ignores a
+    /// [`Lease::revoke`] (the clean-exit record is written after it, while
+    /// the deadline still stands) but not time: a heartbeat paused past its
+    /// deadline (SIGSTOP, a VM stall) must not land afterwards, because by
+    /// then a replacement may own the record (see [`HeartbeatGuard`]).
+    pub fn may_heartbeat(&self, incarnation: u64) -> bool {
+        let d = self.deadline.load(Ordering::Acquire);
+        let ok = if d == 0 {
+            !self.lapsed.load(Ordering::Acquire)
+        } else {
+            (self.clock.now().as_nanos() as u64) < d
+        };
+        // (re-checked: a reincarnation between the loads would otherwise
+        // lend the new incarnation's deadline to the old one)
+        ok && self.incarnation() == incarnation
     }
 
     /// Whether the current incarnation's lease is valid now.

@@ -1571,15 +1571,16 @@ type OpenHook = Box<dyn FnMut(&Path) -> Option<std::path::PathBuf> + Send>;
 struct OnOpen(
     Arc<std::sync::Mutex<Option<OpenHook>>>,
     Arc<std::sync::Mutex<Vec<i32>>>,
-    Arc<std::sync::Mutex<Option<RenameHook>>>,
+    Arc<std::sync::Mutex<Option<WriteHook>>>,
 );
 
-/// What [`OnOpen`] calls on every rename, with its target, before it
-/// happens (something else happening while a write is in flight).
-type RenameHook = Box<dyn FnMut(&Path) + Send>;
+/// What [`OnOpen`] calls on every exclusive create (with the new file)
+/// and every rename (with its target), before it happens: something else
+/// happening while a write is in flight.
+type WriteHook = Box<dyn FnMut(&Path) + Send>;
 
 impl OnOpen {
-    fn on_rename(&self, h: impl FnMut(&Path) + Send + 'static) {
+    fn on_write(&self, h: impl FnMut(&Path) + Send + 'static) {
         *self.2.lock().unwrap() = Some(Box::new(h));
     }
     fn set(&self, h: impl FnMut(&Path) -> Option<std::path::PathBuf> + Send + 'static) {
@@ -1596,6 +1597,9 @@ impl kaas_volume::fs::Fs for OnOpen {
         RealFs.open_read(instead.as_deref().unwrap_or(p))
     }
     fn create_exclusive(&self, p: &Path) -> std::io::Result<Arc<dyn kaas_volume::fs::WriteFile>> {
+        if let Some(h) = self.2.lock().unwrap().as_mut() {
+            h(p);
+        }
         RealFs.create_exclusive(p)
     }
     fn open_write(&self, p: &Path) -> std::io::Result<Arc<dyn kaas_volume::fs::WriteFile>> {
@@ -1900,7 +1904,7 @@ fn a_heartbeat_landing_after_a_controlled_revoke_is_not_a_fence() {
     let mut m = beat(Arc::new(seam.clone()), &s);
     let lease = s.lease.clone();
     let record = broker_record_path(d.path(), 1);
-    seam.on_rename(move |to| {
+    seam.on_write(move |to| {
         if to == record {
             lease.revoke();
         }
@@ -1925,4 +1929,37 @@ fn a_revoked_lease_never_rejoins_as_a_new_incarnation() {
     assert_eq!(m.beat(), BeatOutcome::Revoked);
     assert_eq!(s.lease.incarnation(), 11);
     assert!(!s.lease.valid());
+}
+
+/// A broker SIGSTOPped in the middle of a heartbeat (temp created, not yet
+/// renamed) past lease + grace; a replacement started under its id waited
+/// it out and wrote its own record. The zombie wakes: its in-flight write
+/// must not land over the replacement's record (before: it did, the
+/// replacement read a foreign incarnation and exited, and the zombie
+/// rejoined in its place — seen under load in
+/// test_a_paused_broker_replaced_under_its_id_exits_on_waking). It finds
+/// the replacement's record and exits instead.
+#[test]
+fn a_heartbeat_paused_past_its_lease_never_lands_over_a_replacement() {
+    let d = tempfile::tempdir().unwrap();
+    let clock = FakeClock::new();
+    let z = shared(d.path(), 1, 11, &clock);
+    let seam = OnOpen::default();
+    let mut zombie = beat(Arc::new(seam.clone()), &z);
+    let path = broker_record_path(d.path(), 1);
+    let (c, rec, mut paused) = (clock.clone(), path.clone(), false);
+    seam.on_write(move |p| {
+        if p != rec && !std::mem::replace(&mut paused, true) {
+            // Paused right after creating the heartbeat's temp file.
+            c.advance(TIMING.dead_after() + TIMING.heartbeat);
+            write_json(&RealFs, &rec, &record(1, 22, 1)).unwrap();
+        }
+    });
+    clock.advance(TIMING.heartbeat);
+    assert_eq!(zombie.beat(), BeatOutcome::TooLate);
+    let now: BrokerRecord = super::records::read_json(&RealFs, &path).unwrap().unwrap();
+    assert_eq!(now.incarnation, 22, "the replacement's record stands");
+    assert!(!z.lease.valid_for(11));
+    clock.advance(TIMING.heartbeat);
+    assert_eq!(zombie.beat(), BeatOutcome::Impostor { theirs: 22 });
 }

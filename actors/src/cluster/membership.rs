@@ -15,12 +15,12 @@
 //! [`crate::clock::Clock`] and the filesystem seam, tested below);
 //! [`Membership`] is the actix glue around it.
 
-use super::lease::Lease;
+use super::lease::{HeartbeatGuard, Lease};
 use super::records::{broker_record_path, read_json, write_json, BrokerRecord, FencedAt};
 use crate::clock::SharedClock;
 use crate::telemetry::{ActorStats, Mailbox, MessageName};
 use actix::prelude::*;
-use kaas_volume::fs::SharedFs;
+use kaas_volume::fs::{is_fenced, GuardedFs, SharedFs};
 use std::io;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -295,6 +295,9 @@ pub enum BeatOutcome {
     /// The lease lapsed and the watcher has not yet stopped every leader of
     /// the spent incarnation: wait before taking a new one.
     AwaitingFence,
+    /// The lease ended while the heartbeat was being written, so the write
+    /// was refused before it could land: the lease stays lapsed.
+    TooLate,
     /// The record was rewritten after [`Lease::revoke`] ended the lease on
     /// purpose (a controlled shutdown): not a renewal, not a fence.
     Revoked,
@@ -430,11 +433,30 @@ impl MembershipState {
         }
         self.seq += 1;
         let started = clock.now();
-        let outcome = match write_json(
-            self.fs.as_ref(),
-            &path,
-            &record(&self.shared, inc, self.seq),
-        ) {
+        let guarded = GuardedFs::new(
+            self.fs.clone(),
+            Arc::new(HeartbeatGuard::new(self.shared.lease.clone(), inc)),
+        );
+        let outcome = match write_json(&guarded, &path, &record(&self.shared, inc, self.seq)) {
+            Err(e) if is_fenced(&e) && (leaving || lease.revoked()) => {
+                tracing::info!(
+                    broker_id = self.shared.broker_id,
+                    "clean exit not published: the lease had ended; the others wait it out"
+                );
+                BeatOutcome::Revoked
+            }
+            Err(e) if is_fenced(&e) => {
+                // Paused or stalled past the lease mid-write: nothing landed
+                // (a late rename could clobber a replacement's record).
+                crate::telemetry::global()
+                    .heartbeat_failures
+                    .fetch_add(1, Ordering::Relaxed);
+                tracing::error!(
+                    broker_id = self.shared.broker_id,
+                    "heartbeat could not complete before the lease ended: fenced"
+                );
+                BeatOutcome::TooLate
+            }
             Ok(()) => {
                 self.failures = 0;
                 let now = clock.now();
