@@ -26,6 +26,15 @@ use std::time::Duration;
 
 pub use crate::clock::boot_now;
 
+/// A write guard's answer: go on, or the write is [`fenced`].
+fn allowed(ok: bool) -> io::Result<()> {
+    if ok {
+        Ok(())
+    } else {
+        Err(fenced())
+    }
+}
+
 /// The write guard of everything written under the lease of one
 /// incarnation: a write may reach the volume only while
 /// [`Lease::valid_for`] that incarnation holds, checked right before its
@@ -55,11 +64,7 @@ impl LeaseGuard {
 
 impl WriteGuard for LeaseGuard {
     fn may_write(&self) -> io::Result<()> {
-        if self.lease.valid_for(self.incarnation) {
-            Ok(())
-        } else {
-            Err(fenced())
-        }
+        allowed(self.lease.valid_for(self.incarnation))
     }
 }
 
@@ -84,11 +89,7 @@ impl HeartbeatGuard {
 
 impl WriteGuard for HeartbeatGuard {
     fn may_write(&self) -> io::Result<()> {
-        if self.lease.may_heartbeat(self.incarnation) {
-            Ok(())
-        } else {
-            Err(fenced())
-        }
+        allowed(self.lease.may_heartbeat(self.incarnation))
     }
 }
 
@@ -99,11 +100,7 @@ impl WriteGuard for HeartbeatGuard {
 /// by [`LeaseGuard`] instead.
 impl WriteGuard for Lease {
     fn may_write(&self) -> io::Result<()> {
-        if self.valid() {
-            Ok(())
-        } else {
-            Err(fenced())
-        }
+        allowed(self.valid())
     }
 }
 
