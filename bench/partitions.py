@@ -13,7 +13,10 @@ acknowledged an acks=all produce.
 
 Prints PARTITIONS lines. Bounded by timeouts; loopback only.
 
-Usage: bench/partitions.py [--bin target/release/kaas] [--topics 1000] [--partitions 10] [--idle 10]
+With --by-path, another --idle seconds of the idle broker's metadata
+operations grouped by call and path (strace -f -y).
+
+Usage: bench/partitions.py [--bin target/release/kaas] [--topics 1000] [--partitions 10] [--idle 10] [--by-path]
 """
 
 import argparse
@@ -89,6 +92,37 @@ def fs_syscalls(pid, seconds):
     return calls
 
 
+def meta_paths(pid, seconds, root):
+    """Metadata operations/s of `pid` by (call, path) over `seconds`
+    (strace -f -y), paths under `root` shown relative to it with topic
+    names, partition numbers and random or numbered names folded; top 25."""
+    import collections
+    out = Path(tempfile.mkdtemp(prefix="kaas-np-strace-")) / "trace"
+    try:
+        p = subprocess.Popen(["strace", "-f", "-q", "-y", "-o", str(out), "-p", str(pid),
+                              "-e", "trace=" + ",".join(META_CALLS)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    except FileNotFoundError:
+        return None
+    time.sleep(seconds)
+    p.send_signal(signal.SIGINT)
+    p.wait(30)
+    counts = collections.Counter()
+    for line in out.read_text(errors="replace").splitlines():
+        m = re.match(r"\d+\s+(\w+)\((.*)", line)
+        if not m or m.group(1) not in META_CALLS:
+            continue
+        pm = re.search(r'"([^"]+)"', m.group(2)) or re.search(r"<([^>]*)>", m.group(2))
+        path = pm.group(1).replace(str(root), "") if pm else "?"
+        path = re.sub(r"/t\d{5}", "/<topic>", path)
+        path = re.sub(r"/\d+(/|$)", r"/<n>\1", path)
+        path = re.sub(r"[0-9a-f]{16,}", "<hex>", path)
+        path = re.sub(r"v-\d+", "v-<n>", path)
+        counts[(m.group(1), path)] += 1
+    subprocess.run(["rm", "-rf", str(out.parent)])
+    return [(round(n / seconds, 1), c, path) for (c, path), n in counts.most_common(25)]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", default="target/release/kaas")
@@ -96,6 +130,8 @@ def main():
     ap.add_argument("--partitions", type=int, default=10)
     ap.add_argument("--idle", type=float, default=10)
     ap.add_argument("--settle", type=float, default=15)
+    ap.add_argument("--by-path", action="store_true",
+                    help="also print the idle metadata operations by path (strace -y, another --idle seconds)")
     a = ap.parse_args()
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
@@ -136,6 +172,9 @@ def main():
         nparts = a.topics * a.partitions
         print(f"PARTITIONS idle partitions={nparts} rss_mb={rss_mb(proc.pid):.0f} fds={fds(proc.pid)} "
               f"cpu_cores={cores:.3f} fs_syscalls_per_s={total_ops} metadata_ops_per_s={meta_ops} by_call={per_s}", flush=True)
+        if a.by_path:
+            for per_s, call, path in meta_paths(proc.pid, a.idle, d / "data") or []:
+                print(f"PARTITIONS idle_path per_s={per_s} call={call} path={path}", flush=True)
         # kill -9, restart on the same directory, time until every partition acks.
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)

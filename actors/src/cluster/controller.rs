@@ -67,6 +67,19 @@ pub(crate) const TOPIC_REFRESH: Duration = Duration::from_secs(300);
 /// removed without one is seen within this.
 pub(crate) const LIST_EVERY: Duration = Duration::from_secs(1);
 
+/// The broker records and the change notices are listed at least this
+/// often even when the bell ([`kaas_volume::topic_notice::BELL`]) stayed
+/// quiet: the safety net for a ring lost to a crash between a change and
+/// its ring. The history is listed this often too (see
+/// `Leading::history_listed_at`).
+pub(crate) const SAFETY_LIST_EVERY: Duration = Duration::from_secs(5);
+
+/// After the bell changed, the broker records and the notices are listed
+/// every pass for this long: a listing may be stale (an NFS client caches a
+/// directory's listing for its attribute lifetime; weakfs for 3 s), so the
+/// entry a ring announced may show up only in a later listing.
+pub(crate) const AFTER_RING: Duration = Duration::from_secs(5);
+
 /// When a topic read at `at` is due to be read again (see [`TOPIC_REFRESH`]).
 fn refresh_due(name: &str, at: Duration) -> Duration {
     use std::hash::{Hash, Hasher};
@@ -92,6 +105,62 @@ const PRUNE_AFTER: Duration = Duration::from_secs(60);
 const PRUNE_KEEP: u64 = 64;
 /// Versions a pass folds at most before planning (the rest next pass).
 const FOLD_LIMIT: usize = 100_000;
+
+/// What the bell ([`kaas_volume::topic_notice::BELL`]) said, as candidate
+/// or controller: `brokers/`, `topic-changes/` (elected) and `controller/`
+/// (candidate) are listed only in passes within [`AFTER_RING`] of a change,
+/// or once every [`SAFETY_LIST_EVERY`]. Listing them every pass was most of
+/// an idle broker's volume operations.
+#[derive(Default)]
+struct Bell {
+    /// The bytes last read (outer `None`: never read).
+    seen: Option<Option<Vec<u8>>>,
+    /// When they last changed (our clock).
+    rang_at: Option<Duration>,
+    /// When the directories were last listed (`None`: list next pass).
+    listed_at: Option<Duration>,
+}
+
+impl Bell {
+    /// Whether this pass lists: the bell is read by exact name
+    /// (close-to-open: a ring made anywhere before this read is seen by
+    /// it), and a change makes this pass and every pass for [`AFTER_RING`]
+    /// list (a stale listing may not show the ringer's entry yet);
+    /// otherwise the first pass and then once every [`SAFETY_LIST_EVERY`].
+    /// An unreadable bell counts as rung.
+    fn due(
+        &mut self,
+        fs: &dyn kaas_volume::fs::Fs,
+        cluster: &std::path::Path,
+        now: Duration,
+    ) -> bool {
+        let rang = match kaas_volume::topic_notice::read_bell(fs, cluster) {
+            Ok(b) => {
+                // The first read is no ring: the first pass lists anyway.
+                let changed = self.seen.as_ref().is_some_and(|old| *old != b);
+                self.seen = Some(b);
+                changed
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "change bell unreadable; listing");
+                true
+            }
+        };
+        if rang {
+            self.rang_at = Some(now);
+        }
+        let due = self
+            .rang_at
+            .is_some_and(|t| now.saturating_sub(t) < AFTER_RING)
+            || self
+                .listed_at
+                .is_none_or(|t| now.saturating_sub(t) >= SAFETY_LIST_EVERY);
+        if due {
+            self.listed_at = Some(now);
+        }
+        due
+    }
+}
 
 struct Observed {
     record: BrokerRecord,
@@ -167,6 +236,17 @@ struct Leading {
     unchanged_plan: Option<PlanInputs>,
     /// Coordinator shards, once `group-shards.json` was read (0 before).
     shards: u32,
+    /// When `controller/epoch-<ours + 1>` was last probed: at most every
+    /// [`LIST_EVERY`] (a successor needs our record to stand still for
+    /// lease + grace, by which time our own lease has lapsed and every
+    /// write through the term is refused anyway; this only makes us step
+    /// down sooner).
+    epoch_probed_at: Option<Duration>,
+    /// Probe the next history version on the next pass whatever the
+    /// cadence (our publish met EEXIST: someone else's version to fold).
+    probe_next: bool,
+    /// When `group-shards.json` was last looked for (while not found).
+    shards_probed_at: Option<Duration>,
 }
 
 /// What [`plan_with_shards`] decides from, without what does not matter to
@@ -230,6 +310,11 @@ pub struct ControllerState {
     sight: Sight,
     leading: Option<Leading>,
     resigned: bool,
+    bell: Bell,
+    /// A candidate's highest controller claim as last read in full (a
+    /// listing and exact probes above it): between listings a pass only
+    /// probes the next epoch by exact name.
+    claim: Option<ControllerEpoch>,
 }
 
 /// A broker as the controller currently sees it (tests and the dashboard).
@@ -254,6 +339,8 @@ impl ControllerState {
             sight: Sight::default(),
             leading: None,
             resigned: false,
+            bell: Bell::default(),
+            claim: None,
         }
     }
 
@@ -294,6 +381,9 @@ impl ControllerState {
         self.resigned = true;
         let epoch = self.epoch();
         self.resign("controlled shutdown");
+        self.shared
+            .leading_controller
+            .store(false, std::sync::atomic::Ordering::Release);
         epoch
     }
 
@@ -302,6 +392,9 @@ impl ControllerState {
     }
 
     fn resign(&mut self, why: &str) {
+        // A candidate again: its first pass reads and lists everything.
+        self.claim = None;
+        self.bell.listed_at = None;
         if let Some(l) = self.leading.take() {
             tracing::warn!(epoch = l.epoch, why, "stepping down as controller");
         }
@@ -319,6 +412,14 @@ impl ControllerState {
         self.shared
             .controller_tick
             .store(self.shared.now_ns(), std::sync::atomic::Ordering::Release);
+        let wrote = self.pass();
+        self.shared
+            .leading_controller
+            .store(self.leading.is_some(), std::sync::atomic::Ordering::Release);
+        wrote
+    }
+
+    fn pass(&mut self) -> bool {
         if self.resigned {
             return false;
         }
@@ -335,8 +436,20 @@ impl ControllerState {
             } else if released == Some(l.epoch) {
                 self.resign("released for shutdown");
                 return false;
-            } else if controller_epoch_exists(&self.fs, self.cluster_dir(), l.epoch + 1) {
-                self.resign("a higher controller epoch exists");
+            } else {
+                let now = self.clock.now();
+                let due = l
+                    .epoch_probed_at
+                    .is_none_or(|t| now.saturating_sub(t) >= LIST_EVERY);
+                if due {
+                    let higher = controller_epoch_exists(&self.fs, self.cluster_dir(), l.epoch + 1);
+                    if let Some(l) = self.leading.as_mut() {
+                        l.epoch_probed_at = Some(now);
+                    }
+                    if higher {
+                        self.resign("a higher controller epoch exists");
+                    }
+                }
             }
         }
         if self.leading.is_some() {
@@ -394,12 +507,14 @@ impl ControllerState {
     fn campaign(&mut self, inc: u64) -> std::io::Result<bool> {
         let me = self.shared.broker_id;
         let read_start = self.clock.now();
-        let claim = highest_controller_epoch(&self.fs, self.cluster_dir())?;
+        // The bell first: a ring (a join, a claim won) follows its change.
+        let list = self.listing_due();
+        let claim = self.highest_claim(list)?;
         // Every broker record, the holder's included (by exact name, even
         // if a stale listing misses it), timed in `sight`: if we are
         // elected, our first pass already knows who has been silent, and
         // for how long on our clock.
-        let mut ids = match self.broker_ids() {
+        let mut ids = match self.broker_ids(list) {
             Ok(ids) => ids,
             Err(e) => {
                 tracing::debug!(error = %e, "broker listing failed while a candidate");
@@ -432,14 +547,43 @@ impl ControllerState {
             return Ok(false);
         }
         let guard = LeaseGuard::new(self.shared.lease.clone(), inc);
+        // Whatever comes of it, read the claims in full next time.
+        self.claim = None;
         if let Some(term) =
             win_controller_term(&self.fs, guard, self.cluster_dir(), next, me, None)?
         {
+            // Tell the other candidates (they list `controller/` after a
+            // ring, and otherwise only probe the next epoch by name).
+            if let Err(e) =
+                kaas_volume::topic_notice::ring(self.fs.as_ref(), &self.shared.cluster_dir)
+            {
+                tracing::debug!(error = %e, "election bell not rung");
+            }
             self.elected(term)
         } else {
             tracing::info!(epoch = next, "lost the controller election");
             Ok(false)
         }
+    }
+
+    /// The highest controller claim: read in full (a listing of
+    /// `controller/`, exact probes above it, the claim itself) when `list`,
+    /// when none is known, or when the known one has no owner yet; between
+    /// those, one exact-name probe of the next epoch (a claim is never
+    /// rewritten once written, so the known one stays what it was).
+    fn highest_claim(&mut self, list: bool) -> std::io::Result<Option<ControllerEpoch>> {
+        if let Some(c) = self.claim.as_ref().filter(|c| !list && c.broker_id >= 0) {
+            let next = self
+                .cluster_dir()
+                .join(kaas_volume::layout::CONTROLLER_DIR)
+                .join(kaas_volume::layout::controller_epoch(c.epoch + 1));
+            if !kaas_volume::fs::exists(self.fs.as_ref(), &next)? {
+                return Ok(Some(c.clone()));
+            }
+        }
+        let claim = highest_controller_epoch(&self.fs, self.cluster_dir())?;
+        self.claim = claim.clone();
+        Ok(claim)
     }
 
     fn elected(&mut self, term: ControllerTerm) -> std::io::Result<bool> {
@@ -465,6 +609,8 @@ impl ControllerState {
             tracing::debug!(error = %e, "stale topic notice temps not removed");
         }
         self.watching = None;
+        // The first pass as controller lists everything.
+        self.bell.listed_at = None;
         self.leading = Some(Leading {
             term,
             epoch,
@@ -487,29 +633,44 @@ impl ControllerState {
             named: (0, 0, Vec::new()),
             unchanged_plan: None,
             shards: 0,
+            epoch_probed_at: Some(self.clock.now()),
+            probe_next: false,
+            shards_probed_at: None,
         });
         self.lead()
     }
 
-    /// Every broker the listing shows, and every one already watched, by
-    /// exact name. Listed every pass: a broker id never seen before is
-    /// found only by the listing, and a join discovered late is granted
-    /// late, so the partitions of topics created meanwhile would move
-    /// twice (tried at once a second: `test_cluster_balance` saw them move).
-    fn broker_ids(&self) -> std::io::Result<Vec<i32>> {
-        let dir = self.cluster_dir().join(BROKERS_DIR);
-        let mut ids: Vec<i32> = self
-            .fs
-            .list(&dir)?
-            .iter()
-            .filter_map(|n| kaas_volume::layout::parse_broker_record(n))
-            .collect();
+    /// Every broker already watched and — with `list` — every one the
+    /// listing shows, by exact name. A broker id never seen before is found
+    /// only by the listing, and a join discovered late is granted late, so
+    /// the partitions of topics created meanwhile would move twice (listed
+    /// once a second, `test_cluster_balance` saw them move): while elected
+    /// it is listed whenever the bell rang (a joining broker rings it after
+    /// its first record is written) — see [`ControllerState::listing_due`].
+    fn broker_ids(&self, list: bool) -> std::io::Result<Vec<i32>> {
+        let mut ids: Vec<i32> = if list {
+            let dir = self.cluster_dir().join(BROKERS_DIR);
+            self.fs
+                .list(&dir)?
+                .iter()
+                .filter_map(|n| kaas_volume::layout::parse_broker_record(n))
+                .collect()
+        } else {
+            Vec::new()
+        };
         ids.extend(self.sight.observed.keys().copied());
         Ok(ids)
     }
 
-    fn observe(&mut self) -> std::io::Result<BTreeMap<i32, BrokerView>> {
-        let mut ids = self.broker_ids()?;
+    /// Whether this pass lists (see [`Bell::due`]).
+    fn listing_due(&mut self) -> bool {
+        let now = self.clock.now();
+        let cluster = self.shared.cluster_dir.clone();
+        self.bell.due(self.fs.as_ref(), &cluster, now)
+    }
+
+    fn observe(&mut self, list: bool) -> std::io::Result<BTreeMap<i32, BrokerView>> {
+        let mut ids = self.broker_ids(list)?;
         let l = self.leading.as_mut().expect("leading");
         // Also every broker the assignment names, by exact name: a stale
         // listing must not hide a broker that holds grants. Collected once
@@ -554,7 +715,16 @@ impl ControllerState {
         for id in ids {
             let path = super::records::broker_record_path(&self.shared.cluster_dir, id);
             let read_start = clock.now();
-            let r = match read_json::<BrokerRecord>(self.fs.as_ref(), &path) {
+            // Our own record is what our heartbeat last wrote (its only
+            // writer; see `Shared::written`): not re-read every pass.
+            let own = (id == self.shared.broker_id)
+                .then(|| self.shared.written.lock().unwrap().clone())
+                .flatten();
+            let read = match own {
+                Some(r) => Ok(Some(r)),
+                None => read_json::<BrokerRecord>(self.fs.as_ref(), &path),
+            };
+            let r = match read {
                 Ok(Some(r)) => {
                     l.missing.remove(&id);
                     r
@@ -660,7 +830,7 @@ impl ControllerState {
     /// a notice (a directory made by the operator or removed by hand), and
     /// listing 1,000 names ten times a second was most of what an idle
     /// controller still cost.
-    fn scan_topics(&mut self) -> std::io::Result<()> {
+    fn scan_topics(&mut self, list_notices: bool) -> std::io::Result<()> {
         let now = self.clock.now();
         let relist = self
             .leading
@@ -675,7 +845,12 @@ impl ControllerState {
         // directory is complete, so the listing that follows shows every
         // topic whose notice this pass consumes (listed first, a topic made
         // in between would wait for the next listing).
-        let notices = match kaas_volume::topic_notice::read_all(fs.as_ref(), &cluster_dir) {
+        let read = if list_notices {
+            kaas_volume::topic_notice::read_all(fs.as_ref(), &cluster_dir)
+        } else {
+            Ok(Vec::new())
+        };
+        let notices = match read {
             Ok(n) => n,
             Err(e) => {
                 tracing::warn!(error = %e, "topic change notices unreadable; relying on the slow refresh");
@@ -822,13 +997,23 @@ impl ControllerState {
             // every pass.
             let relist = l
                 .history_listed_at
-                .is_none_or(|t| now.saturating_sub(t) >= LIST_EVERY);
+                .is_none_or(|t| now.saturating_sub(t) >= SAFETY_LIST_EVERY);
+            // Probed by exact name only when there is a reason: a version
+            // of ours to complete, a torn one to time, one just folded (the
+            // next may follow), or our publish met EEXIST. Otherwise the
+            // only versions we have not written are a deposed controller's
+            // (won before our first): found by the listing, or by our next
+            // publish meeting EEXIST — never planned past either way.
+            let exact = l.pending.is_some() || l.torn_since.is_some() || l.probe_next || folded > 0;
             let probed = if relist {
                 l.history_listed_at = Some(now);
                 history::probe_fresh(fs.as_ref(), &cluster_dir, n)?
-            } else {
+            } else if exact {
                 history::probe(fs.as_ref(), &cluster_dir, n)?
+            } else {
+                Probe::Absent
             };
+            l.probe_next = false;
             match probed {
                 Probe::Found(d) => {
                     if d.controller_epoch > l.epoch {
@@ -878,8 +1063,11 @@ impl ControllerState {
     }
 
     fn lead(&mut self) -> std::io::Result<bool> {
-        let brokers = self.observe()?;
-        self.scan_topics()?;
+        // The bell before the listings: a ring follows its change, so a
+        // listing after a read that saw the ring can show the change.
+        let list = self.listing_due();
+        let brokers = self.observe(list)?;
+        self.scan_topics(list)?;
         let repair_at = match self.catch_up()? {
             CatchUp::Deposed => {
                 self.resign("a newer controller published a version");
@@ -892,8 +1080,14 @@ impl ControllerState {
         let fs = self.fs.clone();
         let cluster_dir = self.cluster_dir().to_path_buf();
         let l = self.leading.as_mut().expect("leading");
-        if l.shards == 0 {
-            // Recorded once at cluster creation by the first broker.
+        let now = self.clock.now();
+        if l.shards == 0
+            && l.shards_probed_at
+                .is_none_or(|t| now.saturating_sub(t) >= LIST_EVERY)
+        {
+            // Recorded once at cluster creation by the first broker (looked
+            // for once a second until then, not every pass).
+            l.shards_probed_at = Some(now);
             l.shards =
                 crate::group::shard::read_count(fs.as_ref(), &cluster_dir)?.map_or(0, |c| c.get());
         }
@@ -1012,6 +1206,7 @@ impl ControllerState {
             Ok(Published::Taken) => {
                 // Someone else's version: fold it next pass, plan again.
                 l.pending = None;
+                l.probe_next = true;
                 return Ok(false);
             }
             Err(e) => {

@@ -60,9 +60,12 @@ fn record(id: i32, inc: u64, seq: u64) -> BrokerRecord {
     }
 }
 
+/// Broker `s` joins: its first heartbeat, then the bell rung (as
+/// [`super::membership::join`] does).
 fn beat(fs: SharedFs, s: &Arc<Shared>) -> MembershipState {
     let mut m = MembershipState::new(fs, s.clone(), 0);
     assert_eq!(m.beat(), BeatOutcome::Written { lease_valid: true });
+    kaas_volume::topic_notice::ring(&RealFs, &s.cluster_dir).unwrap();
     m
 }
 
@@ -1754,15 +1757,16 @@ impl ControllerKill {
 fn the_pass_that_elects_the_successor_plans_from_the_observation_that_elected_it() {
     let seam = OnOpen::default();
     let mut k = ControllerKill::new(seam.clone());
-    // Broker 0's last heartbeat lands during broker 1's next read of the
-    // controller claim.
+    // Broker 0's last heartbeat lands during broker 1's next look at the
+    // controller claims (the claim itself, or — between listings — the
+    // exact-name probe of the next epoch).
     let (m0, clock) = (k.m0.clone(), k.clock.clone());
     let last_beat = Arc::new(std::sync::Mutex::new(None));
     let at = last_beat.clone();
     seam.set(move |p| {
-        let claim = p
-            .to_string_lossy()
-            .ends_with(&kaas_volume::layout::controller_epoch(1));
+        let p = p.to_string_lossy();
+        let claim = p.ends_with(&kaas_volume::layout::controller_epoch(1))
+            || p.ends_with(&kaas_volume::layout::controller_epoch(2));
         if claim && at.lock().unwrap().is_none() {
             m0.lock().unwrap().beat();
             *at.lock().unwrap() = Some(clock.now());
@@ -1852,43 +1856,242 @@ fn a_broker_a_stale_listing_hides_is_timed_from_before_the_election() {
     );
 }
 
-/// Catches: an idle controller listing the assignment history on every
-/// pass — ten listings a second, a tenth of an idle broker's volume
-/// operations. At most once per LIST_EVERY; `brokers/` is still listed
-/// every pass (a join is found at once).
+/// A seam over the real filesystem that records every operation (kind,
+/// path), and can answer listings of one directory from a stale copy (an
+/// NFS client's cached listing) for a number of listings.
+#[derive(Default)]
+struct Counting {
+    ops: std::sync::Mutex<Vec<(&'static str, std::path::PathBuf)>>,
+    /// (directory, names it lists, listings left to answer so).
+    stale: std::sync::Mutex<Option<(std::path::PathBuf, Vec<String>, usize)>>,
+}
+
+impl Counting {
+    fn note(&self, kind: &'static str, p: &Path) {
+        self.ops.lock().unwrap().push((kind, p.to_path_buf()));
+    }
+    fn count(&self, kind: &str, p: &Path) -> usize {
+        let ops = self.ops.lock().unwrap();
+        ops.iter().filter(|(k, q)| *k == kind && q == p).count()
+    }
+}
+
+impl kaas_volume::fs::Fs for Counting {
+    fn open_read(&self, p: &Path) -> std::io::Result<Arc<dyn kaas_volume::fs::ReadFile>> {
+        self.note("open", p);
+        RealFs.open_read(p)
+    }
+    fn create_exclusive(&self, p: &Path) -> std::io::Result<Arc<dyn kaas_volume::fs::WriteFile>> {
+        self.note("create", p);
+        RealFs.create_exclusive(p)
+    }
+    fn open_write(&self, p: &Path) -> std::io::Result<Arc<dyn kaas_volume::fs::WriteFile>> {
+        self.note("open", p);
+        RealFs.open_write(p)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
+        self.note("rename", to);
+        RealFs.rename(from, to)
+    }
+    fn remove_file(&self, p: &Path) -> std::io::Result<()> {
+        self.note("unlink", p);
+        RealFs.remove_file(p)
+    }
+    fn create_dir_all(&self, p: &Path) -> std::io::Result<()> {
+        self.note("mkdir", p);
+        RealFs.create_dir_all(p)
+    }
+    fn remove_dir(&self, p: &Path) -> std::io::Result<()> {
+        self.note("rmdir", p);
+        RealFs.remove_dir(p)
+    }
+    fn list(&self, dir: &Path) -> std::io::Result<Vec<String>> {
+        self.note("list", dir);
+        let mut stale = self.stale.lock().unwrap();
+        if let Some((d, names, left)) = stale.as_mut() {
+            if d == dir && *left > 0 {
+                *left -= 1;
+                return Ok(names.clone());
+            }
+        }
+        RealFs.list(dir)
+    }
+    fn is_dir(&self, p: &Path) -> bool {
+        self.note("stat", p);
+        RealFs.is_dir(p)
+    }
+    fn sync_dir(&self, p: &Path) -> std::io::Result<()> {
+        self.note("fsync", p);
+        RealFs.sync_dir(p)
+    }
+}
+
+/// Catches: an idle controller going to the volume several times every
+/// pass — listing `brokers/` and `topic-changes/`, reading its own broker
+/// record, probing the next controller epoch and the next history version
+/// (about 180 metadata operations a second for an idle broker). Idle, a
+/// pass reads the bell by exact name and nothing else; the probes, the data
+/// directory listing and the safety-net listings come once a second or
+/// less.
 #[test]
-fn an_idle_controller_lists_the_history_at_most_once_a_second() {
+fn an_idle_controller_reads_one_file_per_pass() {
     let d = tempfile::tempdir().unwrap();
     let cluster = d.path().join("__cluster");
     stamp_topic(d.path(), 4);
     let clock = FakeClock::new();
     let s1 = shared(&cluster, 1, 11, &clock);
     let mut m1 = beat(real(), &s1);
-    let w = Arc::new(Witness {
-        cluster: cluster.clone(),
-        named: Default::default(),
-        early: Default::default(),
-        opened: Default::default(),
-        listed: Default::default(),
-    });
+    let w = Arc::new(Counting::default());
     let mut c = ControllerState::new(w.clone(), s1.clone(), d.path().to_path_buf());
     assert!(c.tick(), "v1");
-    w.listed.lock().unwrap().clear();
-    // Three seconds of passes, 100 ms apart.
-    for _ in 0..30 {
+    // Settle past the checkpoint, the head write and the listings after
+    // the election's own ring.
+    for _ in 0..60 {
         clock.advance(TIMING.poll);
         m1.beat();
         c.tick();
     }
-    let listed = w.listed.lock().unwrap().clone();
-    let count = |dir: &Path| listed.iter().filter(|p| p.as_path() == dir).count();
-    let history = count(&super::history::history_dir(&cluster));
+    w.ops.lock().unwrap().clear();
+    // Ten seconds of idle passes, 100 ms apart, heartbeats between.
+    let passes = 100;
+    for i in 0..passes {
+        clock.advance(TIMING.poll);
+        if i % 5 == 0 {
+            m1.beat();
+        }
+        assert!(!c.tick(), "idle: nothing published");
+    }
+    assert_eq!(c.epoch(), Some(1), "still the controller");
+    let ops = w.ops.lock().unwrap().clone();
+    let bell = cluster
+        .join(kaas_volume::topic_notice::DIR)
+        .join(kaas_volume::topic_notice::BELL);
+    assert_eq!(w.count("open", &bell), passes, "the bell, once a pass");
+    let rest: Vec<_> = ops.iter().filter(|(_, p)| *p != bell).collect();
+    // Once a second: the next controller epoch, the data directory and
+    // (this test cluster has none) `group-shards.json`; every 5 s:
+    // brokers/, topic-changes/ and the history (with a probe). The code
+    // before the bell: ~500.
     assert!(
-        (1..=4).contains(&history),
-        "history listed {history} times in 30 passes"
+        rest.len() <= 40,
+        "{} other operations in {passes} idle passes: {rest:?}",
+        rest.len()
     );
-    let brokers = count(&cluster.join(kaas_volume::layout::BROKERS_DIR));
-    assert_eq!(brokers, 30, "brokers/ every pass");
+    let own = broker_record_path(&cluster, 1);
+    assert_eq!(w.count("open", &own), 0, "own record from memory");
+    for dir in [
+        cluster.join(BROKERS_DIR),
+        cluster.join(kaas_volume::topic_notice::DIR),
+        super::history::history_dir(&cluster),
+    ] {
+        let n = w.count("list", &dir);
+        assert!((1..=3).contains(&n), "{} listed {n} times", dir.display());
+    }
+}
+
+/// Catches: an idle candidate (every broker but the controller) listing
+/// `controller/` and `brokers/` and re-reading the claim every pass (about
+/// 130 metadata operations a second for a broker of three). Idle, a pass
+/// reads the bell, probes the next controller epoch by name and reads the
+/// other brokers' records (failure detection keeps its 100 ms timing).
+#[test]
+fn an_idle_candidate_reads_the_bell_the_next_epoch_and_the_records() {
+    let d = tempfile::tempdir().unwrap();
+    let cluster = d.path().join("__cluster");
+    stamp_topic(d.path(), 4);
+    let clock = FakeClock::new();
+    let s1 = shared(&cluster, 1, 11, &clock);
+    let mut m1 = beat(real(), &s1);
+    let mut c1 = ControllerState::new(real(), s1.clone(), d.path().to_path_buf());
+    assert!(c1.tick(), "v1");
+    let s2 = shared(&cluster, 2, 22, &clock);
+    let mut m2 = beat(real(), &s2);
+    let w = Arc::new(Counting::default());
+    let mut c2 = ControllerState::new(w.clone(), s2.clone(), d.path().to_path_buf());
+    for _ in 0..60 {
+        clock.advance(TIMING.poll);
+        m1.beat();
+        m2.beat();
+        c1.tick();
+        c2.tick();
+    }
+    w.ops.lock().unwrap().clear();
+    let passes = 100;
+    for i in 0..passes {
+        clock.advance(TIMING.poll);
+        if i % 5 == 0 {
+            m1.beat();
+            m2.beat();
+        }
+        c1.tick();
+        c2.tick();
+    }
+    assert_eq!(c2.epoch(), None, "still a candidate");
+    let record1 = broker_record_path(&cluster, 1);
+    assert_eq!(
+        w.count("open", &record1),
+        passes,
+        "the controller's record, every pass"
+    );
+    let ops = w.ops.lock().unwrap().len();
+    // Per pass: the bell, the next epoch, broker 1's record; every 5 s the
+    // listings and the claim. The code before the bell: ~700.
+    assert!(
+        ops <= 3 * passes + 20,
+        "{ops} operations in {passes} idle passes"
+    );
+    for dir in [
+        cluster.join(BROKERS_DIR),
+        cluster.join(kaas_volume::layout::CONTROLLER_DIR),
+    ] {
+        let n = w.count("list", &dir);
+        assert!((1..=3).contains(&n), "{} listed {n} times", dir.display());
+    }
+}
+
+/// Catches: a joining broker found only by the slow safety-net listing when
+/// the listing right after its ring is stale (an NFS client's cached
+/// directory): after a ring the controller keeps listing every pass for
+/// AFTER_RING, so the join is seen as soon as a listing shows it.
+#[test]
+fn a_join_is_seen_through_a_stale_listing_after_the_ring() {
+    let d = tempfile::tempdir().unwrap();
+    let cluster = d.path().join("__cluster");
+    stamp_topic(d.path(), 4);
+    let clock = FakeClock::new();
+    let s1 = shared(&cluster, 1, 11, &clock);
+    let mut m1 = beat(real(), &s1);
+    let w = Arc::new(Counting::default());
+    let mut c = ControllerState::new(w.clone(), s1.clone(), d.path().to_path_buf());
+    assert!(c.tick(), "v1");
+    for _ in 0..60 {
+        clock.advance(TIMING.poll);
+        m1.beat();
+        c.tick();
+    }
+    // The listing of brokers/ stays stale (only broker 1) for 15 listings.
+    let brokers = cluster.join(BROKERS_DIR);
+    *w.stale.lock().unwrap() = Some((brokers.clone(), vec!["1.json".into()], 15));
+    let s2 = shared(&cluster, 2, 22, &clock);
+    let mut m2 = beat(real(), &s2);
+    let mut seen_after = None;
+    for i in 1..=40 {
+        clock.advance(TIMING.poll);
+        if i % 5 == 0 {
+            m1.beat();
+            m2.beat();
+        }
+        c.tick();
+        if c.liveness(2).is_some() {
+            seen_after = Some(i);
+            break;
+        }
+    }
+    assert_eq!(
+        seen_after,
+        Some(16),
+        "seen by the first listing that shows it (the 16th pass after the ring)"
+    );
 }
 
 /// A controlled shutdown revokes the lease while a heartbeat write is in

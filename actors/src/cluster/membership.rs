@@ -100,6 +100,16 @@ pub struct Shared {
     /// their records by exact name too, so a stale listing cannot hide a
     /// broker that holds grants until after the election.
     pub named: Mutex<Vec<i32>>,
+    /// The record this process last wrote (its heartbeat is the record's
+    /// only writer): the controller on this host takes its own record from
+    /// here instead of re-reading the file every poll. A record another
+    /// process wrote under our id is the heartbeat's impostor check's
+    /// business, which reads the file before every write.
+    pub written: Mutex<Option<BrokerRecord>>,
+    /// Whether this host's controller actor is elected: the watcher then
+    /// learns of every version it publishes in-process (`PollNow`) and
+    /// reads the history head only as a safety net.
+    pub leading_controller: std::sync::atomic::AtomicBool,
 }
 
 impl Shared {
@@ -124,6 +134,8 @@ impl Shared {
             timing,
             silent: Mutex::new(Vec::new()),
             named: Mutex::new(Vec::new()),
+            written: Mutex::new(None),
+            leading_controller: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -211,7 +223,14 @@ pub fn join(fs: &SharedFs, shared_cfg: JoinConfig) -> io::Result<(Arc<Shared>, u
     ));
     let seq = seq + 1;
     let started = boot_now();
-    write_json(fs.as_ref(), &path, &record(&shared, inc, seq))?;
+    let first = record(&shared, inc, seq);
+    write_json(fs.as_ref(), &path, &first)?;
+    *shared.written.lock().unwrap() = Some(first);
+    // Tell the controller a broker joined: it lists the broker records
+    // only when this bell rang (or as a slow safety net).
+    if let Err(e) = kaas_volume::topic_notice::ring(fs.as_ref(), &shared.cluster_dir) {
+        tracing::warn!(error = %e, "join bell not rung; the controller's periodic listing will find this broker");
+    }
     if !shared.lease.renewed(inc, started, boot_now()) {
         return Err(io::Error::other(
             "first heartbeat took longer than the lease",
@@ -437,7 +456,8 @@ impl MembershipState {
             self.fs.clone(),
             Arc::new(HeartbeatGuard::new(self.shared.lease.clone(), inc)),
         );
-        let outcome = match write_json(&guarded, &path, &record(&self.shared, inc, self.seq)) {
+        let rec = record(&self.shared, inc, self.seq);
+        let outcome = match write_json(&guarded, &path, &rec) {
             Err(e) if is_fenced(&e) && (leaving || lease.revoked()) => {
                 tracing::info!(
                     broker_id = self.shared.broker_id,
@@ -458,6 +478,7 @@ impl MembershipState {
                 BeatOutcome::TooLate
             }
             Ok(()) => {
+                *self.shared.written.lock().unwrap() = Some(rec);
                 self.failures = 0;
                 let now = clock.now();
                 let t = crate::telemetry::global();

@@ -76,7 +76,16 @@ pub struct WatcherState {
     current: Option<Arc<Assignment>>,
     /// The assignment last applied (what a periodic re-apply applies).
     applied_assignment: Option<Arc<Assignment>>,
+    /// When the head was last read (our clock), and whether the next poll
+    /// must read it (see [`WatcherState::nudge`]).
+    head_read_at: Option<std::time::Duration>,
+    nudged: bool,
 }
+
+/// While this host's controller is elected the head is read at least this
+/// often (the controller nudges the watcher after each version it
+/// publishes; this is the safety net for one it did not write).
+pub const HEAD_EVERY_WHILE_CONTROLLER: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl WatcherState {
     /// Nothing applied yet.
@@ -91,7 +100,15 @@ impl WatcherState {
             last: None,
             current: None,
             applied_assignment: None,
+            head_read_at: None,
+            nudged: false,
         }
+    }
+
+    /// Read the head on the next poll (this host's controller published,
+    /// or an application just ended).
+    pub fn nudge(&mut self) {
+        self.nudged = true;
     }
 
     /// (controller epoch, version, incarnation) last applied.
@@ -167,6 +184,20 @@ impl WatcherState {
                 None => Arc::new(Assignment::default()),
             },
         };
+        // While this host's controller is elected, every version it
+        // publishes nudges us: between nudges the head is read only now and
+        // then (an idle controller's broker read it ten times a second).
+        let now = self.shared.clock().now();
+        let skip = self.current.is_some()
+            && !std::mem::take(&mut self.nudged)
+            && self.shared.leading_controller.load(Ordering::Acquire)
+            && self
+                .head_read_at
+                .is_some_and(|t| now.saturating_sub(t) < HEAD_EVERY_WHILE_CONTROLLER);
+        if skip {
+            return Ok(Some(cur));
+        }
+        self.head_read_at = Some(now);
         let head = history::read_head(fs.as_ref(), &cluster)?;
         let mut stuck = false;
         match head {
@@ -345,6 +376,7 @@ crate::instrumented!(AssignmentWatcher: PollNow);
 impl Handler<PollNow> for AssignmentWatcher {
     type Result = ();
     fn handle(&mut self, _: PollNow, ctx: &mut Context<Self>) {
+        self.state.nudge();
         self.tick(ctx);
     }
 }

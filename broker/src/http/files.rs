@@ -41,7 +41,17 @@ struct Snapshot {
     read_at: Option<Instant>,
     /// (seq, when this host first saw it) per broker.
     seen: HashMap<i32, (u64, Instant)>,
+    /// When the snapshot was last asked for: the sampler re-reads the files
+    /// only while someone looks (see [`ClusterFiles::refresh_if_viewed`]).
+    viewed_at: Option<Instant>,
 }
+
+/// The sampler re-reads the cluster files while the snapshot was asked for
+/// within this long (so the first look after a quiet spell answers from an
+/// old or empty snapshot, and the next ones, a second later, from a fresh
+/// one); an unwatched broker reads none (it was a dozen
+/// metadata operations a second on the volume, for a page nobody had open).
+pub const VIEWED_FOR: Duration = Duration::from_secs(60);
 
 /// The shared-files snapshot behind `/api/cluster`.
 pub struct ClusterFiles {
@@ -63,7 +73,21 @@ impl ClusterFiles {
         }
     }
 
-    /// Re-read the files (blocking; called by the sampler thread).
+    /// [`Self::refresh`] if the snapshot was asked for within
+    /// [`VIEWED_FOR`] (called by the sampler thread).
+    pub fn refresh_if_viewed(&self) {
+        let viewed = self
+            .snap
+            .lock()
+            .unwrap()
+            .viewed_at
+            .is_some_and(|t| t.elapsed() < VIEWED_FOR);
+        if viewed {
+            self.refresh();
+        }
+    }
+
+    /// Re-read the files (blocking).
     pub fn refresh(&self) {
         let mut problems = Vec::new();
         let files: Vec<BrokerFile> = read_brokers(&self.fs, &self.cluster_dir, &mut problems);
@@ -109,7 +133,11 @@ impl ClusterFiles {
         Vec<String>,
         Option<u64>,
     ) {
-        let s = self.snap.lock().unwrap();
+        let mut s = self.snap.lock().unwrap();
+        // The sampler thread reads the files from its next tick on (never
+        // this handler: the volume may hang); until then the snapshot is
+        // the last one, or empty (`read_ms_ago` says how old).
+        s.viewed_at = Some(Instant::now());
         // Ages were taken at the read; they have grown since.
         let since_read = s.read_at.map_or(0, |t| t.elapsed().as_millis() as u64);
         let brokers = s
@@ -168,6 +196,6 @@ impl Sampler {
                 last = now;
             }),
         );
-        spawn("cluster-files", Box::new(move || files.refresh()));
+        spawn("cluster-files", Box::new(move || files.refresh_if_viewed()));
     }
 }

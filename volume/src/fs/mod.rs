@@ -112,11 +112,25 @@ pub trait Fs: Send + Sync + 'static {
     /// read) is answered by opening the name again (DESIGN §11).
     fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
         const ESTALE: i32 = 116;
+        // Read to the end instead of asking the size first: no `fstat`
+        // per read (the idle control plane reads small files by exact name
+        // every poll, and each stat is a metadata operation on the volume).
         let once = || -> io::Result<Vec<u8>> {
             let f = self.open_read(path)?;
-            let len = f.len()? as usize;
-            let mut buf = vec![0u8; len];
-            f.read_exact_at(&mut buf, 0)?;
+            let mut buf = vec![0u8; 4096];
+            let mut len = 0;
+            loop {
+                if len == buf.len() {
+                    buf.resize(len * 2, 0);
+                }
+                match f.read_at(&mut buf[len..], len as u64) {
+                    Ok(0) => break,
+                    Ok(n) => len += n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            buf.truncate(len);
             Ok(buf)
         };
         let mut r = once();
