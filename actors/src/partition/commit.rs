@@ -72,6 +72,10 @@ pub struct CommitGate {
     /// Set when this owner failed mid-write: (base, durable size) of the
     /// active segment, so the next open never trusts bytes after it.
     failed_at: Option<(i64, u64)>,
+    /// Bumped whenever the log is installed, dropped or reset: an fsync
+    /// begun under an older generation is stale and its result ignored
+    /// (see [`Self::generation`]).
+    generation: u64,
 }
 
 /// Whether `e` is a write the [`super::claim::EpochWriter`] refused because
@@ -117,7 +121,16 @@ impl CommitGate {
             hw_tx,
             syncing: false,
             failed_at: None,
+            generation: 0,
         }
+    }
+
+    /// Which log the gate holds: changes whenever one is installed,
+    /// dropped (fenced, failed) or reset. An fsync's result is handed to
+    /// [`Self::synced`] only if the generation is still the one it began
+    /// under; else the log it covered is gone and it proves nothing.
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// Whether the lease this leadership was granted under is valid now.
@@ -140,6 +153,7 @@ impl CommitGate {
         self.failed_at = None;
         self.hw_tx.send_replace(log.high_watermark());
         self.log = Some(log);
+        self.generation += 1;
     }
 
     /// Replace the open log's storage settings (writes nothing).
@@ -181,6 +195,7 @@ impl CommitGate {
         self.fail_waiters(PartitionError::NotLeader("broker lease lapsed".into()));
         self.log = None;
         self.syncing = false;
+        self.generation += 1;
         Halt::Fenced
     }
 
@@ -194,13 +209,17 @@ impl CommitGate {
         self.fail(storage(e))
     }
 
-    /// Fail every waiter and remember where the file stopped being
-    /// trustworthy; the adapter stops and the restart recovers.
+    /// Fail every waiter, remember where the file stopped being
+    /// trustworthy and drop the log, so nothing more is written to it (an
+    /// append arriving before the restart is refused as not open); the
+    /// adapter stops and the restart recovers.
     pub fn fail(&mut self, err: PartitionError) -> Halt {
         self.fail_waiters(err.clone());
-        if let Some(log) = &self.log {
+        if let Some(log) = self.log.take() {
             self.failed_at = Some(log.durable_point());
         }
+        self.syncing = false;
+        self.generation += 1;
         Halt::Failed(err)
     }
 
@@ -208,6 +227,7 @@ impl CommitGate {
     pub fn reset(&mut self, err: PartitionError) {
         self.log = None;
         self.syncing = false;
+        self.generation += 1;
         self.fail_waiters(err);
     }
 
@@ -493,6 +513,7 @@ impl CommitGate {
         let valid = self.release();
         let log = self.log.take().expect("writable returned it");
         self.syncing = false;
+        self.generation += 1;
         let res = if valid {
             res.and_then(|_| log.close())
         } else {

@@ -2,10 +2,23 @@
 //!
 //! It is a thin actix adapter around [`CommitGate`] (the waiter queue, the
 //! ack-only-under-lease gate and the one lease-checked path of every write)
-//! and [`PartitionLog`]: appends go to the page cache on the actor's arbiter,
-//! fsyncs run on the blocking pool (group commit: whatever was appended while
-//! one fsync ran is covered by the next), and their results are fed back to
-//! the gate. Any I/O error stops the actor; its [`actix::Supervisor`]
+//! and [`PartitionLog`]. The gate sits behind a mutex in a [`Writer`]
+//! shared by three threads, so an acknowledgement crosses as few threads as
+//! possible:
+//!
+//! * the connection's thread appends small plain batches itself
+//!   ([`PartitionHandle::try_append`]: no mailbox round trip) when the gate
+//!   is free and the log open; anything else (transactional batches, large
+//!   requests, a partition opening or stopped, the gate busy) is sent to
+//!   the actor, which appends on its arbiter as before;
+//! * the fsync runs on a blocking-pool thread that keeps going while there
+//!   is something to sync (group commit: whatever was appended while one
+//!   fsync ran is covered by the next) and hands each result to the gate
+//!   itself, which releases the waiting requests from that thread: no
+//!   round trip through the actor per fsync, and no new task per fsync
+//!   under load.
+//!
+//! Any I/O error stops the actor; its [`actix::Supervisor`]
 //! restarts it, and `started` re-opens the log, which re-runs recovery from
 //! the files: that is the re-drive. The open runs on the blocking pool, so a
 //! long recovery never stalls the partitions sharing this arbiter; until it
@@ -26,11 +39,12 @@ use crate::clock::{self, SharedClock};
 use crate::cluster::lease::{Lease, LeaseGuard};
 use crate::telemetry::{self, ActorStats, Mailbox};
 use actix::prelude::*;
+use actix::WeakAddr;
 use kaas_volume::fs::{ReadOnly, SharedFs};
 use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock, TryLockError};
 use std::time::Duration;
 use tokio::sync::{oneshot, watch};
 
@@ -45,6 +59,8 @@ pub type ReaderSlot = Arc<RwLock<Option<PartitionReader>>>;
 pub struct PartitionHandle {
     /// The leader's mailbox (appends, control), instrumented.
     pub addr: Mailbox<PartitionLeader>,
+    /// The gate, for appends without a mailbox hop ([`Self::try_append`]).
+    writer: Arc<Writer>,
     /// The current reader (fetch, list offsets); `None` while recovering.
     pub reader: ReaderSlot,
     /// High watermark notifications, for fetch long-polling.
@@ -90,11 +106,169 @@ impl std::fmt::Debug for OnFenced {
     }
 }
 
+/// Requests larger than this are appended on the actor's arbiter, never on
+/// the connection's thread: copying them into the page cache would hold up
+/// every other connection the thread serves (and spreading large writes
+/// over the arbiters is what lets partitions write in parallel).
+pub const DIRECT_APPEND_MAX_BYTES: usize = 64 << 10;
+
+/// At most this many fsyncs run back to back on one blocking-pool thread
+/// before the loop is queued again behind other partitions' fsyncs, so a
+/// partition that is always dirty cannot keep a pool thread for ever.
+const SYNCS_PER_TASK: usize = 64;
+
+/// The partition's [`CommitGate`], shared by the actor, the connections
+/// that append directly and the fsync loop (see module docs). Every write
+/// still goes through the gate's lease check, and every acknowledgement
+/// through its release after the fsync.
+pub struct Writer {
+    gate: Mutex<CommitGate>,
+    stats: Arc<ActorStats>,
+    /// The actor, told when the fsync loop or a direct append halts the
+    /// gate (set once, right after the start; weak, so that it does not
+    /// keep a supervised actor alive).
+    actor: OnceLock<WeakAddr<PartitionLeader>>,
+}
+
+/// A halt seen off the actor's thread (a failed fsync, a lapsed lease):
+/// the actor stops as if it had seen it itself — unless the gate has moved
+/// on since (a restart already installed another log).
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Halted {
+    halt: Halt,
+    /// The gate's generation right after the halt.
+    generation: u64,
+}
+
+impl Writer {
+    fn gate(&self) -> MutexGuard<'_, CommitGate> {
+        // A panic while holding the gate is a bug; the state is still
+        // consistent enough to fail waiters and stop, so do not cascade.
+        self.gate.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn halt(&self, halt: Halt, generation: u64) {
+        if let Some(a) = self.actor.get().and_then(|a| a.upgrade()) {
+            a.do_send(Halted { halt, generation });
+        }
+    }
+
+    /// Start the group-commit fsync loop if none is running and anything is
+    /// written. Called after every append, on whichever thread appended.
+    fn kick_sync(self: &Arc<Self>) {
+        let (t, generation) = {
+            let mut g = self.gate();
+            let Some(t) = g.begin_sync() else { return };
+            (t, g.generation())
+        };
+        let me = self.clone();
+        actix_rt::task::spawn_blocking(move || me.sync_loop(t, generation));
+    }
+
+    /// Blocking: fsync, hand the result to the gate (which releases the
+    /// waiters it covers, from this thread), and go on while the gate has
+    /// more to sync, up to [`SYNCS_PER_TASK`] times.
+    fn sync_loop(self: Arc<Self>, mut t: super::log::SyncTarget, generation: u64) {
+        for _ in 0..SYNCS_PER_TASK {
+            let start = std::time::Instant::now();
+            let r = t.file.sync_data();
+            let took = start.elapsed();
+            if r.is_ok() {
+                self.stats.fsynced(took);
+            }
+            let mut g = self.gate();
+            if g.generation() != generation {
+                // The log this fsync covered was dropped or replaced (a
+                // restart, a stop): its result proves nothing now.
+                return;
+            }
+            if let Err(h) = g.synced(t, r) {
+                let generation = g.generation();
+                drop(g);
+                return self.halt(h, generation);
+            }
+            match g.begin_sync() {
+                Some(next) => t = next,
+                None => return,
+            }
+        }
+        // Queue behind other partitions' fsyncs; `syncing` stays set, so
+        // nobody else starts one meanwhile.
+        let me = self.clone();
+        actix_rt::task::spawn_blocking(move || me.sync_loop(t, generation));
+    }
+}
+
+/// What a client is told when the gate refused a write, for refusals that
+/// do not depend on the actor's state (see [`PartitionLeader::refusal`]).
+fn refusal_error(r: Refused) -> PartitionError {
+    match r {
+        Refused::NotOpen => PartitionError::Storage("partition is recovering".into()),
+        Refused::TooLarge => PartitionError::TooLarge,
+        Refused::NoSpace(e) => {
+            telemetry::global()
+                .no_space_refusals
+                .fetch_add(1, Ordering::Relaxed);
+            PartitionError::Storage(e)
+        }
+        Refused::Sequence(e) => super::commit::sequence(e),
+        Refused::Halted(Halt::Fenced) => PartitionError::NotLeader("broker lease lapsed".into()),
+        Refused::Halted(Halt::Failed(e)) => e,
+    }
+}
+
+impl PartitionHandle {
+    /// Append plain (non-transactional) batches from the caller's thread,
+    /// without a round trip through the actor's mailbox: the same gate, the
+    /// same lease check, the same waiter queue and fsync as
+    /// [`AppendBatches`]. `None`: not taken here — transactional batches,
+    /// more than [`DIRECT_APPEND_MAX_BYTES`], the log not open (opening,
+    /// stopped, failed) or the gate busy on another thread — send
+    /// [`AppendBatches`] instead (and wait for its answer before the next
+    /// append, to keep the order).
+    pub fn try_append(
+        &self,
+        records: &[u8],
+        infos: &[kaas_protocol::batch::BatchInfo],
+        wait_durable: bool,
+    ) -> Option<AppendResult> {
+        if records.len() > DIRECT_APPEND_MAX_BYTES || infos.iter().any(|b| b.is_transactional()) {
+            return None;
+        }
+        let r = {
+            let mut g = match self.writer.gate.try_lock() {
+                Ok(g) => g,
+                Err(TryLockError::WouldBlock) => return None,
+                Err(TryLockError::Poisoned(e)) => e.into_inner(),
+            };
+            g.log()?;
+            (g.append(records, infos, wait_durable), g.generation())
+        };
+        let (r, generation) = r;
+        match r {
+            Ok(ticket) => {
+                telemetry::global()
+                    .produce_bytes
+                    .fetch_add(records.len() as u64, Ordering::Relaxed);
+                self.writer.kick_sync();
+                Some(Ok(ticket))
+            }
+            Err(Refused::NotOpen) => None,
+            Err(Refused::Halted(h)) => {
+                self.writer.halt(h.clone(), generation);
+                Some(Err(refusal_error(Refused::Halted(h))))
+            }
+            Err(e) => Some(Err(refusal_error(e))),
+        }
+    }
+}
+
 /// See module docs.
 pub struct PartitionLeader {
     spec: LeaderSpec,
     fs: SharedFs,
-    gate: CommitGate,
+    writer: Arc<Writer>,
     stopping: bool,
     reader: ReaderSlot,
     stats: Arc<ActorStats>,
@@ -242,9 +416,15 @@ impl PartitionLeader {
             spec.dir.display().to_string(),
         );
         stats.set_epoch(spec.epoch as i64);
+        let writer = Arc::new(Writer {
+            gate: Mutex::new(CommitGate::new(spec.lease.clone(), clock, hw_tx)),
+            stats: stats.clone(),
+            actor: OnceLock::new(),
+        });
         let mine = stats.clone();
+        let shared = writer.clone();
         let addr = Supervisor::start_in_arbiter(arbiter, move |_| PartitionLeader {
-            gate: CommitGate::new(spec.lease.clone(), clock, hw_tx),
+            writer: shared,
             spec,
             fs,
             stopping: false,
@@ -257,8 +437,10 @@ impl PartitionLeader {
             parked: VecDeque::new(),
             verifications: TxnVerifications::new(),
         });
+        let _ = writer.actor.set(addr.downgrade());
         PartitionHandle {
             addr: Mailbox::new(addr, stats),
+            writer,
             reader,
             hw,
         }
@@ -304,32 +486,19 @@ impl PartitionLeader {
             .unwrap_or_else(|| PartitionError::Storage("partition is recovering".into()))
     }
 
-    fn kick_sync(&mut self, ctx: &mut Context<Self>) {
-        let Some(t) = self.gate.begin_sync() else {
-            return;
-        };
-        let job = actix_rt::task::spawn_blocking(move || {
-            let start = std::time::Instant::now();
-            let r = t.file.sync_data();
-            (t, r, start.elapsed())
-        });
-        ctx.spawn(job.into_actor(self).map(|res, act, ctx| {
-            let res = match res {
-                Ok((t, r, took)) => {
-                    if r.is_ok() {
-                        act.stats.fsynced(took);
-                    }
-                    act.gate.synced(t, r)
-                }
-                Err(e) => Err(act
-                    .gate
-                    .fail(PartitionError::Storage(format!("fsync task: {e}")))),
-            };
-            match res {
-                Ok(()) => act.kick_sync(ctx),
-                Err(h) => act.halted(h, ctx),
-            }
-        }));
+    fn gate(&self) -> MutexGuard<'_, CommitGate> {
+        self.writer.gate()
+    }
+}
+
+impl Handler<Halted> for PartitionLeader {
+    type Result = ();
+
+    fn handle(&mut self, m: Halted, ctx: &mut Context<Self>) {
+        let current = self.gate().generation();
+        if current == m.generation {
+            self.halted(m.halt, ctx);
+        }
     }
 }
 
@@ -341,7 +510,7 @@ impl Actor for PartitionLeader {
         if self.stopping {
             return;
         }
-        if !self.gate.lease_valid() {
+        if !self.gate().lease_valid() {
             // Never open (and sweep) under a lapsed lease: a newer leader
             // may own the files by now.
             self.stopping = true;
@@ -373,7 +542,10 @@ impl Actor for PartitionLeader {
                 Arc::new(LeaseGuard::new(lease, inc)) as Arc<dyn kaas_volume::fs::WriteGuard>
             }),
         };
-        let (now, failed_at) = (self.gate.clock().now_ms(), self.gate.failed_at());
+        let (now, failed_at) = {
+            let g = self.gate();
+            (g.clock().now_ms(), g.failed_at())
+        };
         let addr = ctx.address();
         actix_rt::task::spawn_blocking(move || {
             // Bounded: each open holds a few descriptors for a moment (the
@@ -413,7 +585,7 @@ impl PartitionLeader {
                 tracing::info!(topic = %self.spec.topic, partition = self.spec.partition, epoch = self.spec.epoch, hw = log.high_watermark(), "partition leader open");
                 *self.reader.write().unwrap() =
                     Some(PartitionReader::new(self.fs.read_only(), log.view()));
-                self.gate.install(log);
+                self.gate().install(log);
                 self.failures = 0;
                 self.set_error(None);
             }
@@ -464,15 +636,17 @@ impl PartitionLeader {
         let tick =
             Duration::from_millis((self.spec.cfg.segment_ms.max(0) as u64 / 4).clamp(250, 60_000));
         ctx.run_interval(tick, |a, ctx| {
-            if let Err(h) = a.gate.tick() {
+            let ticked = a.gate().tick();
+            if let Err(h) = ticked {
                 a.halted(h, ctx);
             }
         });
         ctx.run_interval(self.spec.retention_check, |a, ctx| {
-            match a.gate.enforce_retention() {
+            let removed = a.gate().enforce_retention();
+            match removed {
                 Ok(None | Some(0)) => {}
                 Ok(Some(n)) => {
-                    let log_start = a.gate.log().map(|l| l.log_start_offset());
+                    let log_start = a.gate().log().map(|l| l.log_start_offset());
                     tracing::info!(topic = %a.spec.topic, partition = a.spec.partition, segments = n, log_start, "retention removed segments");
                 }
                 Err(h) => a.halted(h, ctx),
@@ -482,7 +656,8 @@ impl PartitionLeader {
 
     /// Stop for good (see [`StopLeader`]); the gate checks the lease.
     fn stop_for_good(&mut self, ctx: &mut Context<Self>) {
-        match self.gate.stop() {
+        let stopped = self.gate().stop();
+        match stopped {
             Ok(()) => {}
             Err(Halt::Fenced) => return self.halted(Halt::Fenced, ctx),
             Err(Halt::Failed(e)) => {
@@ -538,7 +713,7 @@ impl Supervised for PartitionLeader {
         for (_, tx) in self.parked.drain(..) {
             let _ = tx.send(Err(err.clone()));
         }
-        self.gate.reset(err);
+        self.gate().reset(err);
     }
 }
 
@@ -559,7 +734,9 @@ impl PartitionLeader {
         if txn {
             self.admit(&msg)?;
         }
-        let r = self.gate.append(&msg.records, &msg.infos, msg.wait_durable);
+        let r = self
+            .gate()
+            .append(&msg.records, &msg.infos, msg.wait_durable);
         let ticket = self.refusal(r, ctx)?;
         if txn {
             self.verifications
@@ -568,7 +745,7 @@ impl PartitionLeader {
         telemetry::global()
             .produce_bytes
             .fetch_add(msg.records.len() as u64, Ordering::Relaxed);
-        self.kick_sync(ctx);
+        self.writer.kick_sync();
         Ok(ticket)
     }
 
@@ -577,17 +754,19 @@ impl PartitionLeader {
     /// [`TxnVerifications`])? A partition not open yet admits nothing
     /// here; the append itself then answers why.
     fn admit(&mut self, msg: &AppendBatches) -> Result<(), PartitionError> {
-        let Some(log) = self.gate.log() else {
+        let gate = self.writer.gate();
+        let Some(log) = gate.log() else {
             return Ok(());
         };
         let batches = msg
             .infos
             .iter()
             .map(|b| (b.producer_id, b.producer_epoch, b.is_transactional()));
-        match self
+        let admitted = self
             .verifications
-            .admit(log.producers(), batches, msg.verified)
-        {
+            .admit(log.producers(), batches, msg.verified);
+        drop(gate);
+        match admitted {
             Admission::Go => Ok(()),
             Admission::Verify {
                 producer_id,
@@ -605,11 +784,11 @@ impl PartitionLeader {
     }
 
     fn marker(&mut self, msg: WriteTxnMarker, ctx: &mut Context<Self>) -> AppendResult {
-        let r = self.gate.append_marker(&msg);
+        let r = self.gate().append_marker(&msg);
         let ticket = self.refusal(r, ctx)?;
         self.verifications.ended(msg.producer_id);
         tracing::debug!(topic = %self.spec.topic, partition = self.spec.partition, producer_id = msg.producer_id, commit = msg.commit, offset = ticket.base_offset, "transaction marker written");
-        self.kick_sync(ctx);
+        self.writer.kick_sync();
         Ok(ticket)
     }
 
@@ -619,23 +798,15 @@ impl PartitionLeader {
         r: Result<AppendTicket, Refused>,
         ctx: &mut Context<Self>,
     ) -> AppendResult {
-        let ticket = match r {
-            Ok(t) => t,
-            Err(Refused::NotOpen) => return Err(self.unavailable()),
-            Err(Refused::TooLarge) => return Err(PartitionError::TooLarge),
-            Err(Refused::NoSpace(e)) => {
-                telemetry::global()
-                    .no_space_refusals
-                    .fetch_add(1, Ordering::Relaxed);
-                return Err(PartitionError::Storage(e));
-            }
-            Err(Refused::Sequence(e)) => return Err(super::commit::sequence(e)),
+        match r {
+            Ok(t) => Ok(t),
+            Err(Refused::NotOpen) => Err(self.unavailable()),
             Err(Refused::Halted(h)) => {
                 self.halted(h, ctx);
-                return Err(self.unavailable());
+                Err(self.unavailable())
             }
-        };
-        Ok(ticket)
+            Err(e) => Err(refusal_error(e)),
+        }
     }
 }
 
@@ -673,7 +844,8 @@ impl Handler<GetProducers> for PartitionLeader {
     type Result = Result<Vec<ProducerInfo>, PartitionError>;
 
     fn handle(&mut self, _: GetProducers, _ctx: &mut Context<Self>) -> Self::Result {
-        self.gate.producers().ok_or_else(|| self.unavailable())
+        let producers = self.gate().producers();
+        producers.ok_or_else(|| self.unavailable())
     }
 }
 
@@ -681,7 +853,8 @@ impl Handler<EnforceRetention> for PartitionLeader {
     type Result = Result<usize, PartitionError>;
 
     fn handle(&mut self, _: EnforceRetention, ctx: &mut Context<Self>) -> Self::Result {
-        match self.gate.enforce_retention() {
+        let removed = self.gate().enforce_retention();
+        match removed {
             Ok(Some(n)) => Ok(n),
             Ok(None) => Err(self.unavailable()),
             Err(h) => {
@@ -696,7 +869,8 @@ impl Handler<DeleteRecordsBefore> for PartitionLeader {
     type Result = Result<i64, PartitionError>;
 
     fn handle(&mut self, m: DeleteRecordsBefore, ctx: &mut Context<Self>) -> Self::Result {
-        match self.gate.delete_records(m.offset) {
+        let deleted = self.gate().delete_records(m.offset);
+        match deleted {
             Ok(Some(start)) => {
                 tracing::info!(topic = %self.spec.topic, partition = self.spec.partition, log_start = start, "records deleted");
                 Ok(start)
@@ -719,13 +893,14 @@ impl Handler<SetLogConfig> for PartitionLeader {
         }
         tracing::info!(topic = %self.spec.topic, partition = self.spec.partition, cfg = ?m.cfg, "topic config applied");
         self.spec.cfg = m.cfg.clone();
-        self.gate.set_config(m.cfg);
+        self.gate().set_config(m.cfg);
         if self.stopping || self.opening {
             return;
         }
-        match self.gate.enforce_retention() {
+        let removed = self.gate().enforce_retention();
+        match removed {
             Ok(Some(n)) if n > 0 => {
-                let log_start = self.gate.log().map(|l| l.log_start_offset());
+                let log_start = self.gate().log().map(|l| l.log_start_offset());
                 tracing::info!(topic = %self.spec.topic, partition = self.spec.partition, segments = n, log_start, "retention removed segments");
             }
             Ok(_) => {}
@@ -779,18 +954,63 @@ mod tests {
     use std::time::Instant;
 
     /// The real filesystem, with listings of any path containing "slow"
-    /// taking `delay` (a long recovery: a CRC scan over a slow volume).
-    struct SlowFs(Duration, std::sync::atomic::AtomicBool);
+    /// taking `delay` (a long recovery: a CRC scan over a slow volume), and
+    /// every `sync_data` waiting while the [`Hold`] is on (a stalled fsync).
+    struct SlowFs(Duration, std::sync::atomic::AtomicBool, Arc<Hold>);
+
+    /// While on, fsyncs wait (at most 10 s).
+    #[derive(Default)]
+    struct Hold(std::sync::Mutex<bool>, std::sync::Condvar);
+
+    impl Hold {
+        fn set(&self, on: bool) {
+            *self.0.lock().unwrap() = on;
+            self.1.notify_all();
+        }
+        fn wait(&self) {
+            let g = self.0.lock().unwrap();
+            let _ = self
+                .1
+                .wait_timeout_while(g, Duration::from_secs(10), |on| *on);
+        }
+    }
+
+    /// A real file whose `sync_data` waits for the [`Hold`].
+    struct HeldFile(Arc<dyn WriteFile>, Arc<Hold>);
+
+    impl ReadFile for HeldFile {
+        fn read_at(&self, buf: &mut [u8], pos: u64) -> std::io::Result<usize> {
+            self.0.read_at(buf, pos)
+        }
+        fn len(&self) -> std::io::Result<u64> {
+            self.0.len()
+        }
+    }
+
+    impl WriteFile for HeldFile {
+        fn write_all_at(&self, buf: &[u8], pos: u64) -> std::io::Result<()> {
+            self.0.write_all_at(buf, pos)
+        }
+        fn sync_data(&self) -> std::io::Result<()> {
+            self.1.wait();
+            self.0.sync_data()
+        }
+        fn set_len(&self, len: u64) -> std::io::Result<()> {
+            self.0.set_len(len)
+        }
+    }
 
     impl Fs for SlowFs {
         fn open_read(&self, p: &Path) -> std::io::Result<Arc<dyn ReadFile>> {
             RealFs.open_read(p)
         }
         fn create_exclusive(&self, p: &Path) -> std::io::Result<Arc<dyn WriteFile>> {
-            RealFs.create_exclusive(p)
+            let f = RealFs.create_exclusive(p)?;
+            Ok(Arc::new(HeldFile(f, self.2.clone())))
         }
         fn open_write(&self, p: &Path) -> std::io::Result<Arc<dyn WriteFile>> {
-            RealFs.open_write(p)
+            let f = RealFs.open_write(p)?;
+            Ok(Arc::new(HeldFile(f, self.2.clone())))
         }
         fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
             RealFs.rename(from, to)
@@ -894,7 +1114,7 @@ mod tests {
     async fn a_slow_recovery_does_not_stall_a_partition_on_the_same_arbiter() {
         let d = tempfile::tempdir().unwrap();
         let delay = Duration::from_millis(1500);
-        let fs: SharedFs = Arc::new(SlowFs(delay, Default::default()));
+        let fs: SharedFs = Arc::new(SlowFs(delay, Default::default(), Default::default()));
         let arbiter = actix::Arbiter::new();
         let slow = PartitionLeader::start(spec(d.path(), "slow"), fs.clone(), &arbiter.handle());
         let fast = PartitionLeader::start(spec(d.path(), "fast"), fs, &arbiter.handle());
@@ -924,6 +1144,48 @@ mod tests {
             "the append waited for the open, then landed"
         );
         assert!(t0.elapsed() >= delay, "stop waited for the open in flight");
+        arbiter.stop();
+    }
+
+    /// Catches: an acknowledgement routed through the actor's arbiter (a
+    /// thread hop per fsync on the produce path), or given before the
+    /// fsync. A direct append is acknowledged by the fsync loop itself,
+    /// while the arbiter is busy with something else, and only once its
+    /// fsync has returned.
+    #[actix_rt::test]
+    async fn a_direct_append_is_acknowledged_by_its_fsync_without_the_arbiter() {
+        let d = tempfile::tempdir().unwrap();
+        let hold = Arc::new(Hold::default());
+        let fs: SharedFs = Arc::new(SlowFs(Duration::ZERO, Default::default(), hold.clone()));
+        let arbiter = actix::Arbiter::new();
+        let h = PartitionLeader::start(spec(d.path(), "t"), fs, &arbiter.handle());
+        assert_eq!(produce(&h).await, Ok(1), "opened, through the mailbox");
+        // The arbiter is busy (at most 10 s) until the test lets it go.
+        let (free, busy) = std::sync::mpsc::channel::<()>();
+        arbiter.spawn_fn(move || {
+            let _ = busy.recv_timeout(Duration::from_secs(10));
+        });
+        hold.set(true);
+        let (records, infos) = super::super::commit::tests::batch(1);
+        let t = h
+            .try_append(&records, &infos, true)
+            .expect("a small plain batch is appended directly")
+            .unwrap();
+        assert_eq!(t.base_offset, 1);
+        let mut durable = t.durable.unwrap();
+        actix_rt::time::sleep(Duration::from_millis(300)).await;
+        assert!(
+            durable.try_recv().is_err(),
+            "not acknowledged while its fsync has not returned"
+        );
+        hold.set(false);
+        let acked = tokio::time::timeout(Duration::from_secs(5), durable)
+            .await
+            .expect("acknowledged while the arbiter is busy")
+            .unwrap();
+        assert_eq!(acked, Ok(2));
+        free.send(()).unwrap();
+        h.addr.send(StopLeader).await.unwrap();
         arbiter.stop();
     }
 }

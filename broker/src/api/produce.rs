@@ -226,7 +226,18 @@ pub async fn handle(b: &Arc<Broker>, v: i16, r: ProduceRequest) -> Reply<Produce
                 wait_durable: acks != 0,
                 verified,
             };
-            let mut sent = leader.handle.addr.send(append(None)).await;
+            // Small plain batches are appended from this thread, without
+            // a round trip through the leader's mailbox; anything else (or
+            // a partition not open) goes to the leader, awaited before the
+            // next append of this connection, so the order holds.
+            let direct = leader
+                .handle
+                .try_append(&records, &infos, acks != 0)
+                .map(Ok);
+            let mut sent = match direct {
+                Some(r) => r,
+                None => leader.handle.addr.send(append(None)).await,
+            };
             if let Ok(Err(PartitionError::TxnUnverified {
                 producer_id,
                 producer_epoch,
