@@ -3,20 +3,29 @@
 //! It is a thin actix adapter around [`CommitGate`] (the waiter queue, the
 //! ack-only-under-lease gate and the one lease-checked path of every write)
 //! and [`PartitionLog`]. The gate sits behind a mutex in a [`Writer`]
-//! shared by three threads, so an acknowledgement crosses as few threads as
-//! possible:
+//! shared by the actor and a writer loop on the blocking pool, so an
+//! acknowledgement crosses as few threads as possible, and a connection's
+//! thread never makes a filesystem call (a hung volume must not stall the
+//! thread that serves every client and the dashboard):
 //!
-//! * the connection's thread appends small plain batches itself
-//!   ([`PartitionHandle::try_append`]: no mailbox round trip) when the gate
-//!   is free and the log open; anything else (transactional batches, large
-//!   requests, a partition opening or stopped, the gate busy) is sent to
-//!   the actor, which appends on its arbiter as before;
-//! * the fsync runs on a blocking-pool thread that keeps going while there
-//!   is something to sync (group commit: whatever was appended while one
-//!   fsync ran is covered by the next) and hands each result to the gate
-//!   itself, which releases the waiting requests from that thread: no
-//!   round trip through the actor per fsync, and no new task per fsync
-//!   under load.
+//! * a connection hands small plain batches over to the writer loop
+//!   ([`PartitionHandle::hand_over`]: a push on a queue, no mailbox round
+//!   trip) while the log is open; anything else (transactional batches,
+//!   large requests, a partition opening or stopped) is sent to the actor,
+//!   which first appends whatever was handed over before it (one
+//!   connection's appends keep their order), then its own, on its arbiter;
+//! * the writer loop runs on a blocking-pool thread while there is
+//!   something to do: it appends what was handed over, in order, through
+//!   the gate (the same lease check as every write), fsyncs (group commit:
+//!   whatever was appended while one fsync ran is covered by the next) and
+//!   hands each result to the gate, which answers the waiting requests
+//!   from that thread: no round trip through the actor per append or per
+//!   fsync, and no new task per fsync under load.
+//!
+//! Work handed over counts as the actor's in its telemetry: an
+//! `append_batches` message (queue wait, handling time) when the loop
+//! appends it, and in its mailbox depth from the hand-over until its
+//! answer.
 //!
 //! Any I/O error stops the actor; its [`actix::Supervisor`]
 //! restarts it, and `started` re-opens the log, which re-runs recovery from
@@ -31,20 +40,20 @@ use super::commit::{refused, storage, CommitGate, Halt, Refused};
 use super::log::{Claimant, LogConfig, LogError, PartitionLog};
 use super::messages::{
     AppendBatches, AppendTicket, DeleteRecordsBefore, EnforceRetention, GetProducers,
-    PartitionError, ProducerInfo, SetLogConfig, StopLeader, WriteTxnMarker,
+    PartitionError, Placed, ProducerInfo, SetLogConfig, StopLeader, WriteTxnMarker,
 };
 use super::producers::{Admission, TxnVerifications};
 use super::reader::PartitionReader;
 use crate::clock::{self, SharedClock};
 use crate::cluster::lease::{Lease, LeaseGuard};
-use crate::telemetry::{self, ActorStats, Mailbox};
+use crate::telemetry::{self, ActorStats, Mailbox, Owed, Traced};
 use actix::prelude::*;
 use actix::WeakAddr;
 use kaas_volume::fs::{ReadOnly, SharedFs};
 use std::collections::VecDeque;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock, TryLockError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 use std::time::Duration;
 use tokio::sync::{oneshot, watch};
 
@@ -59,7 +68,8 @@ pub type ReaderSlot = Arc<RwLock<Option<PartitionReader>>>;
 pub struct PartitionHandle {
     /// The leader's mailbox (appends, control), instrumented.
     pub addr: Mailbox<PartitionLeader>,
-    /// The gate, for appends without a mailbox hop ([`Self::try_append`]).
+    /// The gate and its writer loop, for appends without a mailbox hop
+    /// ([`Self::hand_over`]).
     writer: Arc<Writer>,
     /// The current reader (fetch, list offsets); `None` while recovering.
     pub reader: ReaderSlot,
@@ -106,28 +116,61 @@ impl std::fmt::Debug for OnFenced {
     }
 }
 
-/// Requests larger than this are appended on the actor's arbiter, never on
-/// the connection's thread: copying them into the page cache would hold up
-/// every other connection the thread serves (and spreading large writes
-/// over the arbiters is what lets partitions write in parallel).
+/// Requests larger than this are appended on the actor's arbiter, never
+/// handed over to the writer loop: the hand-over was measured for small
+/// requests (one-message produce requests at a fixed rate), and spreading
+/// large writes over the arbiters is what lets partitions write in
+/// parallel today.
 pub const DIRECT_APPEND_MAX_BYTES: usize = 64 << 10;
 
-/// At most this many fsyncs run back to back on one blocking-pool thread
-/// before the loop is queued again behind other partitions' fsyncs, so a
-/// partition that is always dirty cannot keep a pool thread for ever.
+/// At most this many rounds (append what was handed over, fsync) run back
+/// to back on one blocking-pool thread before the loop is queued again
+/// behind other partitions' work, so a partition that is always busy
+/// cannot keep a pool thread for ever.
 const SYNCS_PER_TASK: usize = 64;
 
-/// The partition's [`CommitGate`], shared by the actor, the connections
-/// that append directly and the fsync loop (see module docs). Every write
-/// still goes through the gate's lease check, and every acknowledgement
-/// through its release after the fsync.
+/// The partition's [`CommitGate`], shared by the actor and the writer loop,
+/// and the queue connections hand appends over on (see module docs).
+/// Every write still goes through the gate's lease check, and every
+/// acknowledgement through its release after the fsync.
 pub struct Writer {
     gate: Mutex<CommitGate>,
+    /// Appends handed over and not yet appended; never held across a
+    /// filesystem call (connections push here).
+    queue: Mutex<Queue>,
+    /// Whether the gate has a log open ([`CommitGate::open_flag`]).
+    open: Arc<AtomicBool>,
     stats: Arc<ActorStats>,
-    /// The actor, told when the fsync loop or a direct append halts the
-    /// gate (set once, right after the start; weak, so that it does not
-    /// keep a supervised actor alive).
+    /// The actor, told when the writer loop halts the gate (set once,
+    /// right after the start; weak, so that it does not keep a supervised
+    /// actor alive).
     actor: OnceLock<WeakAddr<PartitionLeader>>,
+}
+
+#[derive(Default)]
+struct Queue {
+    items: VecDeque<Handed>,
+    /// A writer loop is scheduled or running.
+    running: bool,
+    /// Something was handed over or written since the loop last drained.
+    kicked: bool,
+}
+
+/// One append handed over: the message (counted as the actor's) and who
+/// is told where it landed once it is durable (`None` for acks=0).
+struct Handed {
+    msg: Traced<AppendBatches>,
+    tx: Option<oneshot::Sender<Result<Placed, PartitionError>>>,
+}
+
+/// An append handed over ([`PartitionHandle::hand_over`]).
+pub struct HandedOver {
+    /// Where it landed, told once an fsync covers it (or why it failed);
+    /// `None` when no durability was asked for (acks=0).
+    pub placed: Option<oneshot::Receiver<Result<Placed, PartitionError>>>,
+    /// Its count in the actor's mailbox depth until the answer is
+    /// complete (`None` for acks=0: counted until appended).
+    pub owed: Option<Owed>,
 }
 
 /// A halt seen off the actor's thread (a failed fsync, a lapsed lease):
@@ -148,29 +191,82 @@ impl Writer {
         self.gate.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    fn queue(&self) -> MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     fn halt(&self, halt: Halt, generation: u64) {
         if let Some(a) = self.actor.get().and_then(|a| a.upgrade()) {
             a.do_send(Halted { halt, generation });
         }
     }
 
-    /// Start the group-commit fsync loop if none is running and anything is
-    /// written. Called after every append, on whichever thread appended.
-    fn kick_sync(self: &Arc<Self>) {
-        let (t, generation) = {
-            let mut g = self.gate();
-            let Some(t) = g.begin_sync() else { return };
-            (t, g.generation())
-        };
+    /// Queue `item` (if any) and make sure a writer loop runs: it appends
+    /// what was handed over and fsyncs what is written. Called after every
+    /// append and hand-over, on whichever thread did it; no filesystem
+    /// call here.
+    fn kick(self: &Arc<Self>, item: Option<Handed>) {
+        let mut q = self.queue();
+        q.items.extend(item);
+        q.kicked = true;
+        if q.running {
+            return;
+        }
+        q.running = true;
+        drop(q);
         let me = self.clone();
-        actix_rt::task::spawn_blocking(move || me.sync_loop(t, generation));
+        actix_rt::task::spawn_blocking(move || me.run());
     }
 
-    /// Blocking: fsync, hand the result to the gate (which releases the
-    /// waiters it covers, from this thread), and go on while the gate has
-    /// more to sync, up to [`SYNCS_PER_TASK`] times.
-    fn sync_loop(self: Arc<Self>, mut t: super::log::SyncTarget, generation: u64) {
+    /// Append everything handed over, in hand-over order, through the gate
+    /// `g` the caller holds. The actor drains before each of its own
+    /// writes, so one connection's appends keep their order whichever
+    /// path each took.
+    fn drain(&self, g: &mut CommitGate) {
+        let items = {
+            let mut q = self.queue();
+            q.kicked = false;
+            std::mem::take(&mut q.items)
+        };
+        for Handed { msg, mut tx } in items {
+            let (m, _handling) = msg.open();
+            match g.append_handed(&m.records, &m.infos, &mut tx) {
+                Ok(()) => {
+                    telemetry::global()
+                        .produce_bytes
+                        .fetch_add(m.records.len() as u64, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    if let Refused::Halted(h) = &e {
+                        self.halt(h.clone(), g.generation());
+                    }
+                    if let Some(tx) = tx {
+                        let _ = tx.send(Err(refusal_error(e)));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Blocking: the writer loop. Append what was handed over, fsync what
+    /// is written, hand each result to the gate (which answers the waiters
+    /// it covers, from this thread); go on while there is more, up to
+    /// [`SYNCS_PER_TASK`] rounds.
+    fn run(self: Arc<Self>) {
         for _ in 0..SYNCS_PER_TASK {
+            let (t, generation) = {
+                let mut g = self.gate();
+                self.drain(&mut g);
+                (g.begin_sync(), g.generation())
+            };
+            let Some(t) = t else {
+                let mut q = self.queue();
+                if q.items.is_empty() && !q.kicked {
+                    q.running = false;
+                    return;
+                }
+                continue;
+            };
             let start = std::time::Instant::now();
             let r = t.file.sync_data();
             let took = start.elapsed();
@@ -181,22 +277,18 @@ impl Writer {
             if g.generation() != generation {
                 // The log this fsync covered was dropped or replaced (a
                 // restart, a stop): its result proves nothing now.
-                return;
+                continue;
             }
             if let Err(h) = g.synced(t, r) {
                 let generation = g.generation();
                 drop(g);
-                return self.halt(h, generation);
-            }
-            match g.begin_sync() {
-                Some(next) => t = next,
-                None => return,
+                self.halt(h, generation);
             }
         }
-        // Queue behind other partitions' fsyncs; `syncing` stays set, so
-        // nobody else starts one meanwhile.
+        // Queue behind other partitions' work; `running` stays set, so
+        // nobody else starts a loop meanwhile.
         let me = self.clone();
-        actix_rt::task::spawn_blocking(move || me.sync_loop(t, generation));
+        actix_rt::task::spawn_blocking(move || me.run());
     }
 }
 
@@ -219,48 +311,34 @@ fn refusal_error(r: Refused) -> PartitionError {
 }
 
 impl PartitionHandle {
-    /// Append plain (non-transactional) batches from the caller's thread,
-    /// without a round trip through the actor's mailbox: the same gate, the
-    /// same lease check, the same waiter queue and fsync as
-    /// [`AppendBatches`]. `None`: not taken here — transactional batches,
-    /// more than [`DIRECT_APPEND_MAX_BYTES`], the log not open (opening,
-    /// stopped, failed) or the gate busy on another thread — send
-    /// [`AppendBatches`] instead (and wait for its answer before the next
-    /// append, to keep the order).
-    pub fn try_append(
-        &self,
-        records: &[u8],
-        infos: &[kaas_protocol::batch::BatchInfo],
-        wait_durable: bool,
-    ) -> Option<AppendResult> {
-        if records.len() > DIRECT_APPEND_MAX_BYTES || infos.iter().any(|b| b.is_transactional()) {
-            return None;
+    /// Hand plain (non-transactional) batches over to the partition's
+    /// writer loop, without a round trip through the actor's mailbox and
+    /// without a filesystem call on the caller's thread: the same gate,
+    /// the same lease check, the same waiter queue and fsync as
+    /// [`AppendBatches`], in hand-over order. `Err(msg)`: not taken here —
+    /// transactional or verified batches, more than
+    /// [`DIRECT_APPEND_MAX_BYTES`], or the log not open (opening, stopped,
+    /// failed) — send it to the actor instead (which appends what was
+    /// handed over before it).
+    pub fn hand_over(&self, msg: AppendBatches) -> Result<HandedOver, AppendBatches> {
+        if msg.records.len() > DIRECT_APPEND_MAX_BYTES
+            || msg.verified.is_some()
+            || msg.infos.iter().any(|b| b.is_transactional())
+            || !self.writer.open.load(Ordering::Acquire)
+        {
+            return Err(msg);
         }
-        let r = {
-            let mut g = match self.writer.gate.try_lock() {
-                Ok(g) => g,
-                Err(TryLockError::WouldBlock) => return None,
-                Err(TryLockError::Poisoned(e)) => e.into_inner(),
-            };
-            g.log()?;
-            (g.append(records, infos, wait_durable), g.generation())
+        let wait = msg.wait_durable;
+        let mut msg = self.addr.trace(msg);
+        let (tx, placed) = if wait {
+            let (tx, rx) = oneshot::channel();
+            (Some(tx), Some(rx))
+        } else {
+            (None, None)
         };
-        let (r, generation) = r;
-        match r {
-            Ok(ticket) => {
-                telemetry::global()
-                    .produce_bytes
-                    .fetch_add(records.len() as u64, Ordering::Relaxed);
-                self.writer.kick_sync();
-                Some(Ok(ticket))
-            }
-            Err(Refused::NotOpen) => None,
-            Err(Refused::Halted(h)) => {
-                self.writer.halt(h.clone(), generation);
-                Some(Err(refusal_error(Refused::Halted(h))))
-            }
-            Err(e) => Some(Err(refusal_error(e))),
-        }
+        let owed = if wait { msg.owed() } else { None };
+        self.writer.kick(Some(Handed { msg, tx }));
+        Ok(HandedOver { placed, owed })
     }
 }
 
@@ -416,8 +494,11 @@ impl PartitionLeader {
             spec.dir.display().to_string(),
         );
         stats.set_epoch(spec.epoch as i64);
+        let gate = CommitGate::new(spec.lease.clone(), clock, hw_tx);
         let writer = Arc::new(Writer {
-            gate: Mutex::new(CommitGate::new(spec.lease.clone(), clock, hw_tx)),
+            open: gate.open_flag(),
+            gate: Mutex::new(gate),
+            queue: Mutex::default(),
             stats: stats.clone(),
             actor: OnceLock::new(),
         });
@@ -488,6 +569,14 @@ impl PartitionLeader {
 
     fn gate(&self) -> MutexGuard<'_, CommitGate> {
         self.writer.gate()
+    }
+
+    /// The gate, after appending whatever was handed over before this
+    /// write (see [`Writer::drain`]).
+    fn gate_drained(&self) -> MutexGuard<'_, CommitGate> {
+        let mut g = self.writer.gate();
+        self.writer.drain(&mut g);
+        g
     }
 }
 
@@ -656,7 +745,7 @@ impl PartitionLeader {
 
     /// Stop for good (see [`StopLeader`]); the gate checks the lease.
     fn stop_for_good(&mut self, ctx: &mut Context<Self>) {
-        let stopped = self.gate().stop();
+        let stopped = self.gate_drained().stop();
         match stopped {
             Ok(()) => {}
             Err(Halt::Fenced) => return self.halted(Halt::Fenced, ctx),
@@ -735,7 +824,7 @@ impl PartitionLeader {
             self.admit(&msg)?;
         }
         let r = self
-            .gate()
+            .gate_drained()
             .append(&msg.records, &msg.infos, msg.wait_durable);
         let ticket = self.refusal(r, ctx)?;
         if txn {
@@ -745,7 +834,7 @@ impl PartitionLeader {
         telemetry::global()
             .produce_bytes
             .fetch_add(msg.records.len() as u64, Ordering::Relaxed);
-        self.writer.kick_sync();
+        self.writer.kick(None);
         Ok(ticket)
     }
 
@@ -784,11 +873,11 @@ impl PartitionLeader {
     }
 
     fn marker(&mut self, msg: WriteTxnMarker, ctx: &mut Context<Self>) -> AppendResult {
-        let r = self.gate().append_marker(&msg);
+        let r = self.gate_drained().append_marker(&msg);
         let ticket = self.refusal(r, ctx)?;
         self.verifications.ended(msg.producer_id);
         tracing::debug!(topic = %self.spec.topic, partition = self.spec.partition, producer_id = msg.producer_id, commit = msg.commit, offset = ticket.base_offset, "transaction marker written");
-        self.writer.kick_sync();
+        self.writer.kick(None);
         Ok(ticket)
     }
 
@@ -954,29 +1043,52 @@ mod tests {
     use std::time::Instant;
 
     /// The real filesystem, with listings of any path containing "slow"
-    /// taking `delay` (a long recovery: a CRC scan over a slow volume), and
-    /// every `sync_data` waiting while the [`Hold`] is on (a stalled fsync).
-    struct SlowFs(Duration, std::sync::atomic::AtomicBool, Arc<Hold>);
+    /// taking `delay` (a long recovery: a CRC scan over a slow volume),
+    /// every `sync_data` waiting while the fsync [`Hold`] is on (a stalled
+    /// fsync) and every write while the write one is (a hung volume).
+    struct SlowFs(Duration, std::sync::atomic::AtomicBool, Holds);
 
-    /// While on, fsyncs wait (at most 10 s).
+    /// The fsync and write holds of a [`SlowFs`].
+    #[derive(Default, Clone)]
+    struct Holds {
+        sync: Arc<Hold>,
+        write: Arc<Hold>,
+    }
+
+    /// While on, callers of [`Hold::wait`] wait (at most 10 s); how many
+    /// wait is known, so a test can tell when a thread is stuck in it.
     #[derive(Default)]
-    struct Hold(std::sync::Mutex<bool>, std::sync::Condvar);
+    struct Hold(std::sync::Mutex<(bool, usize)>, std::sync::Condvar);
 
     impl Hold {
         fn set(&self, on: bool) {
-            *self.0.lock().unwrap() = on;
+            self.0.lock().unwrap().0 = on;
             self.1.notify_all();
         }
         fn wait(&self) {
-            let g = self.0.lock().unwrap();
-            let _ = self
+            let mut g = self.0.lock().unwrap();
+            g.1 += 1;
+            self.1.notify_all();
+            let (mut g, _) = self
                 .1
-                .wait_timeout_while(g, Duration::from_secs(10), |on| *on);
+                .wait_timeout_while(g, Duration::from_secs(10), |s| s.0)
+                .unwrap();
+            g.1 -= 1;
+        }
+        /// Block (at most 10 s) until a thread waits in the hold; whether
+        /// one does.
+        fn until_waited(&self) -> bool {
+            let g = self.0.lock().unwrap();
+            let (g, _) = self
+                .1
+                .wait_timeout_while(g, Duration::from_secs(10), |s| s.1 == 0)
+                .unwrap();
+            g.1 > 0
         }
     }
 
-    /// A real file whose `sync_data` waits for the [`Hold`].
-    struct HeldFile(Arc<dyn WriteFile>, Arc<Hold>);
+    /// A real file whose writes and `sync_data` wait for their [`Hold`]s.
+    struct HeldFile(Arc<dyn WriteFile>, Holds);
 
     impl ReadFile for HeldFile {
         fn read_at(&self, buf: &mut [u8], pos: u64) -> std::io::Result<usize> {
@@ -989,10 +1101,11 @@ mod tests {
 
     impl WriteFile for HeldFile {
         fn write_all_at(&self, buf: &[u8], pos: u64) -> std::io::Result<()> {
+            self.1.write.wait();
             self.0.write_all_at(buf, pos)
         }
         fn sync_data(&self) -> std::io::Result<()> {
-            self.1.wait();
+            self.1.sync.wait();
             self.0.sync_data()
         }
         fn set_len(&self, len: u64) -> std::io::Result<()> {
@@ -1147,44 +1260,93 @@ mod tests {
         arbiter.stop();
     }
 
+    /// Start a leader of `name` on `fs` and produce one record through
+    /// the mailbox (the open is done when it is acknowledged).
+    async fn opened(d: &Path, fs: SharedFs, arbiter: &actix::Arbiter) -> PartitionHandle {
+        let h = PartitionLeader::start(spec(d, "t"), fs, &arbiter.handle());
+        assert_eq!(produce(&h).await, Ok(1), "opened, through the mailbox");
+        h
+    }
+
+    fn handed(h: &PartitionHandle) -> HandedOver {
+        let (records, infos) = super::super::commit::tests::batch(1);
+        let msg = AppendBatches {
+            records,
+            infos,
+            wait_durable: true,
+            verified: None,
+        };
+        // Deterministic: the log is open (the first produce was answered)
+        // and nothing else decides; never "the gate is busy".
+        h.hand_over(msg)
+            .ok()
+            .expect("a small plain batch is handed over while the log is open")
+    }
+
     /// Catches: an acknowledgement routed through the actor's arbiter (a
     /// thread hop per fsync on the produce path), or given before the
-    /// fsync. A direct append is acknowledged by the fsync loop itself,
-    /// while the arbiter is busy with something else, and only once its
-    /// fsync has returned.
+    /// fsync. An append handed over is written and acknowledged by the
+    /// writer loop, while the arbiter is busy with something else, and
+    /// only once its fsync has returned.
     #[actix_rt::test]
-    async fn a_direct_append_is_acknowledged_by_its_fsync_without_the_arbiter() {
+    async fn a_handed_over_append_is_acknowledged_by_its_fsync_without_the_arbiter() {
         let d = tempfile::tempdir().unwrap();
-        let hold = Arc::new(Hold::default());
-        let fs: SharedFs = Arc::new(SlowFs(Duration::ZERO, Default::default(), hold.clone()));
+        let holds = Holds::default();
+        let fs: SharedFs = Arc::new(SlowFs(Duration::ZERO, Default::default(), holds.clone()));
         let arbiter = actix::Arbiter::new();
-        let h = PartitionLeader::start(spec(d.path(), "t"), fs, &arbiter.handle());
-        assert_eq!(produce(&h).await, Ok(1), "opened, through the mailbox");
+        let h = opened(d.path(), fs, &arbiter).await;
         // The arbiter is busy (at most 10 s) until the test lets it go.
         let (free, busy) = std::sync::mpsc::channel::<()>();
         arbiter.spawn_fn(move || {
             let _ = busy.recv_timeout(Duration::from_secs(10));
         });
-        hold.set(true);
-        let (records, infos) = super::super::commit::tests::batch(1);
-        let t = h
-            .try_append(&records, &infos, true)
-            .expect("a small plain batch is appended directly")
-            .unwrap();
-        assert_eq!(t.base_offset, 1);
-        let mut durable = t.durable.unwrap();
-        actix_rt::time::sleep(Duration::from_millis(300)).await;
+        holds.sync.set(true);
+        let mut placed = handed(&h).placed.unwrap();
+        assert!(holds.sync.until_waited(), "its fsync started");
         assert!(
-            durable.try_recv().is_err(),
+            placed.try_recv().is_err(),
             "not acknowledged while its fsync has not returned"
         );
-        hold.set(false);
-        let acked = tokio::time::timeout(Duration::from_secs(5), durable)
+        holds.sync.set(false);
+        let acked = tokio::time::timeout(Duration::from_secs(5), placed)
             .await
             .expect("acknowledged while the arbiter is busy")
             .unwrap();
-        assert_eq!(acked, Ok(2));
+        assert_eq!(acked.map(|p| p.base_offset), Ok(1));
         free.send(()).unwrap();
+        h.addr.send(StopLeader).await.unwrap();
+        arbiter.stop();
+    }
+
+    /// Catches: a connection's thread writing to the volume itself (a hung
+    /// volume would stall every client and the dashboard it serves), and
+    /// work handed over missing from the actor's telemetry. The hand-over
+    /// returns while the write hangs; the request counts in the actor's
+    /// mailbox depth until it is answered, and as an `append_batches`
+    /// message it handled.
+    #[actix_rt::test]
+    async fn a_hung_write_does_not_hold_the_caller_and_counts_as_the_actors_work() {
+        let d = tempfile::tempdir().unwrap();
+        let holds = Holds::default();
+        let fs: SharedFs = Arc::new(SlowFs(Duration::ZERO, Default::default(), holds.clone()));
+        let arbiter = actix::Arbiter::new();
+        let h = opened(d.path(), fs, &arbiter).await;
+        let stats = h.addr.stats().clone();
+        let handled = stats.handled();
+        holds.write.set(true);
+        let over = handed(&h);
+        // Returned: the write is done (or hangs) on the writer loop.
+        assert!(holds.write.until_waited(), "the writer loop writes");
+        assert_eq!(stats.depth(), 1, "the request counts as the actor's");
+        holds.write.set(false);
+        let acked = tokio::time::timeout(Duration::from_secs(5), over.placed.unwrap())
+            .await
+            .expect("acknowledged once the volume is back")
+            .unwrap();
+        assert_eq!(acked.map(|p| p.base_offset), Ok(1));
+        drop(over.owed);
+        assert_eq!(stats.depth(), 0);
+        assert_eq!(stats.handled(), handled + 1, "counted as a message handled");
         h.addr.send(StopLeader).await.unwrap();
         arbiter.stop();
     }
