@@ -463,8 +463,9 @@ impl CommitGate {
     }
 
     /// An fsync started by [`Self::begin_sync`] returned. On success (under
-    /// a valid lease) the high watermark moves, waiters it covers are
-    /// released, and a due roll or checkpoint runs; the caller then starts
+    /// a valid lease) the high watermark moves, a due roll runs, the
+    /// waiters now durable are released, and a due checkpoint runs; the
+    /// caller then starts
     /// the next fsync. An fsync that returns after the lease lapsed
     /// releases nothing.
     pub fn synced(&mut self, t: SyncTarget, res: io::Result<()>) -> Result<(), Halt> {
@@ -493,34 +494,47 @@ impl CommitGate {
         if let Some(log) = self.writable()? {
             log.complete_sync(t);
         }
-        if !self.release() {
-            return Err(self.fence());
-        }
+        // A segment due to roll (by size or age) rolls before the
+        // acknowledgements this fsync completes are sent, as Kafka rolls
+        // before the append that would overflow it: an acknowledged
+        // produce finds the segments it filled sealed. (The roll fsyncs
+        // inline; release() re-checks the lease after it.)
         let now = self.clock.now_ms();
         if let Some(log) = self.writable()? {
             let res = if log.roll_due(now) {
                 log.roll(now)
-            } else if log.checkpoint_due() && !log.dirty() {
+            } else {
+                Ok(())
+            };
+            self.bookkeeping(res)?;
+        }
+        if !self.release() {
+            return Err(self.fence());
+        }
+        if let Some(log) = self.writable()? {
+            let res = if log.checkpoint_due() && !log.dirty() {
                 log.checkpoint()
             } else {
                 Ok(())
             };
-            match res {
-                Ok(()) => {}
-                // A full volume changed nothing: the partition stays up
-                // (reads, and appends as space allows) and the roll or
-                // checkpoint is tried again at the next sync.
-                Err(LogError::NoSpace(e)) => {
-                    tracing::warn!(error = %e, "roll or checkpoint refused by a full volume; retried at the next sync");
-                }
-                Err(e) => return Err(self.failed(e)),
-            }
-        }
-        // A roll fsyncs inline: release() re-checks the lease.
-        if !self.release() {
-            return Err(self.fence());
+            self.bookkeeping(res)?;
         }
         Ok(())
+    }
+
+    /// The outcome of a roll or checkpoint after an fsync: a full volume
+    /// changed nothing (the partition stays up for reads, and appends as
+    /// space allows; it is tried again at the next sync), anything else
+    /// fails the log.
+    fn bookkeeping(&mut self, res: Result<(), LogError>) -> Result<(), Halt> {
+        match res {
+            Ok(()) => Ok(()),
+            Err(LogError::NoSpace(e)) => {
+                tracing::warn!(error = %e, "roll or checkpoint refused by a full volume; retried at the next sync");
+                Ok(())
+            }
+            Err(e) => Err(self.failed(e)),
+        }
     }
 
     /// The periodic timer: roll a segment that is due by age. Only between

@@ -157,7 +157,7 @@ struct Queue {
 }
 
 /// One append handed over: the message (counted as the actor's) and who
-/// is told where it landed once it is durable (`None` for acks=0).
+/// is told where it landed once it is durable.
 struct Handed {
     msg: Traced<AppendBatches>,
     tx: Option<oneshot::Sender<Result<Placed, PartitionError>>>,
@@ -165,11 +165,10 @@ struct Handed {
 
 /// An append handed over ([`PartitionHandle::hand_over`]).
 pub struct HandedOver {
-    /// Where it landed, told once an fsync covers it (or why it failed);
-    /// `None` when no durability was asked for (acks=0).
-    pub placed: Option<oneshot::Receiver<Result<Placed, PartitionError>>>,
+    /// Where it landed, told once an fsync covers it (or why it failed).
+    pub placed: oneshot::Receiver<Result<Placed, PartitionError>>,
     /// Its count in the actor's mailbox depth until the answer is
-    /// complete (`None` for acks=0: counted until appended).
+    /// complete.
     pub owed: Option<Owed>,
 }
 
@@ -316,28 +315,24 @@ impl PartitionHandle {
     /// without a filesystem call on the caller's thread: the same gate,
     /// the same lease check, the same waiter queue and fsync as
     /// [`AppendBatches`], in hand-over order. `Err(msg)`: not taken here —
-    /// transactional or verified batches, more than
-    /// [`DIRECT_APPEND_MAX_BYTES`], or the log not open (opening, stopped,
-    /// failed) — send it to the actor instead (which appends what was
-    /// handed over before it).
+    /// acks=0 (nobody waits for its answer, so nothing would hold its bytes
+    /// in the in-flight budgets that bound the queue), transactional or
+    /// verified batches, more than [`DIRECT_APPEND_MAX_BYTES`], or the log
+    /// not open (opening, stopped, failed) — send it to the actor instead
+    /// (which appends what was handed over before it).
     pub fn hand_over(&self, msg: AppendBatches) -> Result<HandedOver, AppendBatches> {
-        if msg.records.len() > DIRECT_APPEND_MAX_BYTES
+        if !msg.wait_durable
+            || msg.records.len() > DIRECT_APPEND_MAX_BYTES
             || msg.verified.is_some()
             || msg.infos.iter().any(|b| b.is_transactional())
             || !self.writer.open.load(Ordering::Acquire)
         {
             return Err(msg);
         }
-        let wait = msg.wait_durable;
         let mut msg = self.addr.trace(msg);
-        let (tx, placed) = if wait {
-            let (tx, rx) = oneshot::channel();
-            (Some(tx), Some(rx))
-        } else {
-            (None, None)
-        };
-        let owed = if wait { msg.owed() } else { None };
-        self.writer.kick(Some(Handed { msg, tx }));
+        let (tx, placed) = oneshot::channel();
+        let owed = msg.owed();
+        self.writer.kick(Some(Handed { msg, tx: Some(tx) }));
         Ok(HandedOver { placed, owed })
     }
 }
@@ -1301,7 +1296,7 @@ mod tests {
             let _ = busy.recv_timeout(Duration::from_secs(10));
         });
         holds.sync.set(true);
-        let mut placed = handed(&h).placed.unwrap();
+        let mut placed = handed(&h).placed;
         assert!(holds.sync.until_waited(), "its fsync started");
         assert!(
             placed.try_recv().is_err(),
@@ -1339,7 +1334,7 @@ mod tests {
         assert!(holds.write.until_waited(), "the writer loop writes");
         assert_eq!(stats.depth(), 1, "the request counts as the actor's");
         holds.write.set(false);
-        let acked = tokio::time::timeout(Duration::from_secs(5), over.placed.unwrap())
+        let acked = tokio::time::timeout(Duration::from_secs(5), over.placed)
             .await
             .expect("acknowledged once the volume is back")
             .unwrap();

@@ -406,7 +406,7 @@ async fn complete(
                 }
                 Slot::Handed(idx, h, append_time) => {
                     let _owed = h.owed;
-                    durable(idx, h.placed, None, deadline, append_time).await
+                    durable(idx, Some(h.placed), None, deadline, append_time).await
                 }
             };
             for_version(&mut pr, v);
