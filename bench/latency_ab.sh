@@ -6,7 +6,11 @@
 # line per run, with the broker's fsync p50/p99 of the same run (upper
 # bounds of kaas_fsync_seconds buckets from /metrics), the broker's own
 # produce time (kaas_produce_seconds: frame read to answer written) and the data
-# directory's own 4 KiB write + fdatasync p50/p99 measured right after.
+# directory's own 4 KiB write + fdatasync p50/p99 measured right after,
+# and the broker's context switches (voluntary + involuntary, all its
+# threads, from /proc) and CPU time (utime + stime) per produced record over
+# the load: the thread hand-offs per acknowledgement, counted rather than
+# timed, so they compare across runs however loud the machine is.
 # Loopback only; every run bounded by a timeout.
 #
 #   bench/latency_ab.sh [RATE] [ROUNDS] before=/tmp/kaas-old after=target/release/kaas
@@ -16,6 +20,15 @@ RATE="${1:-5000}"; ROUNDS="${2:-3}"; shift 2 || true
 SECONDS_RUN="${SECONDS_RUN:-8}"
 bins=("$@")
 [ "${#bins[@]}" -ge 1 ] || { echo "usage: $0 RATE ROUNDS name=binary ..." >&2; exit 2; }
+# "<context switches> <CPU ticks>" of process $1, all threads.
+cost() {
+    local cs=0 f v
+    for f in /proc/"$1"/task/*/status; do
+        v="$(awk '/ctxt_switches/ {s += $2} END {print s + 0}' "$f" 2>/dev/null)"
+        cs=$((cs + ${v:-0}))
+    done
+    echo "$cs $(awk '{print $14 + $15}' /proc/"$1"/stat)"
+}
 for ((round = 0; round < ROUNDS; round++)); do
   n=${#bins[@]}
   for ((k = 0; k < n; k++)); do
@@ -35,6 +48,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 a = AdminClient({'bootstrap.servers': '127.0.0.1:$port'})
 a.create_topics([NewTopic('lat', 1, 1)])['lat'].result(20)" 2>/dev/null
     sleep 1
+    before="$(cost "$pid")"
     line="$(timeout 60 .venv/bin/python3 bench/latency.py --bootstrap "127.0.0.1:$port" --topic lat \
         --rate "$RATE" --seconds "$SECONDS_RUN" --acks "${ACKS:-all}" 2>/dev/null | grep LATENCY)"
     fsync="$(.venv/bin/python3 -c "
@@ -59,7 +73,12 @@ for _ in range(500):
     s = time.perf_counter(); os.write(fd, b); os.fdatasync(fd); t.append(time.perf_counter() - s)
 t.sort(); os.close(fd)
 print(f'probe_fsync_p50_ms={t[250]*1e3:.3f} probe_fsync_p99_ms={t[int(0.99*500)]*1e3:.3f}')" 2>/dev/null)"
-    echo "round $round $name acks=${ACKS:-all} $line $fsync $probe"
+    after="$(cost "$pid")"
+    recs="$(sed -n 's/.* n=\([0-9]*\).*/\1/p' <<<"$line")"
+    per="$(awk -v b="$before" -v a="$after" -v n="${recs:-0}" -v hz="$(getconf CLK_TCK)" 'BEGIN {
+        split(b, x); split(a, y)
+        if (n > 0) printf "ctxsw_per_record=%.2f cpu_us_per_record=%.1f", (y[1] - x[1]) / n, (y[2] - x[2]) / hz * 1e6 / n }')"
+    echo "round $round $name acks=${ACKS:-all} $line $fsync $probe $per"
     # A run with no result: say why (a broker that did not start, e.g. a
     # port taken between picking and binding, shows in its log).
     [ -n "$line" ] || { echo "round $round $name: no result; broker log tail:"; tail -3 "$d/log"; }

@@ -19,17 +19,42 @@
 //! [`Halt`] into a stop of the actor.
 
 use super::log::{LogError, PartitionLog, SyncTarget};
-use super::messages::{AppendTicket, PartitionError};
+use super::messages::{AppendTicket, PartitionError, Placed};
 use super::producers::SequenceError;
 use crate::clock::SharedClock;
 use crate::cluster::lease::Lease;
 use kaas_volume::fs::is_fenced;
 use std::collections::VecDeque;
 use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use tokio::sync::{oneshot, watch};
 
-type Waiter = (i64, oneshot::Sender<Result<i64, PartitionError>>);
+/// Who is answered once an fsync covers an append (see [`Notify`]).
+type Waiter = (i64, Notify);
+
+/// How a waiter is answered.
+pub enum Notify {
+    /// With the high watermark: the caller had its offsets at append
+    /// time ([`AppendTicket`]).
+    Hw(oneshot::Sender<Result<i64, PartitionError>>),
+    /// With its offsets: an append handed over to the writer loop, whose
+    /// caller learns where it landed only with its durability.
+    Placed(Placed, oneshot::Sender<Result<Placed, PartitionError>>),
+}
+
+impl Notify {
+    fn send(self, r: Result<i64, PartitionError>) {
+        match self {
+            Notify::Hw(tx) => {
+                let _ = tx.send(r);
+            }
+            Notify::Placed(p, tx) => {
+                let _ = tx.send(r.map(|_| p));
+            }
+        }
+    }
+}
 
 /// Why the gate stopped serving; the adapter stops the actor.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,6 +97,13 @@ pub struct CommitGate {
     /// Set when this owner failed mid-write: (base, durable size) of the
     /// active segment, so the next open never trusts bytes after it.
     failed_at: Option<(i64, u64)>,
+    /// Bumped whenever the log is installed, dropped or reset: an fsync
+    /// begun under an older generation is stale and its result ignored
+    /// (see [`Self::generation`]).
+    generation: u64,
+    /// Whether a log is open, readable without the gate (see
+    /// [`Self::open_flag`]).
+    open: Arc<AtomicBool>,
 }
 
 /// Whether `e` is a write the [`super::claim::EpochWriter`] refused because
@@ -117,7 +149,33 @@ impl CommitGate {
             hw_tx,
             syncing: false,
             failed_at: None,
+            generation: 0,
+            open: Arc::default(),
         }
+    }
+
+    /// Whether a log is open, for a thread that must not wait for the
+    /// gate (a connection handing an append over): a hint only — the
+    /// append itself is refused as not open if the log went meanwhile.
+    pub fn open_flag(&self) -> Arc<AtomicBool> {
+        self.open.clone()
+    }
+
+    /// Drop the open log (fenced, failed, reset, stopped): nothing more is
+    /// written to it, and an fsync begun on it proves nothing.
+    fn take_log(&mut self) -> Option<PartitionLog> {
+        self.syncing = false;
+        self.generation += 1;
+        self.open.store(false, Ordering::Release);
+        self.log.take()
+    }
+
+    /// Which log the gate holds: changes whenever one is installed,
+    /// dropped (fenced, failed) or reset. An fsync's result is handed to
+    /// [`Self::synced`] only if the generation is still the one it began
+    /// under; else the log it covered is gone and it proves nothing.
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// Whether the lease this leadership was granted under is valid now.
@@ -140,6 +198,8 @@ impl CommitGate {
         self.failed_at = None;
         self.hw_tx.send_replace(log.high_watermark());
         self.log = Some(log);
+        self.generation += 1;
+        self.open.store(true, Ordering::Release);
     }
 
     /// Replace the open log's storage settings (writes nothing).
@@ -179,8 +239,7 @@ impl CommitGate {
     /// was never promised) and the log itself, without another write.
     fn fence(&mut self) -> Halt {
         self.fail_waiters(PartitionError::NotLeader("broker lease lapsed".into()));
-        self.log = None;
-        self.syncing = false;
+        self.take_log();
         Halt::Fenced
     }
 
@@ -194,11 +253,13 @@ impl CommitGate {
         self.fail(storage(e))
     }
 
-    /// Fail every waiter and remember where the file stopped being
-    /// trustworthy; the adapter stops and the restart recovers.
+    /// Fail every waiter, remember where the file stopped being
+    /// trustworthy and drop the log, so nothing more is written to it (an
+    /// append arriving before the restart is refused as not open); the
+    /// adapter stops and the restart recovers.
     pub fn fail(&mut self, err: PartitionError) -> Halt {
         self.fail_waiters(err.clone());
-        if let Some(log) = &self.log {
+        if let Some(log) = self.take_log() {
             self.failed_at = Some(log.durable_point());
         }
         Halt::Failed(err)
@@ -206,14 +267,13 @@ impl CommitGate {
 
     /// Forget the log (a supervisor restart) and fail the waiters with `err`.
     pub fn reset(&mut self, err: PartitionError) {
-        self.log = None;
-        self.syncing = false;
+        self.take_log();
         self.fail_waiters(err);
     }
 
     fn fail_waiters(&mut self, err: PartitionError) {
-        for (_, tx) in self.waiters.drain(..) {
-            let _ = tx.send(Err(err.clone()));
+        for (_, n) in self.waiters.drain(..) {
+            n.send(Err(err.clone()));
         }
     }
 
@@ -232,8 +292,8 @@ impl CommitGate {
             if *last >= hw {
                 break;
             }
-            let (_, tx) = self.waiters.pop_front().expect("front exists");
-            let _ = tx.send(Ok(hw));
+            let (_, n) = self.waiters.pop_front().expect("front exists");
+            n.send(Ok(hw));
         }
         self.hw_tx.send_replace(hw);
         true
@@ -256,6 +316,45 @@ impl CommitGate {
         infos: &[kaas_protocol::batch::BatchInfo],
         wait_durable: bool,
     ) -> Result<AppendTicket, Refused> {
+        let mut durable = None;
+        let placed = self.place(records, infos, |_| {
+            wait_durable.then(|| {
+                let (tx, rx) = oneshot::channel();
+                durable = Some(rx);
+                Notify::Hw(tx)
+            })
+        })?;
+        Ok(AppendTicket {
+            base_offset: placed.base_offset,
+            log_start_offset: placed.log_start_offset,
+            durable,
+        })
+    }
+
+    /// [`Self::append`] for an append handed over without an answer at
+    /// append time: once written, `tx` (if any) is taken and answered with
+    /// where the append landed once an fsync covers it; refused, it is
+    /// left for the caller to answer with the error.
+    pub fn append_handed(
+        &mut self,
+        records: &[u8],
+        infos: &[kaas_protocol::batch::BatchInfo],
+        tx: &mut Option<oneshot::Sender<Result<Placed, PartitionError>>>,
+    ) -> Result<(), Refused> {
+        self.place(records, infos, |p| {
+            tx.take().map(|tx| Notify::Placed(p, tx))
+        })
+        .map(|_| ())
+    }
+
+    /// The append both of the above share: write, then queue the waiter
+    /// `notify` makes (if any) behind the appended offsets.
+    fn place(
+        &mut self,
+        records: &[u8],
+        infos: &[kaas_protocol::batch::BatchInfo],
+        notify: impl FnOnce(Placed) -> Option<Notify>,
+    ) -> Result<Placed, Refused> {
         // Only idempotent producers need the time (expiry); the plain hot
         // path skips the clock read.
         let now = if infos.iter().any(|b| b.has_producer_id()) {
@@ -273,24 +372,25 @@ impl CommitGate {
             Err(LogError::Sequence(e)) => return Err(Refused::Sequence(e)),
             Err(e) => return Err(Refused::Halted(self.failed(e))),
         };
-        let log_start_offset = log.log_start_offset();
-        let durable = wait_durable.then(|| {
-            let (tx, rx) = oneshot::channel();
-            // A duplicate waits for its original's last offset: `release`
-            // answers a waiter only once the high watermark passes it.
-            self.waiters.push_back((appended.last_offset, tx));
-            rx
-        });
+        let placed = Placed {
+            base_offset: appended.base_offset,
+            log_start_offset: log.log_start_offset(),
+        };
+        // A duplicate waits for its original's last offset: `release`
+        // answers a waiter only once the high watermark passes it.
+        let waits = match notify(placed) {
+            Some(n) => {
+                self.waiters.push_back((appended.last_offset, n));
+                true
+            }
+            None => false,
+        };
         // A duplicate of a durable batch is answered now, through the one
         // acknowledging path (it re-checks the lease).
-        if appended.duplicate && wait_durable && !self.release() {
+        if appended.duplicate && waits && !self.release() {
             return Err(Refused::Halted(self.fence()));
         }
-        Ok(AppendTicket {
-            base_offset: appended.base_offset,
-            log_start_offset,
-            durable,
-        })
+        Ok(placed)
     }
 
     /// Append a transaction marker (see [`PartitionLog::append_marker`]);
@@ -319,7 +419,8 @@ impl CommitGate {
         };
         let log_start_offset = log.log_start_offset();
         let (tx, rx) = oneshot::channel();
-        self.waiters.push_back((appended.last_offset, tx));
+        self.waiters
+            .push_back((appended.last_offset, Notify::Hw(tx)));
         Ok(AppendTicket {
             base_offset: appended.base_offset,
             log_start_offset,
@@ -362,8 +463,9 @@ impl CommitGate {
     }
 
     /// An fsync started by [`Self::begin_sync`] returned. On success (under
-    /// a valid lease) the high watermark moves, waiters it covers are
-    /// released, and a due roll or checkpoint runs; the caller then starts
+    /// a valid lease) the high watermark moves, a due roll runs, the
+    /// waiters now durable are released, and a due checkpoint runs; the
+    /// caller then starts
     /// the next fsync. An fsync that returns after the lease lapsed
     /// releases nothing.
     pub fn synced(&mut self, t: SyncTarget, res: io::Result<()>) -> Result<(), Halt> {
@@ -392,34 +494,47 @@ impl CommitGate {
         if let Some(log) = self.writable()? {
             log.complete_sync(t);
         }
-        if !self.release() {
-            return Err(self.fence());
-        }
+        // A segment due to roll (by size or age) rolls before the
+        // acknowledgements this fsync completes are sent, as Kafka rolls
+        // before the append that would overflow it: an acknowledged
+        // produce finds the segments it filled sealed. (The roll fsyncs
+        // inline; release() re-checks the lease after it.)
         let now = self.clock.now_ms();
         if let Some(log) = self.writable()? {
             let res = if log.roll_due(now) {
                 log.roll(now)
-            } else if log.checkpoint_due() && !log.dirty() {
+            } else {
+                Ok(())
+            };
+            self.bookkeeping(res)?;
+        }
+        if !self.release() {
+            return Err(self.fence());
+        }
+        if let Some(log) = self.writable()? {
+            let res = if log.checkpoint_due() && !log.dirty() {
                 log.checkpoint()
             } else {
                 Ok(())
             };
-            match res {
-                Ok(()) => {}
-                // A full volume changed nothing: the partition stays up
-                // (reads, and appends as space allows) and the roll or
-                // checkpoint is tried again at the next sync.
-                Err(LogError::NoSpace(e)) => {
-                    tracing::warn!(error = %e, "roll or checkpoint refused by a full volume; retried at the next sync");
-                }
-                Err(e) => return Err(self.failed(e)),
-            }
-        }
-        // A roll fsyncs inline: release() re-checks the lease.
-        if !self.release() {
-            return Err(self.fence());
+            self.bookkeeping(res)?;
         }
         Ok(())
+    }
+
+    /// The outcome of a roll or checkpoint after an fsync: a full volume
+    /// changed nothing (the partition stays up for reads, and appends as
+    /// space allows; it is tried again at the next sync), anything else
+    /// fails the log.
+    fn bookkeeping(&mut self, res: Result<(), LogError>) -> Result<(), Halt> {
+        match res {
+            Ok(()) => Ok(()),
+            Err(LogError::NoSpace(e)) => {
+                tracing::warn!(error = %e, "roll or checkpoint refused by a full volume; retried at the next sync");
+                Ok(())
+            }
+            Err(e) => Err(self.failed(e)),
+        }
     }
 
     /// The periodic timer: roll a segment that is due by age. Only between
@@ -491,8 +606,7 @@ impl CommitGate {
         // Waiters covered by that sync are durable: release them (not if
         // the lease lapsed meanwhile: they are failed below).
         let valid = self.release();
-        let log = self.log.take().expect("writable returned it");
-        self.syncing = false;
+        let log = self.take_log().expect("writable returned it");
         let res = if valid {
             res.and_then(|_| log.close())
         } else {

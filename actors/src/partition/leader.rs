@@ -2,10 +2,32 @@
 //!
 //! It is a thin actix adapter around [`CommitGate`] (the waiter queue, the
 //! ack-only-under-lease gate and the one lease-checked path of every write)
-//! and [`PartitionLog`]: appends go to the page cache on the actor's arbiter,
-//! fsyncs run on the blocking pool (group commit: whatever was appended while
-//! one fsync ran is covered by the next), and their results are fed back to
-//! the gate. Any I/O error stops the actor; its [`actix::Supervisor`]
+//! and [`PartitionLog`]. The gate sits behind a mutex in a [`Writer`]
+//! shared by the actor and a writer loop on the blocking pool, so an
+//! acknowledgement crosses as few threads as possible, and a connection's
+//! thread never makes a filesystem call (a hung volume must not stall the
+//! thread that serves every client and the dashboard):
+//!
+//! * a connection hands small plain batches over to the writer loop
+//!   ([`PartitionHandle::hand_over`]: a push on a queue, no mailbox round
+//!   trip) while the log is open; anything else (transactional batches,
+//!   large requests, a partition opening or stopped) is sent to the actor,
+//!   which first appends whatever was handed over before it (one
+//!   connection's appends keep their order), then its own, on its arbiter;
+//! * the writer loop runs on a blocking-pool thread while there is
+//!   something to do: it appends what was handed over, in order, through
+//!   the gate (the same lease check as every write), fsyncs (group commit:
+//!   whatever was appended while one fsync ran is covered by the next) and
+//!   hands each result to the gate, which answers the waiting requests
+//!   from that thread: no round trip through the actor per append or per
+//!   fsync, and no new task per fsync under load.
+//!
+//! Work handed over counts as the actor's in its telemetry: an
+//! `append_batches` message (queue wait, handling time) when the loop
+//! appends it, and in its mailbox depth from the hand-over until its
+//! answer.
+//!
+//! Any I/O error stops the actor; its [`actix::Supervisor`]
 //! restarts it, and `started` re-opens the log, which re-runs recovery from
 //! the files: that is the re-drive. The open runs on the blocking pool, so a
 //! long recovery never stalls the partitions sharing this arbiter; until it
@@ -18,19 +40,20 @@ use super::commit::{refused, storage, CommitGate, Halt, Refused};
 use super::log::{Claimant, LogConfig, LogError, PartitionLog};
 use super::messages::{
     AppendBatches, AppendTicket, DeleteRecordsBefore, EnforceRetention, GetProducers,
-    PartitionError, ProducerInfo, SetLogConfig, StopLeader, WriteTxnMarker,
+    PartitionError, Placed, ProducerInfo, SetLogConfig, StopLeader, WriteTxnMarker,
 };
 use super::producers::{Admission, TxnVerifications};
 use super::reader::PartitionReader;
 use crate::clock::{self, SharedClock};
 use crate::cluster::lease::{Lease, LeaseGuard};
-use crate::telemetry::{self, ActorStats, Mailbox};
+use crate::telemetry::{self, ActorStats, Mailbox, Owed, Traced};
 use actix::prelude::*;
+use actix::WeakAddr;
 use kaas_volume::fs::{ReadOnly, SharedFs};
 use std::collections::VecDeque;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, RwLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 use std::time::Duration;
 use tokio::sync::{oneshot, watch};
 
@@ -45,6 +68,9 @@ pub type ReaderSlot = Arc<RwLock<Option<PartitionReader>>>;
 pub struct PartitionHandle {
     /// The leader's mailbox (appends, control), instrumented.
     pub addr: Mailbox<PartitionLeader>,
+    /// The gate and its writer loop, for appends without a mailbox hop
+    /// ([`Self::hand_over`]).
+    writer: Arc<Writer>,
     /// The current reader (fetch, list offsets); `None` while recovering.
     pub reader: ReaderSlot,
     /// High watermark notifications, for fetch long-polling.
@@ -90,11 +116,232 @@ impl std::fmt::Debug for OnFenced {
     }
 }
 
+/// Requests larger than this are appended on the actor's arbiter, never
+/// handed over to the writer loop: the hand-over was measured for small
+/// requests (one-message produce requests at a fixed rate), and spreading
+/// large writes over the arbiters is what lets partitions write in
+/// parallel today.
+pub const DIRECT_APPEND_MAX_BYTES: usize = 64 << 10;
+
+/// At most this many rounds (append what was handed over, fsync) run back
+/// to back on one blocking-pool thread before the loop is queued again
+/// behind other partitions' work, so a partition that is always busy
+/// cannot keep a pool thread for ever.
+const SYNCS_PER_TASK: usize = 64;
+
+/// The partition's [`CommitGate`], shared by the actor and the writer loop,
+/// and the queue connections hand appends over on (see module docs).
+/// Every write still goes through the gate's lease check, and every
+/// acknowledgement through its release after the fsync.
+pub struct Writer {
+    gate: Mutex<CommitGate>,
+    /// Appends handed over and not yet appended; never held across a
+    /// filesystem call (connections push here).
+    queue: Mutex<Queue>,
+    /// Whether the gate has a log open ([`CommitGate::open_flag`]).
+    open: Arc<AtomicBool>,
+    stats: Arc<ActorStats>,
+    /// The actor, told when the writer loop halts the gate (set once,
+    /// right after the start; weak, so that it does not keep a supervised
+    /// actor alive).
+    actor: OnceLock<WeakAddr<PartitionLeader>>,
+}
+
+#[derive(Default)]
+struct Queue {
+    items: VecDeque<Handed>,
+    /// A writer loop is scheduled or running.
+    running: bool,
+    /// Something was handed over or written since the loop last drained.
+    kicked: bool,
+}
+
+/// One append handed over: the message (counted as the actor's) and who
+/// is told where it landed once it is durable.
+struct Handed {
+    msg: Traced<AppendBatches>,
+    tx: Option<oneshot::Sender<Result<Placed, PartitionError>>>,
+}
+
+/// An append handed over ([`PartitionHandle::hand_over`]).
+pub struct HandedOver {
+    /// Where it landed, told once an fsync covers it (or why it failed).
+    pub placed: oneshot::Receiver<Result<Placed, PartitionError>>,
+    /// Its count in the actor's mailbox depth until the answer is
+    /// complete.
+    pub owed: Option<Owed>,
+}
+
+/// A halt seen off the actor's thread (a failed fsync, a lapsed lease):
+/// the actor stops as if it had seen it itself — unless the gate has moved
+/// on since (a restart already installed another log).
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Halted {
+    halt: Halt,
+    /// The gate's generation right after the halt.
+    generation: u64,
+}
+
+impl Writer {
+    fn gate(&self) -> MutexGuard<'_, CommitGate> {
+        // A panic while holding the gate is a bug; the state is still
+        // consistent enough to fail waiters and stop, so do not cascade.
+        self.gate.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn queue(&self) -> MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn halt(&self, halt: Halt, generation: u64) {
+        if let Some(a) = self.actor.get().and_then(|a| a.upgrade()) {
+            a.do_send(Halted { halt, generation });
+        }
+    }
+
+    /// Queue `item` (if any) and make sure a writer loop runs: it appends
+    /// what was handed over and fsyncs what is written. Called after every
+    /// append and hand-over, on whichever thread did it; no filesystem
+    /// call here.
+    fn kick(self: &Arc<Self>, item: Option<Handed>) {
+        let mut q = self.queue();
+        q.items.extend(item);
+        q.kicked = true;
+        if q.running {
+            return;
+        }
+        q.running = true;
+        drop(q);
+        let me = self.clone();
+        actix_rt::task::spawn_blocking(move || me.run());
+    }
+
+    /// Append everything handed over, in hand-over order, through the gate
+    /// `g` the caller holds. The actor drains before each of its own
+    /// writes, so one connection's appends keep their order whichever
+    /// path each took.
+    fn drain(&self, g: &mut CommitGate) {
+        let items = {
+            let mut q = self.queue();
+            q.kicked = false;
+            std::mem::take(&mut q.items)
+        };
+        for Handed { msg, mut tx } in items {
+            let (m, _handling) = msg.open();
+            match g.append_handed(&m.records, &m.infos, &mut tx) {
+                Ok(()) => {
+                    telemetry::global()
+                        .produce_bytes
+                        .fetch_add(m.records.len() as u64, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    if let Refused::Halted(h) = &e {
+                        self.halt(h.clone(), g.generation());
+                    }
+                    if let Some(tx) = tx {
+                        let _ = tx.send(Err(refusal_error(e)));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Blocking: the writer loop. Append what was handed over, fsync what
+    /// is written, hand each result to the gate (which answers the waiters
+    /// it covers, from this thread); go on while there is more, up to
+    /// [`SYNCS_PER_TASK`] rounds.
+    fn run(self: Arc<Self>) {
+        for _ in 0..SYNCS_PER_TASK {
+            let (t, generation) = {
+                let mut g = self.gate();
+                self.drain(&mut g);
+                (g.begin_sync(), g.generation())
+            };
+            let Some(t) = t else {
+                let mut q = self.queue();
+                if q.items.is_empty() && !q.kicked {
+                    q.running = false;
+                    return;
+                }
+                continue;
+            };
+            let start = std::time::Instant::now();
+            let r = t.file.sync_data();
+            let took = start.elapsed();
+            if r.is_ok() {
+                self.stats.fsynced(took);
+            }
+            let mut g = self.gate();
+            if g.generation() != generation {
+                // The log this fsync covered was dropped or replaced (a
+                // restart, a stop): its result proves nothing now.
+                continue;
+            }
+            if let Err(h) = g.synced(t, r) {
+                let generation = g.generation();
+                drop(g);
+                self.halt(h, generation);
+            }
+        }
+        // Queue behind other partitions' work; `running` stays set, so
+        // nobody else starts a loop meanwhile.
+        let me = self.clone();
+        actix_rt::task::spawn_blocking(move || me.run());
+    }
+}
+
+/// What a client is told when the gate refused a write, for refusals that
+/// do not depend on the actor's state (see [`PartitionLeader::refusal`]).
+fn refusal_error(r: Refused) -> PartitionError {
+    match r {
+        Refused::NotOpen => PartitionError::Storage("partition is recovering".into()),
+        Refused::TooLarge => PartitionError::TooLarge,
+        Refused::NoSpace(e) => {
+            telemetry::global()
+                .no_space_refusals
+                .fetch_add(1, Ordering::Relaxed);
+            PartitionError::Storage(e)
+        }
+        Refused::Sequence(e) => super::commit::sequence(e),
+        Refused::Halted(Halt::Fenced) => PartitionError::NotLeader("broker lease lapsed".into()),
+        Refused::Halted(Halt::Failed(e)) => e,
+    }
+}
+
+impl PartitionHandle {
+    /// Hand plain (non-transactional) batches over to the partition's
+    /// writer loop, without a round trip through the actor's mailbox and
+    /// without a filesystem call on the caller's thread: the same gate,
+    /// the same lease check, the same waiter queue and fsync as
+    /// [`AppendBatches`], in hand-over order. `Err(msg)`: not taken here —
+    /// acks=0 (nobody waits for its answer, so nothing would hold its bytes
+    /// in the in-flight budgets that bound the queue), transactional or
+    /// verified batches, more than [`DIRECT_APPEND_MAX_BYTES`], or the log
+    /// not open (opening, stopped, failed) — send it to the actor instead
+    /// (which appends what was handed over before it).
+    pub fn hand_over(&self, msg: AppendBatches) -> Result<HandedOver, AppendBatches> {
+        if !msg.wait_durable
+            || msg.records.len() > DIRECT_APPEND_MAX_BYTES
+            || msg.verified.is_some()
+            || msg.infos.iter().any(|b| b.is_transactional())
+            || !self.writer.open.load(Ordering::Acquire)
+        {
+            return Err(msg);
+        }
+        let mut msg = self.addr.trace(msg);
+        let (tx, placed) = oneshot::channel();
+        let owed = msg.owed();
+        self.writer.kick(Some(Handed { msg, tx: Some(tx) }));
+        Ok(HandedOver { placed, owed })
+    }
+}
+
 /// See module docs.
 pub struct PartitionLeader {
     spec: LeaderSpec,
     fs: SharedFs,
-    gate: CommitGate,
+    writer: Arc<Writer>,
     stopping: bool,
     reader: ReaderSlot,
     stats: Arc<ActorStats>,
@@ -242,9 +489,18 @@ impl PartitionLeader {
             spec.dir.display().to_string(),
         );
         stats.set_epoch(spec.epoch as i64);
+        let gate = CommitGate::new(spec.lease.clone(), clock, hw_tx);
+        let writer = Arc::new(Writer {
+            open: gate.open_flag(),
+            gate: Mutex::new(gate),
+            queue: Mutex::default(),
+            stats: stats.clone(),
+            actor: OnceLock::new(),
+        });
         let mine = stats.clone();
+        let shared = writer.clone();
         let addr = Supervisor::start_in_arbiter(arbiter, move |_| PartitionLeader {
-            gate: CommitGate::new(spec.lease.clone(), clock, hw_tx),
+            writer: shared,
             spec,
             fs,
             stopping: false,
@@ -257,8 +513,10 @@ impl PartitionLeader {
             parked: VecDeque::new(),
             verifications: TxnVerifications::new(),
         });
+        let _ = writer.actor.set(addr.downgrade());
         PartitionHandle {
             addr: Mailbox::new(addr, stats),
+            writer,
             reader,
             hw,
         }
@@ -304,32 +562,27 @@ impl PartitionLeader {
             .unwrap_or_else(|| PartitionError::Storage("partition is recovering".into()))
     }
 
-    fn kick_sync(&mut self, ctx: &mut Context<Self>) {
-        let Some(t) = self.gate.begin_sync() else {
-            return;
-        };
-        let job = actix_rt::task::spawn_blocking(move || {
-            let start = std::time::Instant::now();
-            let r = t.file.sync_data();
-            (t, r, start.elapsed())
-        });
-        ctx.spawn(job.into_actor(self).map(|res, act, ctx| {
-            let res = match res {
-                Ok((t, r, took)) => {
-                    if r.is_ok() {
-                        act.stats.fsynced(took);
-                    }
-                    act.gate.synced(t, r)
-                }
-                Err(e) => Err(act
-                    .gate
-                    .fail(PartitionError::Storage(format!("fsync task: {e}")))),
-            };
-            match res {
-                Ok(()) => act.kick_sync(ctx),
-                Err(h) => act.halted(h, ctx),
-            }
-        }));
+    fn gate(&self) -> MutexGuard<'_, CommitGate> {
+        self.writer.gate()
+    }
+
+    /// The gate, after appending whatever was handed over before this
+    /// write (see [`Writer::drain`]).
+    fn gate_drained(&self) -> MutexGuard<'_, CommitGate> {
+        let mut g = self.writer.gate();
+        self.writer.drain(&mut g);
+        g
+    }
+}
+
+impl Handler<Halted> for PartitionLeader {
+    type Result = ();
+
+    fn handle(&mut self, m: Halted, ctx: &mut Context<Self>) {
+        let current = self.gate().generation();
+        if current == m.generation {
+            self.halted(m.halt, ctx);
+        }
     }
 }
 
@@ -341,7 +594,7 @@ impl Actor for PartitionLeader {
         if self.stopping {
             return;
         }
-        if !self.gate.lease_valid() {
+        if !self.gate().lease_valid() {
             // Never open (and sweep) under a lapsed lease: a newer leader
             // may own the files by now.
             self.stopping = true;
@@ -373,7 +626,10 @@ impl Actor for PartitionLeader {
                 Arc::new(LeaseGuard::new(lease, inc)) as Arc<dyn kaas_volume::fs::WriteGuard>
             }),
         };
-        let (now, failed_at) = (self.gate.clock().now_ms(), self.gate.failed_at());
+        let (now, failed_at) = {
+            let g = self.gate();
+            (g.clock().now_ms(), g.failed_at())
+        };
         let addr = ctx.address();
         actix_rt::task::spawn_blocking(move || {
             // Bounded: each open holds a few descriptors for a moment (the
@@ -413,7 +669,7 @@ impl PartitionLeader {
                 tracing::info!(topic = %self.spec.topic, partition = self.spec.partition, epoch = self.spec.epoch, hw = log.high_watermark(), "partition leader open");
                 *self.reader.write().unwrap() =
                     Some(PartitionReader::new(self.fs.read_only(), log.view()));
-                self.gate.install(log);
+                self.gate().install(log);
                 self.failures = 0;
                 self.set_error(None);
             }
@@ -464,15 +720,17 @@ impl PartitionLeader {
         let tick =
             Duration::from_millis((self.spec.cfg.segment_ms.max(0) as u64 / 4).clamp(250, 60_000));
         ctx.run_interval(tick, |a, ctx| {
-            if let Err(h) = a.gate.tick() {
+            let ticked = a.gate().tick();
+            if let Err(h) = ticked {
                 a.halted(h, ctx);
             }
         });
         ctx.run_interval(self.spec.retention_check, |a, ctx| {
-            match a.gate.enforce_retention() {
+            let removed = a.gate().enforce_retention();
+            match removed {
                 Ok(None | Some(0)) => {}
                 Ok(Some(n)) => {
-                    let log_start = a.gate.log().map(|l| l.log_start_offset());
+                    let log_start = a.gate().log().map(|l| l.log_start_offset());
                     tracing::info!(topic = %a.spec.topic, partition = a.spec.partition, segments = n, log_start, "retention removed segments");
                 }
                 Err(h) => a.halted(h, ctx),
@@ -482,7 +740,8 @@ impl PartitionLeader {
 
     /// Stop for good (see [`StopLeader`]); the gate checks the lease.
     fn stop_for_good(&mut self, ctx: &mut Context<Self>) {
-        match self.gate.stop() {
+        let stopped = self.gate_drained().stop();
+        match stopped {
             Ok(()) => {}
             Err(Halt::Fenced) => return self.halted(Halt::Fenced, ctx),
             Err(Halt::Failed(e)) => {
@@ -538,7 +797,7 @@ impl Supervised for PartitionLeader {
         for (_, tx) in self.parked.drain(..) {
             let _ = tx.send(Err(err.clone()));
         }
-        self.gate.reset(err);
+        self.gate().reset(err);
     }
 }
 
@@ -559,7 +818,9 @@ impl PartitionLeader {
         if txn {
             self.admit(&msg)?;
         }
-        let r = self.gate.append(&msg.records, &msg.infos, msg.wait_durable);
+        let r = self
+            .gate_drained()
+            .append(&msg.records, &msg.infos, msg.wait_durable);
         let ticket = self.refusal(r, ctx)?;
         if txn {
             self.verifications
@@ -568,7 +829,7 @@ impl PartitionLeader {
         telemetry::global()
             .produce_bytes
             .fetch_add(msg.records.len() as u64, Ordering::Relaxed);
-        self.kick_sync(ctx);
+        self.writer.kick(None);
         Ok(ticket)
     }
 
@@ -577,17 +838,19 @@ impl PartitionLeader {
     /// [`TxnVerifications`])? A partition not open yet admits nothing
     /// here; the append itself then answers why.
     fn admit(&mut self, msg: &AppendBatches) -> Result<(), PartitionError> {
-        let Some(log) = self.gate.log() else {
+        let gate = self.writer.gate();
+        let Some(log) = gate.log() else {
             return Ok(());
         };
         let batches = msg
             .infos
             .iter()
             .map(|b| (b.producer_id, b.producer_epoch, b.is_transactional()));
-        match self
+        let admitted = self
             .verifications
-            .admit(log.producers(), batches, msg.verified)
-        {
+            .admit(log.producers(), batches, msg.verified);
+        drop(gate);
+        match admitted {
             Admission::Go => Ok(()),
             Admission::Verify {
                 producer_id,
@@ -605,11 +868,11 @@ impl PartitionLeader {
     }
 
     fn marker(&mut self, msg: WriteTxnMarker, ctx: &mut Context<Self>) -> AppendResult {
-        let r = self.gate.append_marker(&msg);
+        let r = self.gate_drained().append_marker(&msg);
         let ticket = self.refusal(r, ctx)?;
         self.verifications.ended(msg.producer_id);
         tracing::debug!(topic = %self.spec.topic, partition = self.spec.partition, producer_id = msg.producer_id, commit = msg.commit, offset = ticket.base_offset, "transaction marker written");
-        self.kick_sync(ctx);
+        self.writer.kick(None);
         Ok(ticket)
     }
 
@@ -619,23 +882,15 @@ impl PartitionLeader {
         r: Result<AppendTicket, Refused>,
         ctx: &mut Context<Self>,
     ) -> AppendResult {
-        let ticket = match r {
-            Ok(t) => t,
-            Err(Refused::NotOpen) => return Err(self.unavailable()),
-            Err(Refused::TooLarge) => return Err(PartitionError::TooLarge),
-            Err(Refused::NoSpace(e)) => {
-                telemetry::global()
-                    .no_space_refusals
-                    .fetch_add(1, Ordering::Relaxed);
-                return Err(PartitionError::Storage(e));
-            }
-            Err(Refused::Sequence(e)) => return Err(super::commit::sequence(e)),
+        match r {
+            Ok(t) => Ok(t),
+            Err(Refused::NotOpen) => Err(self.unavailable()),
             Err(Refused::Halted(h)) => {
                 self.halted(h, ctx);
-                return Err(self.unavailable());
+                Err(self.unavailable())
             }
-        };
-        Ok(ticket)
+            Err(e) => Err(refusal_error(e)),
+        }
     }
 }
 
@@ -673,7 +928,8 @@ impl Handler<GetProducers> for PartitionLeader {
     type Result = Result<Vec<ProducerInfo>, PartitionError>;
 
     fn handle(&mut self, _: GetProducers, _ctx: &mut Context<Self>) -> Self::Result {
-        self.gate.producers().ok_or_else(|| self.unavailable())
+        let producers = self.gate().producers();
+        producers.ok_or_else(|| self.unavailable())
     }
 }
 
@@ -681,7 +937,8 @@ impl Handler<EnforceRetention> for PartitionLeader {
     type Result = Result<usize, PartitionError>;
 
     fn handle(&mut self, _: EnforceRetention, ctx: &mut Context<Self>) -> Self::Result {
-        match self.gate.enforce_retention() {
+        let removed = self.gate().enforce_retention();
+        match removed {
             Ok(Some(n)) => Ok(n),
             Ok(None) => Err(self.unavailable()),
             Err(h) => {
@@ -696,7 +953,8 @@ impl Handler<DeleteRecordsBefore> for PartitionLeader {
     type Result = Result<i64, PartitionError>;
 
     fn handle(&mut self, m: DeleteRecordsBefore, ctx: &mut Context<Self>) -> Self::Result {
-        match self.gate.delete_records(m.offset) {
+        let deleted = self.gate().delete_records(m.offset);
+        match deleted {
             Ok(Some(start)) => {
                 tracing::info!(topic = %self.spec.topic, partition = self.spec.partition, log_start = start, "records deleted");
                 Ok(start)
@@ -719,13 +977,14 @@ impl Handler<SetLogConfig> for PartitionLeader {
         }
         tracing::info!(topic = %self.spec.topic, partition = self.spec.partition, cfg = ?m.cfg, "topic config applied");
         self.spec.cfg = m.cfg.clone();
-        self.gate.set_config(m.cfg);
+        self.gate().set_config(m.cfg);
         if self.stopping || self.opening {
             return;
         }
-        match self.gate.enforce_retention() {
+        let removed = self.gate().enforce_retention();
+        match removed {
             Ok(Some(n)) if n > 0 => {
-                let log_start = self.gate.log().map(|l| l.log_start_offset());
+                let log_start = self.gate().log().map(|l| l.log_start_offset());
                 tracing::info!(topic = %self.spec.topic, partition = self.spec.partition, segments = n, log_start, "retention removed segments");
             }
             Ok(_) => {}
@@ -779,18 +1038,87 @@ mod tests {
     use std::time::Instant;
 
     /// The real filesystem, with listings of any path containing "slow"
-    /// taking `delay` (a long recovery: a CRC scan over a slow volume).
-    struct SlowFs(Duration, std::sync::atomic::AtomicBool);
+    /// taking `delay` (a long recovery: a CRC scan over a slow volume),
+    /// every `sync_data` waiting while the fsync [`Hold`] is on (a stalled
+    /// fsync) and every write while the write one is (a hung volume).
+    struct SlowFs(Duration, std::sync::atomic::AtomicBool, Holds);
+
+    /// The fsync and write holds of a [`SlowFs`].
+    #[derive(Default, Clone)]
+    struct Holds {
+        sync: Arc<Hold>,
+        write: Arc<Hold>,
+    }
+
+    /// While on, callers of [`Hold::wait`] wait (at most 10 s); how many
+    /// wait is known, so a test can tell when a thread is stuck in it.
+    #[derive(Default)]
+    struct Hold(std::sync::Mutex<(bool, usize)>, std::sync::Condvar);
+
+    impl Hold {
+        fn set(&self, on: bool) {
+            self.0.lock().unwrap().0 = on;
+            self.1.notify_all();
+        }
+        fn wait(&self) {
+            let mut g = self.0.lock().unwrap();
+            g.1 += 1;
+            self.1.notify_all();
+            let (mut g, _) = self
+                .1
+                .wait_timeout_while(g, Duration::from_secs(10), |s| s.0)
+                .unwrap();
+            g.1 -= 1;
+        }
+        /// Block (at most 10 s) until a thread waits in the hold; whether
+        /// one does.
+        fn until_waited(&self) -> bool {
+            let g = self.0.lock().unwrap();
+            let (g, _) = self
+                .1
+                .wait_timeout_while(g, Duration::from_secs(10), |s| s.1 == 0)
+                .unwrap();
+            g.1 > 0
+        }
+    }
+
+    /// A real file whose writes and `sync_data` wait for their [`Hold`]s.
+    struct HeldFile(Arc<dyn WriteFile>, Holds);
+
+    impl ReadFile for HeldFile {
+        fn read_at(&self, buf: &mut [u8], pos: u64) -> std::io::Result<usize> {
+            self.0.read_at(buf, pos)
+        }
+        fn len(&self) -> std::io::Result<u64> {
+            self.0.len()
+        }
+    }
+
+    impl WriteFile for HeldFile {
+        fn write_all_at(&self, buf: &[u8], pos: u64) -> std::io::Result<()> {
+            self.1.write.wait();
+            self.0.write_all_at(buf, pos)
+        }
+        fn sync_data(&self) -> std::io::Result<()> {
+            self.1.sync.wait();
+            self.0.sync_data()
+        }
+        fn set_len(&self, len: u64) -> std::io::Result<()> {
+            self.0.set_len(len)
+        }
+    }
 
     impl Fs for SlowFs {
         fn open_read(&self, p: &Path) -> std::io::Result<Arc<dyn ReadFile>> {
             RealFs.open_read(p)
         }
         fn create_exclusive(&self, p: &Path) -> std::io::Result<Arc<dyn WriteFile>> {
-            RealFs.create_exclusive(p)
+            let f = RealFs.create_exclusive(p)?;
+            Ok(Arc::new(HeldFile(f, self.2.clone())))
         }
         fn open_write(&self, p: &Path) -> std::io::Result<Arc<dyn WriteFile>> {
-            RealFs.open_write(p)
+            let f = RealFs.open_write(p)?;
+            Ok(Arc::new(HeldFile(f, self.2.clone())))
         }
         fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
             RealFs.rename(from, to)
@@ -894,7 +1222,7 @@ mod tests {
     async fn a_slow_recovery_does_not_stall_a_partition_on_the_same_arbiter() {
         let d = tempfile::tempdir().unwrap();
         let delay = Duration::from_millis(1500);
-        let fs: SharedFs = Arc::new(SlowFs(delay, Default::default()));
+        let fs: SharedFs = Arc::new(SlowFs(delay, Default::default(), Default::default()));
         let arbiter = actix::Arbiter::new();
         let slow = PartitionLeader::start(spec(d.path(), "slow"), fs.clone(), &arbiter.handle());
         let fast = PartitionLeader::start(spec(d.path(), "fast"), fs, &arbiter.handle());
@@ -924,6 +1252,97 @@ mod tests {
             "the append waited for the open, then landed"
         );
         assert!(t0.elapsed() >= delay, "stop waited for the open in flight");
+        arbiter.stop();
+    }
+
+    /// Start a leader of `name` on `fs` and produce one record through
+    /// the mailbox (the open is done when it is acknowledged).
+    async fn opened(d: &Path, fs: SharedFs, arbiter: &actix::Arbiter) -> PartitionHandle {
+        let h = PartitionLeader::start(spec(d, "t"), fs, &arbiter.handle());
+        assert_eq!(produce(&h).await, Ok(1), "opened, through the mailbox");
+        h
+    }
+
+    fn handed(h: &PartitionHandle) -> HandedOver {
+        let (records, infos) = super::super::commit::tests::batch(1);
+        let msg = AppendBatches {
+            records,
+            infos,
+            wait_durable: true,
+            verified: None,
+        };
+        // Deterministic: the log is open (the first produce was answered)
+        // and nothing else decides; never "the gate is busy".
+        h.hand_over(msg)
+            .ok()
+            .expect("a small plain batch is handed over while the log is open")
+    }
+
+    /// Catches: an acknowledgement routed through the actor's arbiter (a
+    /// thread hop per fsync on the produce path), or given before the
+    /// fsync. An append handed over is written and acknowledged by the
+    /// writer loop, while the arbiter is busy with something else, and
+    /// only once its fsync has returned.
+    #[actix_rt::test]
+    async fn a_handed_over_append_is_acknowledged_by_its_fsync_without_the_arbiter() {
+        let d = tempfile::tempdir().unwrap();
+        let holds = Holds::default();
+        let fs: SharedFs = Arc::new(SlowFs(Duration::ZERO, Default::default(), holds.clone()));
+        let arbiter = actix::Arbiter::new();
+        let h = opened(d.path(), fs, &arbiter).await;
+        // The arbiter is busy (at most 10 s) until the test lets it go.
+        let (free, busy) = std::sync::mpsc::channel::<()>();
+        arbiter.spawn_fn(move || {
+            let _ = busy.recv_timeout(Duration::from_secs(10));
+        });
+        holds.sync.set(true);
+        let mut placed = handed(&h).placed;
+        assert!(holds.sync.until_waited(), "its fsync started");
+        assert!(
+            placed.try_recv().is_err(),
+            "not acknowledged while its fsync has not returned"
+        );
+        holds.sync.set(false);
+        let acked = tokio::time::timeout(Duration::from_secs(5), placed)
+            .await
+            .expect("acknowledged while the arbiter is busy")
+            .unwrap();
+        assert_eq!(acked.map(|p| p.base_offset), Ok(1));
+        free.send(()).unwrap();
+        h.addr.send(StopLeader).await.unwrap();
+        arbiter.stop();
+    }
+
+    /// Catches: a connection's thread writing to the volume itself (a hung
+    /// volume would stall every client and the dashboard it serves), and
+    /// work handed over missing from the actor's telemetry. The hand-over
+    /// returns while the write hangs; the request counts in the actor's
+    /// mailbox depth until it is answered, and as an `append_batches`
+    /// message it handled.
+    #[actix_rt::test]
+    async fn a_hung_write_does_not_hold_the_caller_and_counts_as_the_actors_work() {
+        let d = tempfile::tempdir().unwrap();
+        let holds = Holds::default();
+        let fs: SharedFs = Arc::new(SlowFs(Duration::ZERO, Default::default(), holds.clone()));
+        let arbiter = actix::Arbiter::new();
+        let h = opened(d.path(), fs, &arbiter).await;
+        let stats = h.addr.stats().clone();
+        let handled = stats.handled();
+        holds.write.set(true);
+        let over = handed(&h);
+        // Returned: the write is done (or hangs) on the writer loop.
+        assert!(holds.write.until_waited(), "the writer loop writes");
+        assert_eq!(stats.depth(), 1, "the request counts as the actor's");
+        holds.write.set(false);
+        let acked = tokio::time::timeout(Duration::from_secs(5), over.placed)
+            .await
+            .expect("acknowledged once the volume is back")
+            .unwrap();
+        assert_eq!(acked.map(|p| p.base_offset), Ok(1));
+        drop(over.owed);
+        assert_eq!(stats.depth(), 0);
+        assert_eq!(stats.handled(), handled + 1, "counted as a message handled");
+        h.addr.send(StopLeader).await.unwrap();
         arbiter.stop();
     }
 }

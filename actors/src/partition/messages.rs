@@ -82,6 +82,17 @@ pub struct AppendTicket {
     pub durable: Option<oneshot::Receiver<Result<i64, PartitionError>>>,
 }
 
+/// Where an append handed over to the partition's writer loop landed
+/// (see [`super::leader::PartitionHandle::hand_over`]): told with its
+/// durability.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Placed {
+    /// Offset assigned to the first record.
+    pub base_offset: i64,
+    /// Log start offset at the time of the append.
+    pub log_start_offset: i64,
+}
+
 /// Append a COMMIT (`commit`) or ABORT transaction marker (WriteTxnMarkers)
 /// through the same path as an append: replies once written, `durable`
 /// resolves after the fsync that covers it, when the last stable offset

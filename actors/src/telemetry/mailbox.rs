@@ -209,7 +209,9 @@ impl Drop for DepthGuard {
 pub struct Traced<M> {
     msg: M,
     sent_at: Instant,
-    depth: DepthGuard,
+    /// `None` once moved into an [`Owed`] ([`Self::owed`]).
+    depth: Option<DepthGuard>,
+    stats: Arc<ActorStats>,
 }
 
 impl<M: Message> Message for Traced<M>
@@ -217,6 +219,16 @@ where
     M::Result: 'static,
 {
     type Result = M::Result;
+}
+
+impl<M> Traced<M> {
+    /// Move this message's count in the depth into an [`Owed`] its sender
+    /// keeps until the answer is complete (an append handed over to a
+    /// writer loop, answered after its fsync): counted once, from the
+    /// hand-over to the answer. `None` if already moved.
+    pub fn owed(&mut self) -> Option<Owed> {
+        self.depth.take().map(Owed)
+    }
 }
 
 impl<M: MessageName> Traced<M> {
@@ -227,7 +239,7 @@ impl<M: MessageName> Traced<M> {
     /// even when its senders wait for it one at a time and its queue is
     /// empty.
     pub fn open(self) -> (M, HandlingTimer) {
-        let stats = self.depth.0.clone();
+        let stats = self.stats;
         let msg_stats = stats.kind_stats.message(M::NAME);
         let now = Instant::now();
         msg_stats
@@ -251,7 +263,7 @@ pub struct HandlingTimer {
     stats: Arc<super::MessageStats>,
     start: Instant,
     /// Leaves the depth when handling ends.
-    _depth: DepthGuard,
+    _depth: Option<DepthGuard>,
 }
 
 impl Drop for HandlingTimer {
@@ -313,11 +325,15 @@ impl<A: Actor> Mailbox<A> {
         self.addr.connected()
     }
 
-    fn wrap<M>(&self, msg: M) -> Traced<M> {
+    /// A message for this actor handled off its mailbox (a queue the
+    /// actor's work is shared through): counted in the depth from now,
+    /// and, once [`Traced::open`]ed, by type like any message it handles.
+    pub fn trace<M>(&self, msg: M) -> Traced<M> {
         Traced {
             msg,
             sent_at: Instant::now(),
-            depth: self.stats.enqueue(),
+            depth: Some(self.stats.enqueue()),
+            stats: self.stats.clone(),
         }
     }
 
@@ -330,7 +346,7 @@ impl<A: Actor> Mailbox<A> {
         A: Handler<Traced<M>>,
         A::Context: ToEnvelope<A, Traced<M>>,
     {
-        self.addr.send(self.wrap(msg))
+        self.addr.send(self.trace(msg))
     }
 
     /// Send without waiting for a reply; fails at once on a full or closed
@@ -342,7 +358,7 @@ impl<A: Actor> Mailbox<A> {
         A: Handler<Traced<M>>,
         A::Context: ToEnvelope<A, Traced<M>>,
     {
-        self.addr.try_send(self.wrap(msg)).map_err(|e| match e {
+        self.addr.try_send(self.trace(msg)).map_err(|e| match e {
             actix::prelude::SendError::Full(_) => MailboxError::Timeout,
             actix::prelude::SendError::Closed(_) => MailboxError::Closed,
         })
@@ -357,7 +373,7 @@ impl<A: Actor> Mailbox<A> {
         A: Handler<Traced<M>>,
         A::Context: ToEnvelope<A, Traced<M>>,
     {
-        self.addr.do_send(self.wrap(msg))
+        self.addr.do_send(self.trace(msg))
     }
 }
 
@@ -482,7 +498,7 @@ mod tests {
         sys.block_on(async {
             let stats = ActorStats::register("test_dropped", "d-1", "nothing");
             let mb = Mailbox::new(Slow.start(), stats.clone());
-            let traced = mb.wrap(Block(Duration::ZERO));
+            let traced = mb.trace(Block(Duration::ZERO));
             assert_eq!(stats.depth(), 1);
             // An actor that stopped drops its queued envelopes unhandled.
             drop(traced);

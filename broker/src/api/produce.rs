@@ -23,7 +23,8 @@ use super::error::{ApiError, NONE};
 use super::{locate, Reply, TopicRef};
 use crate::state::{Broker, ProduceLimits};
 use futures::FutureExt;
-use kaas_actors::partition::messages::{AppendBatches, AppendTicket, PartitionError};
+use kaas_actors::partition::leader::HandedOver;
+use kaas_actors::partition::messages::{AppendBatches, AppendTicket, PartitionError, Placed};
 use kaas_protocol::batch::validate_batches;
 use kaas_protocol::kafka_protocol::messages::produce_response::{
     PartitionProduceResponse, TopicProduceResponse,
@@ -42,6 +43,9 @@ enum Slot {
     /// still owes (until the fsync answers; see `telemetry::Owed`).
     /// The last field is the LogAppendTime stamped (-1: CreateTime).
     Waiting(i32, AppendTicket, kaas_actors::telemetry::Owed, i64),
+    /// Handed over to the leader's writer loop (no answer at append time):
+    /// where it landed comes with its durability. Same fields otherwise.
+    Handed(i32, HandedOver, i64),
 }
 
 fn part_resp(idx: i32, err: i16) -> PartitionProduceResponse {
@@ -226,7 +230,18 @@ pub async fn handle(b: &Arc<Broker>, v: i16, r: ProduceRequest) -> Reply<Produce
                 wait_durable: acks != 0,
                 verified,
             };
-            let mut sent = leader.handle.addr.send(append(None)).await;
+            // Small plain batches are handed over to the leader's writer
+            // loop, without a round trip through its mailbox (and without
+            // a file call on this thread); anything else (or a partition
+            // not open) goes to the leader, which appends what was handed
+            // over first, so the order holds.
+            let mut sent = match leader.handle.hand_over(append(None)) {
+                Ok(h) => {
+                    slots.push(Slot::Handed(pd.index, h, append_time));
+                    continue;
+                }
+                Err(msg) => leader.handle.addr.send(msg).await,
+            };
             if let Ok(Err(PartitionError::TxnUnverified {
                 producer_id,
                 producer_epoch,
@@ -318,6 +333,57 @@ pub fn too_large(v: i16, r: ProduceRequest) -> Reply<ProduceResponse> {
     Reply::Now(resp)
 }
 
+/// Wait (until `deadline`) for the fsync covering an append, if `rx`,
+/// and answer with where it landed: `known` at append time (a ticket,
+/// whose answer is the high watermark) or told with its durability (an
+/// append handed over, answered with [`Placed`]).
+async fn durable<T: Landed>(
+    idx: i32,
+    rx: Option<tokio::sync::oneshot::Receiver<Result<T, PartitionError>>>,
+    known: Option<Placed>,
+    deadline: Instant,
+    append_time: i64,
+) -> PartitionProduceResponse {
+    let placed = match rx {
+        None => known,
+        Some(rx) => {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match tokio::time::timeout(left.max(Duration::from_millis(1)), rx).await {
+                Ok(Ok(Ok(x))) => x.placed().or(known),
+                Ok(Ok(Err(e))) => return part_resp(idx, ApiError::from(&e).code()),
+                // The leader dropped the ticket: it stopped.
+                Ok(Err(_)) => return part_resp(idx, ApiError::leader_gone().code()),
+                Err(_) => return part_resp(idx, ResponseError::RequestTimedOut.code()),
+            }
+        }
+    };
+    let mut p = part_resp(idx, NONE);
+    if let Some(placed) = placed {
+        p.base_offset = placed.base_offset;
+        p.log_append_time_ms = append_time;
+        p.log_start_offset = placed.log_start_offset;
+    }
+    p
+}
+
+/// What a durability answer says about where the append landed.
+trait Landed {
+    /// `None`: the caller knew it at append time.
+    fn placed(self) -> Option<Placed>;
+}
+
+impl Landed for i64 {
+    fn placed(self) -> Option<Placed> {
+        None
+    }
+}
+
+impl Landed for Placed {
+    fn placed(self) -> Option<Placed> {
+        Some(self)
+    }
+}
+
 /// Completion phase: wait (bounded by the request timeout) for each
 /// partition's fsync, and answer.
 async fn complete(
@@ -332,22 +398,15 @@ async fn complete(
             let mut pr = match slot {
                 Slot::Done(p) => p,
                 Slot::Waiting(idx, t, _owed, append_time) => {
-                    let mut p = part_resp(idx, NONE);
-                    p.base_offset = t.base_offset;
-                    p.log_append_time_ms = append_time;
-                    p.log_start_offset = t.log_start_offset;
-                    if let Some(rx) = t.durable {
-                        let left = deadline.saturating_duration_since(Instant::now());
-                        let fail = |e: ApiError| part_resp(idx, e.code());
-                        match tokio::time::timeout(left.max(Duration::from_millis(1)), rx).await {
-                            Ok(Ok(Ok(_))) => {}
-                            Ok(Ok(Err(e))) => p = fail(ApiError::from(&e)),
-                            // The leader dropped the ticket: it stopped.
-                            Ok(Err(_)) => p = fail(ApiError::leader_gone()),
-                            Err(_) => p = fail(ResponseError::RequestTimedOut.into()),
-                        }
-                    }
-                    p
+                    let known = Placed {
+                        base_offset: t.base_offset,
+                        log_start_offset: t.log_start_offset,
+                    };
+                    durable(idx, t.durable, Some(known), deadline, append_time).await
+                }
+                Slot::Handed(idx, h, append_time) => {
+                    let _owed = h.owed;
+                    durable(idx, Some(h.placed), None, deadline, append_time).await
                 }
             };
             for_version(&mut pr, v);
