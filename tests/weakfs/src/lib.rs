@@ -42,7 +42,9 @@
 //!   in the same directory and removes it at the last close, as the Linux
 //!   NFS client does (fs/nfs/unlink.c `nfs_sillyrename`; nfs(5) and the NFS
 //!   FAQ, "silly rename"). Meanwhile the directory is not empty, so `rmdir`
-//!   fails with ENOTEMPTY.
+//!   fails with ENOTEMPTY. The removal follows the close, it is not part of
+//!   it: FUSE sends RELEASE after close(2) has returned, as the NFS client's
+//!   silly delete is an asynchronous RPC (`nfs_async_unlink`).
 //! * [`Behaviours::lost_reply_prob`]: with this probability (from a seeded
 //!   generator, [`Behaviours::seed`]) a successful exclusive create, unlink,
 //!   rmdir or rename is reported as failed — EEXIST for the create, ENOENT
