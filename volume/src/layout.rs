@@ -334,6 +334,16 @@ pub fn is_temp(name: &str) -> bool {
     name.starts_with(TEMP_PREFIX)
 }
 
+/// Whether `name` is a temp file that [`crate::fs::write_atomic`] made for
+/// `target` (exactly: `.tmp-<target>-` and a 16-digit hex nonce), so a
+/// writer can sweep its own leftovers in a directory others write too.
+pub fn is_temp_of(name: &str, target: &str) -> bool {
+    name.strip_prefix(TEMP_PREFIX)
+        .and_then(|rest| rest.strip_prefix(target))
+        .and_then(|rest| rest.strip_prefix('-'))
+        .is_some_and(|nonce| nonce.len() == 16 && nonce.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
 /// Whether `name` can never be a topic directory (our own scratch, trash and
 /// cluster names).
 pub fn is_reserved_topic_name(name: &str) -> bool {
@@ -478,6 +488,18 @@ pub fn broker_record_path(cluster: &Path, id: i32) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_temp_is_matched_to_its_exact_target() {
+        let t = temp("1.json", 0xab);
+        assert!(is_temp_of(&t, "1.json"), "{t}");
+        // Another writer's target that shares a prefix is not ours.
+        assert!(!is_temp_of(&temp("11.json", 0xab), "1.json"));
+        assert!(!is_temp_of(&temp("1.json.bak", 0xab), "1.json"));
+        assert!(!is_temp_of("1.json", "1.json"));
+        assert!(!is_temp_of(".tmp-1.json-xyz", "1.json"));
+        assert!(!is_temp_of(&format!("{t}0"), "1.json"));
+    }
 
     #[test]
     fn segment_names_round_trip() {

@@ -2166,3 +2166,50 @@ fn a_heartbeat_paused_past_its_lease_never_lands_over_a_replacement() {
     clock.advance(TIMING.heartbeat);
     assert_eq!(zombie.beat(), BeatOutcome::Impostor { theirs: 22 });
 }
+
+/// A kill -9 between a heartbeat's create and its rename, or a late beat
+/// refused by its guard, leaves a `.tmp-` of the broker's record that no one
+/// will rename. The next incarnation of that id sweeps its own, and only its
+/// own: another broker's temp may be a beat in flight.
+#[test]
+fn joining_sweeps_this_ids_heartbeat_temps_and_no_one_elses() {
+    let d = tempfile::tempdir().unwrap();
+    let brokers = d.path().join(BROKERS_DIR);
+    std::fs::create_dir_all(&brokers).unwrap();
+    let mut dead = record(1, 11, 7);
+    dead.clean_exit = true;
+    write_json(&RealFs, &broker_record_path(d.path(), 1), &dead).unwrap();
+    let mine = [
+        kaas_volume::layout::temp("1.json", 1),
+        kaas_volume::layout::temp("1.json", u64::MAX),
+    ];
+    let others = [
+        kaas_volume::layout::temp("11.json", 1),
+        kaas_volume::layout::temp("2.json", 1),
+    ];
+    for n in mine.iter().chain(&others) {
+        std::fs::write(brokers.join(n), b"{").unwrap();
+    }
+    let (s, seq) = super::membership::join(
+        &real(),
+        super::membership::JoinConfig {
+            broker_id: 1,
+            cluster_dir: d.path().to_path_buf(),
+            advertised: ("127.0.0.1".into(), 9093),
+            timing: TIMING,
+            clock: Arc::new(crate::clock::RealClock),
+        },
+    )
+    .unwrap();
+    assert_eq!(seq, 8);
+    assert!(s.lease.valid());
+    let mut left: Vec<String> = std::fs::read_dir(&brokers)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    let mut want = vec!["1.json".to_owned()];
+    want.extend(others.iter().cloned());
+    want.sort();
+    assert_eq!(left, want);
+}

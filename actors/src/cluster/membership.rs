@@ -213,6 +213,10 @@ pub fn join(fs: &SharedFs, shared_cfg: JoinConfig) -> io::Result<(Arc<Shared>, u
             }
         }
     }
+    // Any earlier incarnation of this id is fenced now: its heartbeat temps
+    // (a kill -9 or a refused late beat between create and rename) are
+    // leftovers nobody will rename. Only ours — other brokers write here too.
+    sweep_own_temps(fs.as_ref(), &path);
     let inc = incarnation();
     let shared = Arc::new(Shared::new(
         broker_id,
@@ -238,6 +242,31 @@ pub fn join(fs: &SharedFs, shared_cfg: JoinConfig) -> io::Result<(Arc<Shared>, u
     }
     tracing::info!(broker_id, incarnation = inc, "joined the cluster");
     Ok((shared, seq))
+}
+
+/// Remove the `write_atomic` temps of `record` (this broker's own record)
+/// from its directory; best effort, since a leftover costs one directory
+/// entry. Should a paused predecessor still be mid-beat, its rename then
+/// fails: it was fenced already, and this is one more reason it cannot land.
+fn sweep_own_temps(fs: &dyn kaas_volume::fs::Fs, record: &std::path::Path) {
+    let (Some(dir), Some(target)) = (record.parent(), record.file_name()) else {
+        return;
+    };
+    let target = target.to_string_lossy();
+    let names = match fs.list(dir) {
+        Ok(n) => n,
+        Err(e) => {
+            tracing::debug!(error = %e, "brokers directory not listed; own heartbeat temps left");
+            return;
+        }
+    };
+    for name in names {
+        if kaas_volume::layout::is_temp_of(&name, &target) {
+            if let Err(e) = kaas_volume::fs::remove_if_exists(fs, &dir.join(&name)) {
+                tracing::debug!(error = %e, name, "own heartbeat temp not removed");
+            }
+        }
+    }
 }
 
 /// Inputs of [`join`].
