@@ -181,9 +181,17 @@ def read_settled(live, led: Ledger, timeout: float = 90.0):
     loss. Any other error, or no success within `timeout`, fails."""
     from confluent_kafka import KafkaError, KafkaException
 
+    # _UNKNOWN_PARTITION: librdkafka's get_watermark_offsets reports a
+    # partition whose Metadata answer had no leader (LEADER_NOT_AVAILABLE,
+    # leader -1) as "Local: Unknown partition" without re-querying
+    # (rd_kafka_topic_partition_list_query_leaders: "no leader(s) for
+    # partitions means all partitions are unknown"). A broker answers so
+    # while its own lease is lapsed (it names no leader it cannot vouch for)
+    # — seen when the read started right after a cut-off broker healed.
     retriable = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
                  KafkaError.FENCED_LEADER_EPOCH, KafkaError.UNKNOWN_LEADER_EPOCH,
-                 KafkaError.REQUEST_TIMED_OUT, KafkaError._TIMED_OUT, KafkaError._TRANSPORT}
+                 KafkaError.REQUEST_TIMED_OUT, KafkaError._TIMED_OUT, KafkaError._TRANSPORT,
+                 KafkaError._UNKNOWN_PARTITION}
     deadline = time.monotonic() + timeout
     while True:
         try:
