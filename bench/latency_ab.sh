@@ -19,7 +19,8 @@
 # of latency.py (ack latency only). TMPDIR=/dev/shm puts the data dir on
 # tmpfs: fsync costs nothing there, so the same client against the same
 # broker gives the latency floor that is not the disk's (client, loopback,
-# thread wake-ups on this machine).
+# thread wake-ups on this machine). BROKER_ARGS adds broker flags (e.g.
+# --cluster-dir on another device).
 set -u
 cd "$(dirname "$0")/.."
 RATE="${1:-5000}"; ROUNDS="${2:-3}"; shift 2 || true
@@ -46,7 +47,8 @@ import socket
 s = [socket.socket() for _ in range(2)]
 for x in s: x.bind(('127.0.0.1', 0))
 print(*[x.getsockname()[1] for x in s])")
-    "$bin" broker --data-dir "$d" --listen "127.0.0.1:$port" --metrics-listen "127.0.0.1:$mport" >"$d/log" 2>&1 &
+    # shellcheck disable=SC2086 # BROKER_ARGS: extra broker flags, split on spaces
+    "$bin" broker --data-dir "$d" --listen "127.0.0.1:$port" --metrics-listen "127.0.0.1:$mport" ${BROKER_ARGS:-} >"$d/log" 2>&1 &
     pid=$!
     sleep 1.5
     .venv/bin/python3 -c "
