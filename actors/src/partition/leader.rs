@@ -1278,6 +1278,30 @@ mod tests {
             .expect("a small plain batch is handed over while the log is open")
     }
 
+    /// A leader opened on its own arbiter over a filesystem whose writes
+    /// and fsyncs the test can hold.
+    async fn opened_with_holds() -> (tempfile::TempDir, Holds, actix::Arbiter, PartitionHandle) {
+        let d = tempfile::tempdir().unwrap();
+        let holds = Holds::default();
+        let fs: SharedFs = Arc::new(SlowFs(Duration::ZERO, Default::default(), holds.clone()));
+        let arbiter = actix::Arbiter::new();
+        let h = opened(d.path(), fs, &arbiter).await;
+        (d, holds, arbiter, h)
+    }
+
+    /// The base offset a hand-over was placed at, within 5 s (`what`: the
+    /// expectation a timeout breaks).
+    async fn placed_at(
+        placed: oneshot::Receiver<Result<Placed, PartitionError>>,
+        what: &str,
+    ) -> Result<i64, PartitionError> {
+        tokio::time::timeout(Duration::from_secs(5), placed)
+            .await
+            .expect(what)
+            .unwrap()
+            .map(|p| p.base_offset)
+    }
+
     /// Catches: an acknowledgement routed through the actor's arbiter (a
     /// thread hop per fsync on the produce path), or given before the
     /// fsync. An append handed over is written and acknowledged by the
@@ -1285,11 +1309,7 @@ mod tests {
     /// only once its fsync has returned.
     #[actix_rt::test]
     async fn a_handed_over_append_is_acknowledged_by_its_fsync_without_the_arbiter() {
-        let d = tempfile::tempdir().unwrap();
-        let holds = Holds::default();
-        let fs: SharedFs = Arc::new(SlowFs(Duration::ZERO, Default::default(), holds.clone()));
-        let arbiter = actix::Arbiter::new();
-        let h = opened(d.path(), fs, &arbiter).await;
+        let (_d, holds, arbiter, h) = opened_with_holds().await;
         // The arbiter is busy (at most 10 s) until the test lets it go.
         let (free, busy) = std::sync::mpsc::channel::<()>();
         arbiter.spawn_fn(move || {
@@ -1303,11 +1323,10 @@ mod tests {
             "not acknowledged while its fsync has not returned"
         );
         holds.sync.set(false);
-        let acked = tokio::time::timeout(Duration::from_secs(5), placed)
-            .await
-            .expect("acknowledged while the arbiter is busy")
-            .unwrap();
-        assert_eq!(acked.map(|p| p.base_offset), Ok(1));
+        assert_eq!(
+            placed_at(placed, "acknowledged while the arbiter is busy").await,
+            Ok(1)
+        );
         free.send(()).unwrap();
         h.addr.send(StopLeader).await.unwrap();
         arbiter.stop();
@@ -1321,11 +1340,7 @@ mod tests {
     /// message it handled.
     #[actix_rt::test]
     async fn a_hung_write_does_not_hold_the_caller_and_counts_as_the_actors_work() {
-        let d = tempfile::tempdir().unwrap();
-        let holds = Holds::default();
-        let fs: SharedFs = Arc::new(SlowFs(Duration::ZERO, Default::default(), holds.clone()));
-        let arbiter = actix::Arbiter::new();
-        let h = opened(d.path(), fs, &arbiter).await;
+        let (_d, holds, arbiter, h) = opened_with_holds().await;
         let stats = h.addr.stats().clone();
         let handled = stats.handled();
         holds.write.set(true);
@@ -1334,11 +1349,10 @@ mod tests {
         assert!(holds.write.until_waited(), "the writer loop writes");
         assert_eq!(stats.depth(), 1, "the request counts as the actor's");
         holds.write.set(false);
-        let acked = tokio::time::timeout(Duration::from_secs(5), over.placed)
-            .await
-            .expect("acknowledged once the volume is back")
-            .unwrap();
-        assert_eq!(acked.map(|p| p.base_offset), Ok(1));
+        assert_eq!(
+            placed_at(over.placed, "acknowledged once the volume is back").await,
+            Ok(1)
+        );
         drop(over.owed);
         assert_eq!(stats.depth(), 0);
         assert_eq!(stats.handled(), handled + 1, "counted as a message handled");
