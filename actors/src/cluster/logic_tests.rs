@@ -1926,6 +1926,63 @@ impl kaas_volume::fs::Fs for Counting {
     }
 }
 
+/// `n` controller passes, `TIMING.poll` apart, every broker heartbeating
+/// on each `beat_every`-th (from the first). Returns how many passes
+/// published a version.
+fn passes(
+    clock: &FakeClock,
+    n: usize,
+    beat_every: usize,
+    ms: &mut [&mut MembershipState],
+    cs: &mut [&mut ControllerState],
+) -> usize {
+    let mut published = 0;
+    for i in 0..n {
+        clock.advance(TIMING.poll);
+        if i % beat_every == 0 {
+            for m in ms.iter_mut() {
+                m.beat();
+            }
+        }
+        for c in cs.iter_mut() {
+            published += usize::from(c.tick());
+        }
+    }
+    published
+}
+
+/// Broker 1 alone, elected controller over a counting filesystem, settled
+/// past the checkpoint, the head write and the listings after its ring.
+struct CountedController {
+    _d: tempfile::TempDir,
+    cluster: std::path::PathBuf,
+    clock: Arc<FakeClock>,
+    m1: MembershipState,
+    w: Arc<Counting>,
+    c: ControllerState,
+}
+
+fn a_settled_counted_controller() -> CountedController {
+    let d = tempfile::tempdir().unwrap();
+    let cluster = d.path().join("__cluster");
+    stamp_topic(d.path(), 4);
+    let clock = FakeClock::new();
+    let s1 = shared(&cluster, 1, 11, &clock);
+    let mut m1 = beat(real(), &s1);
+    let w = Arc::new(Counting::default());
+    let mut c = ControllerState::new(w.clone(), s1, d.path().to_path_buf());
+    assert!(c.tick(), "v1");
+    passes(&clock, 60, 1, &mut [&mut m1], &mut [&mut c]);
+    CountedController {
+        _d: d,
+        cluster,
+        clock,
+        m1,
+        w,
+        c,
+    }
+}
+
 /// Catches: an idle controller going to the volume several times every
 /// pass — listing `brokers/` and `topic-changes/`, reading its own broker
 /// record, probing the next controller epoch and the next history version
@@ -1935,32 +1992,21 @@ impl kaas_volume::fs::Fs for Counting {
 /// less.
 #[test]
 fn an_idle_controller_reads_one_file_per_pass() {
-    let d = tempfile::tempdir().unwrap();
-    let cluster = d.path().join("__cluster");
-    stamp_topic(d.path(), 4);
-    let clock = FakeClock::new();
-    let s1 = shared(&cluster, 1, 11, &clock);
-    let mut m1 = beat(real(), &s1);
-    let w = Arc::new(Counting::default());
-    let mut c = ControllerState::new(w.clone(), s1.clone(), d.path().to_path_buf());
-    assert!(c.tick(), "v1");
-    // Settle past the checkpoint, the head write and the listings after
-    // the election's own ring.
-    for _ in 0..60 {
-        clock.advance(TIMING.poll);
-        m1.beat();
-        c.tick();
-    }
+    // `_d` bound by name: the data directory lives until the test ends.
+    let CountedController {
+        _d,
+        cluster,
+        clock,
+        mut m1,
+        w,
+        mut c,
+    } = a_settled_counted_controller();
     w.ops.lock().unwrap().clear();
     // Ten seconds of idle passes, 100 ms apart, heartbeats between.
-    let passes = 100;
-    for i in 0..passes {
-        clock.advance(TIMING.poll);
-        if i % 5 == 0 {
-            m1.beat();
-        }
-        assert!(!c.tick(), "idle: nothing published");
-    }
+    let n = 100;
+    let published = passes(&clock, n, 5, &mut [&mut m1], &mut [&mut c]);
+    assert_eq!(published, 0, "idle: nothing published");
+    let passes = n;
     assert_eq!(c.epoch(), Some(1), "still the controller");
     let ops = w.ops.lock().unwrap().clone();
     let bell = cluster
@@ -2008,24 +2054,12 @@ fn an_idle_candidate_reads_the_bell_the_next_epoch_and_the_records() {
     let mut m2 = beat(real(), &s2);
     let w = Arc::new(Counting::default());
     let mut c2 = ControllerState::new(w.clone(), s2.clone(), d.path().to_path_buf());
-    for _ in 0..60 {
-        clock.advance(TIMING.poll);
-        m1.beat();
-        m2.beat();
-        c1.tick();
-        c2.tick();
-    }
+    let (ms, cs) = (&mut [&mut m1, &mut m2], &mut [&mut c1, &mut c2]);
+    passes(&clock, 60, 1, ms, cs);
     w.ops.lock().unwrap().clear();
-    let passes = 100;
-    for i in 0..passes {
-        clock.advance(TIMING.poll);
-        if i % 5 == 0 {
-            m1.beat();
-            m2.beat();
-        }
-        c1.tick();
-        c2.tick();
-    }
+    let n = 100;
+    passes(&clock, n, 5, ms, cs);
+    let passes = n;
     assert_eq!(c2.epoch(), None, "still a candidate");
     let record1 = broker_record_path(&cluster, 1);
     assert_eq!(
@@ -2055,20 +2089,15 @@ fn an_idle_candidate_reads_the_bell_the_next_epoch_and_the_records() {
 /// AFTER_RING, so the join is seen as soon as a listing shows it.
 #[test]
 fn a_join_is_seen_through_a_stale_listing_after_the_ring() {
-    let d = tempfile::tempdir().unwrap();
-    let cluster = d.path().join("__cluster");
-    stamp_topic(d.path(), 4);
-    let clock = FakeClock::new();
-    let s1 = shared(&cluster, 1, 11, &clock);
-    let mut m1 = beat(real(), &s1);
-    let w = Arc::new(Counting::default());
-    let mut c = ControllerState::new(w.clone(), s1.clone(), d.path().to_path_buf());
-    assert!(c.tick(), "v1");
-    for _ in 0..60 {
-        clock.advance(TIMING.poll);
-        m1.beat();
-        c.tick();
-    }
+    // `_d` bound by name: the data directory lives until the test ends.
+    let CountedController {
+        _d,
+        cluster,
+        clock,
+        mut m1,
+        w,
+        mut c,
+    } = a_settled_counted_controller();
     // The listing of brokers/ stays stale (only broker 1) for 15 listings.
     let brokers = cluster.join(BROKERS_DIR);
     *w.stale.lock().unwrap() = Some((brokers.clone(), vec!["1.json".into()], 15));
