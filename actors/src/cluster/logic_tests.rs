@@ -1992,19 +1992,13 @@ fn a_settled_counted_controller() -> CountedController {
 /// less.
 #[test]
 fn an_idle_controller_reads_one_file_per_pass() {
-    // `_d` bound by name: the data directory lives until the test ends.
-    let CountedController {
-        _d,
-        cluster,
-        clock,
-        mut m1,
-        w,
-        mut c,
-    } = a_settled_counted_controller();
+    let mut f = a_settled_counted_controller();
+    let (cluster, clock, w) = (f.cluster.clone(), f.clock.clone(), f.w.clone());
+    let (m1, c) = (&mut f.m1, &mut f.c);
     w.ops.lock().unwrap().clear();
     // Ten seconds of idle passes, 100 ms apart, heartbeats between.
     let n = 100;
-    let published = passes(&clock, n, 5, &mut [&mut m1], &mut [&mut c]);
+    let published = passes(&clock, n, 5, &mut [m1], &mut [c]);
     assert_eq!(published, 0, "idle: nothing published");
     let passes = n;
     assert_eq!(c.epoch(), Some(1), "still the controller");
@@ -2089,15 +2083,9 @@ fn an_idle_candidate_reads_the_bell_the_next_epoch_and_the_records() {
 /// AFTER_RING, so the join is seen as soon as a listing shows it.
 #[test]
 fn a_join_is_seen_through_a_stale_listing_after_the_ring() {
-    // `_d` bound by name: the data directory lives until the test ends.
-    let CountedController {
-        _d,
-        cluster,
-        clock,
-        mut m1,
-        w,
-        mut c,
-    } = a_settled_counted_controller();
+    let mut f = a_settled_counted_controller();
+    let (cluster, clock, w) = (f.cluster.clone(), f.clock.clone(), f.w.clone());
+    let (m1, c) = (&mut f.m1, &mut f.c);
     // The listing of brokers/ stays stale (only broker 1) for 15 listings.
     let brokers = cluster.join(BROKERS_DIR);
     *w.stale.lock().unwrap() = Some((brokers.clone(), vec!["1.json".into()], 15));
