@@ -367,7 +367,7 @@ fn validate_one(buf: &[u8], pos: usize) -> Result<BatchInfo, BatchError> {
     if compression == Compression::None {
         let mut expected_delta = 0i32;
         walk_records(
-            &batch[BATCH_HEADER_LEN..],
+            InPlace(&batch[BATCH_HEADER_LEN..]),
             info.records_count,
             true,
             |rec| {
@@ -415,6 +415,11 @@ pub fn first_zstd_batch(records: &[u8]) -> Option<usize> {
     }
     None
 }
+
+/// How many of a batch's first bytes [`patch_batch`] may change (baseOffset,
+/// batchLength, partitionLeaderEpoch): the rest of the batch goes to the log
+/// exactly as the client sent it.
+pub const PATCHED_HEAD: usize = MAGIC_OFFSET;
 
 /// Writes baseOffset and partitionLeaderEpoch into the batch at the start of
 /// `buf`. Both lie outside the CRC, so the batch stays valid. A buffer shorter
@@ -501,25 +506,27 @@ pub fn record_timestamps(batch: &[u8]) -> Result<Vec<(i64, i64)>, BatchError> {
     let count = header.records_count;
     let limited = |r| Limited::new(r, MAX_DECOMPRESSED_BATCH);
     match compression {
-        Compression::None => walk_records(payload, count, true, &mut push)?,
+        Compression::None => walk_records(InPlace(payload), count, true, &mut push)?,
         Compression::Gzip => walk_records(
-            limited(Box::new(flate2::read::MultiGzDecoder::new(payload))),
+            Copied::new(limited(Box::new(flate2::read::MultiGzDecoder::new(
+                payload,
+            )))),
             count,
             false,
             &mut push,
         )?,
         Compression::Lz4 => {
             let d = lz4::Decoder::new(payload).map_err(|e| corrupt(format!("lz4: {e}")))?;
-            walk_records(limited(Box::new(d)), count, false, &mut push)?
+            walk_records(Copied::new(limited(Box::new(d))), count, false, &mut push)?
         }
         Compression::Zstd => {
             let d = zstd::stream::read::Decoder::with_buffer(payload)
                 .map_err(|e| corrupt(format!("zstd: {e}")))?;
-            walk_records(limited(Box::new(d)), count, false, &mut push)?
+            walk_records(Copied::new(limited(Box::new(d))), count, false, &mut push)?
         }
         Compression::Snappy => {
             let raw = snappy_decompress(payload, MAX_DECOMPRESSED_BATCH)?;
-            walk_records(raw.as_slice(), count, false, &mut push)?
+            walk_records(InPlace(raw.as_slice()), count, false, &mut push)?
         }
     }
     Ok(out)
@@ -532,43 +539,116 @@ struct RecordMeta {
     offset_delta: i32,
 }
 
+/// Where [`walk_records`] takes records from. An uncompressed batch is a
+/// slice and each record is parsed where it lies; a decompressing reader's
+/// records are copied out one at a time.
+trait RecordSource {
+    /// The next record's size varint.
+    fn size(&mut self) -> io::Result<i32>;
+    /// The next `size` bytes; `Ok(Err(got))` if only `got` remain.
+    fn body(&mut self, size: u64) -> io::Result<Result<&[u8], u64>>;
+    /// Whether any byte remains.
+    fn has_more(&mut self) -> io::Result<bool>;
+}
+
+/// Records parsed in place.
+struct InPlace<'a>(&'a [u8]);
+
+impl RecordSource for InPlace<'_> {
+    fn size(&mut self) -> io::Result<i32> {
+        read_varint_io(&mut self.0)
+    }
+
+    fn body(&mut self, size: u64) -> io::Result<Result<&[u8], u64>> {
+        let have = self.0.len();
+        match usize::try_from(size) {
+            Ok(n) if n <= have => {
+                let (body, rest) = self.0.split_at(n);
+                self.0 = rest;
+                Ok(Ok(body))
+            }
+            _ => {
+                self.0 = &[];
+                Ok(Err(have as u64))
+            }
+        }
+    }
+
+    fn has_more(&mut self) -> io::Result<bool> {
+        Ok(!self.0.is_empty())
+    }
+}
+
+/// Records copied out of a reader, one reused buffer.
+struct Copied<R> {
+    src: R,
+    body: Vec<u8>,
+}
+
+impl<R: Read> Copied<R> {
+    fn new(src: R) -> Self {
+        Copied {
+            src,
+            body: Vec::new(),
+        }
+    }
+}
+
+impl<R: Read> RecordSource for Copied<R> {
+    fn size(&mut self) -> io::Result<i32> {
+        read_varint_io(&mut self.src)
+    }
+
+    fn body(&mut self, size: u64) -> io::Result<Result<&[u8], u64>> {
+        self.body.clear();
+        // `take` + `read_to_end` grows with the bytes actually produced, so a
+        // huge declared size costs nothing unless the data is really there.
+        let got = self.src.by_ref().take(size).read_to_end(&mut self.body)?;
+        Ok(if got as u64 == size {
+            Ok(&self.body)
+        } else {
+            Err(got as u64)
+        })
+    }
+
+    fn has_more(&mut self) -> io::Result<bool> {
+        let mut probe = [0u8; 1];
+        Ok(self.src.read(&mut probe)? != 0)
+    }
+}
+
 /// Parses `count` records from `src`, calling `f` for each. Every record's
 /// framing is checked (size, key, value, headers). With `exact`, bytes left
 /// after the last record are an error, as in Kafka's "records still remaining".
-fn walk_records<R: Read>(
-    mut src: R,
+fn walk_records(
+    mut src: impl RecordSource,
     count: i32,
     exact: bool,
     mut f: impl FnMut(RecordMeta) -> Result<(), BatchError>,
 ) -> Result<(), BatchError> {
-    let mut body = Vec::new();
     for i in 0..count {
-        let size =
-            read_varint_io(&mut src).map_err(|e| corrupt(format!("record {i}: size: {e}")))?;
+        let size = src
+            .size()
+            .map_err(|e| corrupt(format!("record {i}: size: {e}")))?;
         let size = u64::try_from(size)
             .map_err(|_| corrupt(format!("record {i}: negative size {size}")))?;
-        body.clear();
-        // `take` + `read_to_end` grows with the bytes actually produced, so a
-        // huge declared size costs nothing unless the data is really there.
-        let got = src
-            .by_ref()
-            .take(size)
-            .read_to_end(&mut body)
-            .map_err(|e| corrupt(format!("record {i}: {e}")))?;
-        if got as u64 != size {
-            return Err(corrupt(format!(
-                "record {i} declares {size} bytes but only {got} remain"
-            )));
-        }
-        let meta = parse_record(&body).map_err(|r| corrupt(format!("record {i}: {r}")))?;
+        let body = match src.body(size) {
+            Ok(Ok(body)) => body,
+            Ok(Err(got)) => {
+                return Err(corrupt(format!(
+                    "record {i} declares {size} bytes but only {got} remain"
+                )))
+            }
+            Err(e) => return Err(corrupt(format!("record {i}: {e}"))),
+        };
+        let meta = parse_record(body).map_err(|r| corrupt(format!("record {i}: {r}")))?;
         f(meta)?;
     }
     if exact {
-        let mut probe = [0u8; 1];
-        let n = src
-            .read(&mut probe)
+        let more = src
+            .has_more()
             .map_err(|e| corrupt(format!("after last record: {e}")))?;
-        if n != 0 {
+        if more {
             return Err(corrupt("bytes remain after the declared record count"));
         }
     }

@@ -29,11 +29,21 @@ pub const SIZE_PREFIX_LEN: usize = 4;
 /// correlation id. Anything shorter cannot even be answered.
 pub const MIN_REQUEST_LEN: usize = 8;
 
-/// The most the decoder reserves ahead of the bytes that have arrived. The
-/// buffer grows by at most what it already holds (doubling, so a large frame
-/// costs O(log n) reallocations) and at least by this, so small frames are
-/// read in one go.
+/// The least the decoder reserves ahead of the bytes that have arrived, so
+/// small frames are read in one go. A large frame's buffer grows only when
+/// it is nearly full ([`GROW_WHEN_SPARE_BELOW`]), to at most
+/// [`GROWTH`] times what has arrived: each growth copies what arrived
+/// (realloc), so a frame costs about a third of its size in copies, where
+/// doubling on every read cost about its whole size.
 pub const RESERVE_AHEAD: usize = 64 * 1024;
+
+/// A growing frame's buffer is grown only once its spare room is below this.
+pub const GROW_WHEN_SPARE_BELOW: usize = 16 * 1024;
+
+/// A growing frame's buffer holds at most this many times the bytes that
+/// have arrived (plus [`RESERVE_AHEAD`]): memory follows what a peer really
+/// sent, never its declared length alone.
+pub const GROWTH: usize = 4;
 
 /// The most an oversized Produce keeps of its body (its skeleton: the
 /// header and topic/partition list, a few thousand partitions).
@@ -230,10 +240,15 @@ impl Decoder for FrameCodec {
         if src.len() < total {
             // Grow with what has arrived, not with the declared length: a
             // prefix alone must not cost `len` bytes of memory (hundreds of
-            // such connections would exhaust the address space). Doubling
-            // keeps a large honest frame at O(log len) reallocations.
-            let ahead = src.len().max(RESERVE_AHEAD);
-            src.reserve((total - src.len()).min(ahead));
+            // such connections would exhaust the address space). Growing
+            // only when nearly full, by a factor of GROWTH, keeps a large
+            // honest frame at O(log len) reallocations that copy about a
+            // third of it.
+            let spare = src.capacity() - src.len();
+            if spare < GROW_WHEN_SPARE_BELOW.min(total - src.len()) {
+                let ahead = (src.len() * (GROWTH - 1)).max(RESERVE_AHEAD);
+                src.reserve((total - src.len()).min(ahead));
+            }
             return Ok(None);
         }
         src.advance(SIZE_PREFIX_LEN);
@@ -339,6 +354,49 @@ mod tests {
             }
         }
         assert_eq!(got.unwrap().len(), body.len());
+    }
+
+    /// Catches: the buffer of a large frame grown on every read it
+    /// outgrew, by doubling: each growth copies what has arrived, which
+    /// added up to a second copy of every produced byte (4.5 % of the
+    /// broker's CPU producing 1 KiB records to 6 partitions).
+    #[test]
+    fn a_large_frame_costs_a_fraction_of_its_size_in_copies_and_bounded_memory() {
+        let body = vec![7u8; 4 << 20];
+        let whole = framed(&body);
+        let mut codec = FrameCodec::new(8 << 20);
+        // As tokio-util's FramedRead: decode after every read; read into
+        // the spare room only, reserving 1 byte first if there is none.
+        let mut buf = BytesMut::with_capacity(8 * 1024);
+        let (mut copied, mut at, mut got) = (0usize, 0usize, None);
+        while got.is_none() {
+            if buf.capacity() == buf.len() {
+                let len = buf.len();
+                buf.reserve(1);
+                copied += len;
+            }
+            let n = (buf.capacity() - buf.len())
+                .min(64 * 1024)
+                .min(whole.len() - at);
+            buf.extend_from_slice(&whole[at..at + n]);
+            at += n;
+            let (len, cap) = (buf.len(), buf.capacity());
+            got = codec.decode(&mut buf).unwrap();
+            if got.is_none() && buf.capacity() != cap {
+                copied += len;
+            }
+            assert!(
+                buf.capacity() <= GROWTH * len + 2 * RESERVE_AHEAD,
+                "{} bytes reserved for {len} arrived",
+                buf.capacity()
+            );
+        }
+        assert_eq!(got.unwrap().whole().len(), body.len());
+        assert!(
+            copied <= body.len() / 2,
+            "{copied} bytes copied growing the buffer of a {} byte frame",
+            body.len()
+        );
     }
 
     /// Catches: an oversized Produce closing the connection (the producer

@@ -16,7 +16,7 @@ pub use kafka_protocol;
 
 pub use batch::{
     first_zstd_batch, patch_batch, read_batch_header, record_timestamps, validate_batches,
-    BatchError, BatchHeader, BatchInfo, BATCH_HEADER_LEN, LOG_OVERHEAD,
+    BatchError, BatchHeader, BatchInfo, BATCH_HEADER_LEN, LOG_OVERHEAD, PATCHED_HEAD,
 };
 pub use frame::{Frame, FrameCodec, FrameError};
 pub use request::{

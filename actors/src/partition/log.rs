@@ -35,7 +35,7 @@ use super::index::{header_at, scan, Index, Scan, ScanStart};
 use super::manifest::{manifest_name, parse_manifest_name, write_manifest, Manifest, SegmentEntry};
 use super::producers::{self, Incoming, ProducerStates, SequenceError, Verdict};
 use super::txn_index::{self, AbortedTxn};
-use kaas_protocol::batch::{patch_batch, read_batch_header, BatchInfo};
+use kaas_protocol::batch::{patch_batch, read_batch_header, BatchInfo, PATCHED_HEAD};
 use kaas_volume::fs::{
     remove_if_exists, remove_stale_temps, write_atomic, Fs, GuardedFs, ReadFile, ReadFs, SharedFs,
     WriteFile, WriteGuard,
@@ -1129,7 +1129,10 @@ impl PartitionLog {
             // rolls long before this.
             return Err(LogError::Overflow);
         }
-        let mut buf = Vec::with_capacity(total);
+        // Each batch goes out as its first bytes, patched with its offset
+        // and epoch, then the rest of it as the client sent it: one
+        // `pwritev`, no copy of the records (see `write_all_vectored_at`).
+        let mut heads: Vec<[u8; PATCHED_HEAD]> = Vec::with_capacity(infos.len());
         let base_offset = self.next_offset;
         let mut next = self.next_offset;
         let mut pos = self.write_pos;
@@ -1138,9 +1141,11 @@ impl PartitionLog {
         let ix = ix.as_mut().expect("active segment has a live index");
         let ix_mark = ix.mark();
         for b in infos {
-            let start = buf.len();
-            buf.extend_from_slice(&records[b.pos..b.pos + b.len]);
-            patch_batch(&mut buf[start..], next, self.epoch);
+            let mut head = [0u8; PATCHED_HEAD];
+            let h = b.len.min(PATCHED_HEAD);
+            head[..h].copy_from_slice(&records[b.pos..b.pos + h]);
+            patch_batch(&mut head[..h], next, self.epoch);
+            heads.push(head);
             let rel = (next - self.active_seg.base).clamp(0, u32::MAX as i64) as u32;
             ix.observe(rel, pos, self.written_max_ts);
             if b.max_timestamp > self.written_max_ts {
@@ -1170,7 +1175,15 @@ impl PartitionLog {
                 return Err(e.into());
             }
         };
-        if let Err(e) = file.write_all_at(&buf, self.write_pos) {
+        let parts: Vec<&[u8]> = infos
+            .iter()
+            .zip(&heads)
+            .flat_map(|(b, head)| {
+                let h = b.len.min(PATCHED_HEAD);
+                [&head[..h], &records[b.pos + h..b.pos + b.len]]
+            })
+            .collect();
+        if let Err(e) = file.write_all_vectored_at(&parts, self.write_pos) {
             if !is_no_space(&e) {
                 return Err(e.into());
             }

@@ -176,6 +176,9 @@ impl WriteFile for Held<dyn WriteFile> {
     fn write_all_at(&self, buf: &[u8], pos: u64) -> io::Result<()> {
         self.inner.write_all_at(buf, pos)
     }
+    fn write_all_vectored_at(&self, bufs: &[&[u8]], pos: u64) -> io::Result<()> {
+        self.inner.write_all_vectored_at(bufs, pos)
+    }
     fn sync_data(&self) -> io::Result<()> {
         self.inner.sync_data()
     }

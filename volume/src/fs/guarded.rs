@@ -151,6 +151,10 @@ impl WriteFile for GuardedFile {
         self.guard.may_write()?;
         self.inner.write_all_at(buf, pos)
     }
+    fn write_all_vectored_at(&self, bufs: &[&[u8]], pos: u64) -> io::Result<()> {
+        self.guard.may_write()?;
+        self.inner.write_all_vectored_at(bufs, pos)
+    }
     fn sync_data(&self) -> io::Result<()> {
         self.guard.may_write()?;
         self.inner.sync_data()

@@ -65,6 +65,14 @@ pub trait ReadFile: Send + Sync {
 pub trait WriteFile: ReadFile {
     /// Write all of `buf` at `pos`.
     fn write_all_at(&self, buf: &[u8], pos: u64) -> io::Result<()>;
+    /// Write `bufs`, one after another, at `pos`: the same bytes and the
+    /// same outcome as one `write_all_at` of their concatenation. The
+    /// default concatenates and calls `write_all_at`, so a seam that does
+    /// not override it keeps its one write step (and its checks); the real
+    /// file writes them with `pwritev`, without the copy.
+    fn write_all_vectored_at(&self, bufs: &[&[u8]], pos: u64) -> io::Result<()> {
+        self.write_all_at(&bufs.concat(), pos)
+    }
     /// fdatasync: after this returns, everything written is durable. A failed
     /// sync poisons the handle; callers must not retry it (see STYLE.md).
     fn sync_data(&self) -> io::Result<()>;
