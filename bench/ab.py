@@ -21,7 +21,8 @@ after the produce cases, the volume's sequential write bandwidth with dd
 socket-to-file copy (1 GiB over loopback TCP, pwrite + fdatasync every
 8 MiB, no protocol), and each produce as a fraction of each of them in the
 same round. Every load and every ceiling starts from a clean page cache
-(`sync` first).
+(`sync` first) and then waits --cold-wait seconds, so that each writes into
+pages the VM's balloon has had time to hand back to the host (see settle()).
 --profile: `perf record` the broker during each load and print its top
 symbols.
 Loopback only; every run is bounded by a timeout.
@@ -295,11 +296,36 @@ DD_CASES = {  # label: extra dd flags; 1 GiB of 1 MiB blocks, one fdatasync at t
 SOCKET_TO_FILE = "socket-to-file MB/s"
 
 
+# Seconds to wait before each load and each ceiling; --cold-wait.
+COLD_WAIT = 10.0
+# --warm: bytes of memory touched and freed right before each load and each
+# ceiling instead of the wait.
+WARM = 0
+
+
 def settle():
     """Write back every dirty page first, so that no measurement pays for
-    the previous one's write-back (a 1 GiB buffered dd ran at 2.7 GB/s on a
-    clean page cache and at 0.38 GB/s after 6 GB of produce)."""
+    the previous one's write-back; then wait COLD_WAIT seconds, so that
+    every measurement writes into page-cache pages of the same temperature.
+    This VM's balloon device reports free guest pages back to the host
+    (virtio-balloon free page reporting, about 2 s after they are freed),
+    and writing into a page the host has taken back faults it in again:
+    a 1 GiB buffered dd ran at 1.3 GB/s right after 3 GiB had been freed
+    and at 0.38 GB/s ten seconds later. Without the wait, whichever
+    measurement ran right after a large unlink was three times faster."""
     subprocess.run(["sync"], timeout=300)
+    if not WARM:
+        time.sleep(COLD_WAIT)
+        return
+    # --warm: the opposite state, as on a machine whose page cache recycles
+    # its own pages: fault WARM bytes in and free them right before the
+    # measurement, which then writes into pages the host still backs (for
+    # about 2 s, so keep each measurement short).
+    subprocess.run([sys.executable, "-c", f"""
+b = bytearray({WARM})
+for i in range(0, len(b), 4096):
+    b[i] = 1
+"""], timeout=300)
 
 
 def disk_ceiling(workdir):
@@ -369,6 +395,7 @@ def socket_to_file(path, total, sync_every=8 << 20):
 
 
 def main():
+    global COLD_WAIT, WARM
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--perf", required=True, help="rdkafka_performance binary (bench/run.sh builds it)")
     ap.add_argument("--rounds", type=int, default=4)
@@ -379,10 +406,15 @@ def main():
                     help="consume 100 B and 1 KiB records from the page cache, with the file-to-socket ceiling")
     ap.add_argument("--profile", action="store_true",
                     help="perf record the broker during each load and print its top symbols")
+    ap.add_argument("--cold-wait", type=float, default=COLD_WAIT, metavar="S",
+                    help="seconds to wait (after a sync) before each load and ceiling (default %(default)s)")
+    ap.add_argument("--warm", type=float, default=0, metavar="GIB",
+                    help="instead of the wait, touch and free GIB GiB of memory right before each load and ceiling")
     ap.add_argument("--only", metavar="TEXT",
                     help="run only the produce cases whose label contains TEXT (e.g. '1 KiB')")
     ap.add_argument("binaries", nargs="+", help="name=path")
     a = ap.parse_args()
+    COLD_WAIT, WARM = a.cold_wait, int(a.warm * (1 << 30))
     cases = IDEM_CASES if a.idempotent else CASES
     cases = [c for c in cases if a.only is None or a.only in c[0]]
     labels = [label for label, *_ in cases]
