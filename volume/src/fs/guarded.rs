@@ -151,9 +151,15 @@ impl WriteFile for GuardedFile {
         self.guard.may_write()?;
         self.inner.write_all_at(buf, pos)
     }
-    fn write_all_vectored_at(&self, bufs: &[&[u8]], pos: u64) -> io::Result<()> {
-        self.guard.may_write()?;
-        self.inner.write_all_vectored_at(bufs, pos)
+    fn write_all_vectored_at(&self, bufs: &[&[u8]], mut pos: u64) -> io::Result<()> {
+        // One check per `pwritev`'s worth of slices, so what is left stays
+        // one syscall wide however many batches a request carries.
+        for chunk in bufs.chunks(super::IOV_MAX) {
+            self.guard.may_write()?;
+            self.inner.write_all_vectored_at(chunk, pos)?;
+            pos += chunk.iter().map(|b| b.len() as u64).sum::<u64>();
+        }
+        Ok(())
     }
     fn sync_data(&self) -> io::Result<()> {
         self.guard.may_write()?;
@@ -215,6 +221,37 @@ mod tests {
         assert_eq!(fs.read_only().read(&p).unwrap(), b"hello");
         assert_eq!(fs.list(dir.path()).unwrap(), vec!["a".to_string()]);
         assert!(fs.is_dir(dir.path()));
+    }
+
+    /// A guard that allows `n` checks, then refuses.
+    struct Allow(std::sync::atomic::AtomicUsize);
+
+    impl WriteGuard for Allow {
+        fn may_write(&self) -> io::Result<()> {
+            use std::sync::atomic::Ordering::SeqCst;
+            match self.0.fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1)) {
+                Ok(_) => Ok(()),
+                Err(_) => Err(fenced()),
+            }
+        }
+    }
+
+    /// Catches: a vectored write of more slices than one `pwritev` takes
+    /// checking the guard once and then issuing several system calls, so
+    /// that a lease lapsing in between no longer stops the rest.
+    #[test]
+    fn a_vectored_write_checks_the_guard_before_every_system_call() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let guard = Arc::new(Allow(2.into())); // the create, then one chunk
+        let fs = GuardedFs::shared(Arc::new(crate::fs::RealFs), guard);
+        let f = fs.create_exclusive(&path).unwrap();
+        let parts: Vec<[u8; 1]> = (0..crate::fs::IOV_MAX + 1).map(|i| [i as u8]).collect();
+        let slices: Vec<&[u8]> = parts.iter().map(|p| p.as_slice()).collect();
+        let e = f.write_all_vectored_at(&slices, 0).unwrap_err();
+        assert!(is_fenced(&e), "{e}");
+        // The first system call's worth landed, the rest was refused.
+        assert_eq!(std::fs::read(&path).unwrap().len(), crate::fs::IOV_MAX);
     }
 
     #[test]

@@ -60,6 +60,11 @@ pub trait ReadFile: Send + Sync {
     }
 }
 
+/// The most slices one `pwritev` takes (Linux's IOV_MAX): a vectored write
+/// of more is several system calls, and [`guarded`] checks its guard before
+/// each group of this many.
+pub const IOV_MAX: usize = 1024;
+
 /// A file opened for writing by its single owner. Writes are positional:
 /// segments are append-only, and the owner always knows the append position.
 pub trait WriteFile: ReadFile {

@@ -33,9 +33,9 @@ impl WriteFile for RealFile {
         self.0.write_all_at(buf, pos)
     }
     fn write_all_vectored_at(&self, bufs: &[&[u8]], mut pos: u64) -> io::Result<()> {
-        // At most IOV_MAX (1,024 on Linux) slices per call; a short write
-        // resumes inside the slice it stopped in.
-        const IOV_MAX: usize = 1024;
+        // At most IOV_MAX slices per call; a short write resumes inside the
+        // slice it stopped in.
+        use super::IOV_MAX;
         let mut at = 0; // the first slice not wholly written
         let mut skip = 0; // bytes of bufs[at] already written
         while at < bufs.len() {
