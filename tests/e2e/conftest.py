@@ -440,12 +440,48 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("substrate", names, indirect=True, ids=names)
 
 
+# What a failure report keeps of every broker's log: warnings, errors and
+# the events that move ownership (leases, elections, assignment versions,
+# leaders opening and closing, topics made and removed).
+EVENT_RE = re.compile(
+    r" (WARN|ERROR) |joined the cluster|lease|elected controller|stepping down|"
+    r"assignment version published|applied assignment|partition leader (open|clos)|"
+    r"topic (created|deleted)|vacat|controlled shutdown|e2e: start #")
+EVENT_LINES = 60
+
+
+def cluster_events(brokers, limit: int = EVENT_LINES) -> str:
+    """The last `limit` event lines (EVENT_RE) of every broker's log, merged
+    in time order and tagged with the broker's name."""
+    rows = []
+    for b in brokers:
+        for i, line in enumerate(b.log_text().splitlines()):
+            if EVENT_RE.search(line):
+                # Timestamped lines sort by time; a start banner (no
+                # timestamp) sorts after the broker's line before it.
+                ts = line[:27] if line[:4].isdigit() else ""
+                rows.append((ts, b.name, i, line[:300]))
+    last_ts: dict[str, str] = {}
+    ordered = []
+    for ts, name, i, line in sorted(rows, key=lambda r: (r[1], r[2])):
+        last_ts[name] = ts or last_ts.get(name, "")
+        ordered.append((last_ts[name], name, i, line))
+    ordered.sort(key=lambda r: (r[0], r[1], r[2]))
+    shown = ordered[-limit:]
+    head = f"----- last {len(shown)} of {len(ordered)} event lines, all brokers -----\n"
+    return head + "\n".join(f"{name}: {line}" for _, name, _, line in shown)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
     rep = outcome.get_result()
     brokers = getattr(item, "_kaas_brokers", [])
     if rep.failed and brokers:
+        # First, so that a report cut in the middle (CI keeps its head and
+        # tail) still shows what the cluster did: a broker's own tail is
+        # mostly its 64 coordinator shards loading at start-up.
+        rep.sections.append((f"kaas cluster events ({rep.when})", cluster_events(brokers)))
         for b in brokers:
             rep.sections.append((f"kaas {b.name} log ({rep.when})", b.log_tail()))
             if b.weakfs is not None:

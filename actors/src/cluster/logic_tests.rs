@@ -1560,6 +1560,38 @@ fn a_paused_process_is_not_taken_for_a_stuck_poller_but_a_stuck_one_is() {
     );
 }
 
+#[test]
+fn pollers_ticking_out_of_phase_slower_than_the_heartbeat_are_not_stuck() {
+    // `--poll-ms 400` with a 200 ms heartbeat: the watcher polls at 0, 400,
+    // 800 ms …, the controller at 200, 600 …, and every beat falls between
+    // two polls of one of them. Neither has stopped; timed together they
+    // looked stalled at every beat and the heartbeat was withheld.
+    let d = tempfile::tempdir().unwrap();
+    let clock = FakeClock::new();
+    let s = shared(d.path(), 1, 11, &clock);
+    let mut m = beat(real(), &s);
+    let poll = TIMING.heartbeat * 2;
+    let mut t = Duration::ZERO;
+    while t < TIMING.lease * 10 {
+        clock.advance(TIMING.heartbeat / 2);
+        t += TIMING.heartbeat / 2;
+        // Ticks on the half beats, alternating between the two pollers.
+        let phase = (t.as_nanos() / (TIMING.heartbeat / 2).as_nanos()) % 4;
+        match phase {
+            0 => s.watcher_tick.store(s.now_ns(), Ordering::Release),
+            2 => s.controller_tick.store(s.now_ns(), Ordering::Release),
+            _ => {}
+        }
+        if phase % 2 == 1 {
+            assert_eq!(
+                m.beat(),
+                BeatOutcome::Written { lease_valid: true },
+                "withheld at {t:?} with both pollers ticking every {poll:?}"
+            );
+        }
+    }
+}
+
 /// What [`OnOpen`] calls on every open for reading: it may act (a
 /// heartbeat landing in the middle of a pass) and may name another file to
 /// serve instead (a stale cached copy).

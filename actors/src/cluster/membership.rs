@@ -369,11 +369,11 @@ pub struct MembershipState {
     /// means a second process runs with our broker id.
     mine: Vec<u64>,
     new_incarnation: fn() -> u64,
-    /// The poll actors' last ticks as the previous beat saw them, how long
-    /// they have stood still *while this heartbeat ran*, and when it last
-    /// ran (see [`MembershipState::stalled`]).
+    /// The poll actors' last ticks (watcher, controller) as the previous
+    /// beat saw them, how long each has stood still *while this heartbeat
+    /// ran*, and when it last ran (see [`MembershipState::stalled`]).
     ticks_seen: (u64, u64),
-    stalled_for: Duration,
+    stalled_for: (Duration, Duration),
     last_beat: Option<Duration>,
     /// Whether the stall was already logged.
     stall_logged: bool,
@@ -391,7 +391,7 @@ impl MembershipState {
             mine,
             new_incarnation: incarnation,
             ticks_seen: (0, 0),
-            stalled_for: Duration::ZERO,
+            stalled_for: (Duration::ZERO, Duration::ZERO),
             last_beat: None,
             stall_logged: false,
         }
@@ -404,6 +404,12 @@ impl MembershipState {
     /// saturated host) — after which every actor is equally late and the
     /// missed beats run back to back — is not taken for a stuck actor:
     /// only beats that kept running while a tick stood still are.
+    ///
+    /// Each poller is timed on its own: a beat between two polls of one
+    /// (the poll interval is longer than the heartbeat's) must not count
+    /// toward the other's stall. Timed together, two pollers ticking out of
+    /// phase kept one of them "still" at every beat, and a healthy broker
+    /// withheld its heartbeats (seen with `--poll-ms 400`, heartbeat 200).
     fn stalled(&mut self, now: Duration) -> bool {
         let ticks = (
             self.shared.watcher_tick.load(Ordering::Acquire),
@@ -414,17 +420,25 @@ impl MembershipState {
             .map_or(Duration::ZERO, |t| now.saturating_sub(t))
             .min(self.shared.timing.heartbeat * 2);
         self.last_beat = Some(now);
-        // One of them has polled, and has not since the last beat.
-        let still = (ticks.0 != 0 && ticks.0 == self.ticks_seen.0)
-            || (ticks.1 != 0 && ticks.1 == self.ticks_seen.1);
+        // Polled once at least, and not since the last beat.
+        let step = |tick: u64, seen: u64, stalled: Duration| {
+            if tick != 0 && tick == seen {
+                stalled + gap
+            } else {
+                Duration::ZERO
+            }
+        };
+        self.stalled_for = (
+            step(ticks.0, self.ticks_seen.0, self.stalled_for.0),
+            step(ticks.1, self.ticks_seen.1, self.stalled_for.1),
+        );
         self.ticks_seen = ticks;
-        if still {
-            self.stalled_for += gap;
-        } else {
-            self.stalled_for = Duration::ZERO;
+        let limit = self.shared.timing.lease * 2;
+        let stalled = self.stalled_for.0 > limit || self.stalled_for.1 > limit;
+        if !stalled {
             self.stall_logged = false;
         }
-        self.stalled_for > self.shared.timing.lease * 2
+        stalled
     }
 
     /// The last heartbeat sequence number written (or attempted).
@@ -453,7 +467,12 @@ impl MembershipState {
         if self.stalled(clock.now()) {
             // Once per stall: every beat after it is withheld the same way.
             if !std::mem::replace(&mut self.stall_logged, true) {
-                tracing::error!(broker_id = self.shared.broker_id, "assignment watcher or controller actor stopped polling; withholding heartbeats so the lease lapses");
+                tracing::error!(
+                    broker_id = self.shared.broker_id,
+                    watcher_still = ?self.stalled_for.0,
+                    controller_still = ?self.stalled_for.1,
+                    "assignment watcher or controller actor stopped polling; withholding heartbeats so the lease lapses"
+                );
             }
             return BeatOutcome::Withheld;
         }
