@@ -1106,12 +1106,25 @@ impl ControllerState {
         }
         let mut topics = l.view.clone();
         // A topic whose directory vanished without our delete (removed by
-        // hand, or not listed for a moment) still has leaders with files
-        // open: it leaves the assignment only the way a deleted one does,
-        // every partition let go two-phase first. If it comes back, it is
-        // granted again by the usual rules.
+        // hand) still has leaders with files open: it leaves the assignment
+        // only the way a deleted one does, every partition let go two-phase
+        // first. If it comes back, it is granted again by the usual rules.
+        // Missing from a listing is not gone: a listing is not fresh (an
+        // NFS client's cached listing can predate a topic another host
+        // made — a new controller's first listing, right after a failover,
+        // vacated a live topic's every partition on weakfs), so the topic
+        // is looked for by exact name first — every pass until a listing
+        // shows it again (a plan kept by a probe is not remembered as
+        // unchanged, or a topic removed by hand meanwhile would never be
+        // let go).
+        let mut probed = false;
         for (name, t) in &self.leading.as_ref().expect("leading").prev.topics {
             if !topics.contains_key(name) && !t.vacated() {
+                if let Some(still) = still_there(fs.as_ref(), &data_dir.join(name), t) {
+                    topics.insert(name.clone(), still);
+                    probed = true;
+                    continue;
+                }
                 if !t.deleting {
                     tracing::warn!(topic = %name, "topic directory gone without a delete; vacating its partitions");
                 }
@@ -1173,7 +1186,9 @@ impl ControllerState {
                 ..base.clone()
             },
             None => {
-                l.unchanged_plan = Some(inputs);
+                if !probed {
+                    l.unchanged_plan = Some(inputs);
+                }
                 self.housekeeping();
                 self.remove_vacated();
                 return Ok(false);
@@ -1327,6 +1342,38 @@ enum CatchUp {
     Wait,
     /// A newer controller published: step down.
     Deposed,
+}
+
+/// Topic `t` of the published assignment, found by exact name in `dir`
+/// although a listing missed it: its stamp names the same incarnation
+/// (then `Some`, with a delete request seen the same way), or it could not
+/// be read for another reason than absence (then kept as known: one bad
+/// read must not vacate a topic). `None`: gone, or another incarnation.
+fn still_there(
+    fs: &dyn kaas_volume::fs::Fs,
+    dir: &std::path::Path,
+    t: &super::records::TopicAssignment,
+) -> Option<TopicInfo> {
+    let kept = |deleting: bool| TopicInfo {
+        topic_id: t.topic_id,
+        partitions: t.partitions.len() as i32,
+        configs: t.configs.clone(),
+        deleting,
+    };
+    match kaas_volume::topic_config::read_topic(fs, dir) {
+        Ok(Some(s)) if s.topic_id == t.topic_id => {
+            let asked =
+                kaas_volume::topic_dir::delete_requested(fs, dir, t.topic_id).unwrap_or(false);
+            Some(kept(t.deleting || asked))
+        }
+        Ok(_) => None,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => None,
+        Err(e) => {
+            tracing::warn!(dir = %dir.display(), error = %e, "topic stamp unreadable; keeping the topic as known");
+            Some(kept(t.deleting))
+        }
+    }
 }
 
 /// See module docs.
