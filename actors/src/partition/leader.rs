@@ -687,12 +687,15 @@ impl PartitionLeader {
                 // it was refused. Not a storage failure: stay down for good.
                 return self.halted(Halt::Fenced, ctx);
             }
-            Err(e @ LogError::StaleView { .. }) => {
-                // Our view of the directory lags (NFS attribute caches):
-                // no storage fault. Re-drive soon; clients are told to
-                // retry as during any leader change.
+            Err(e @ (LogError::StaleView { .. } | LogError::TopicDirMissing { .. })) => {
+                // Our view of the directory lags (NFS attribute caches), or
+                // the topic's directory is gone while we still hold a grant
+                // (the controller withdraws it): no storage fault. Re-drive
+                // soon, not on a storage failure's growing backoff (which
+                // reached 6.4 s); clients are told to retry as during any
+                // leader change.
                 let backoff = Duration::from_millis(200);
-                tracing::warn!(topic = %self.spec.topic, partition = self.spec.partition, error = %e, ?backoff, "partition open sees a stale directory; retrying");
+                tracing::warn!(topic = %self.spec.topic, partition = self.spec.partition, error = %e, ?backoff, "partition open sees a stale or missing directory; retrying");
                 self.set_error(Some(PartitionError::NotLeader(e.to_string())));
                 ctx.run_later(backoff, |_, ctx| ctx.stop());
                 return;

@@ -153,6 +153,16 @@ pub enum LogError {
         /// The manifest the listing named.
         path: PathBuf,
     },
+    /// The partition's topic directory is not there: deleted, or not yet
+    /// visible to this host (an NFS client's cached "no such file", or its
+    /// stale handle of the directory the name had before, for a topic
+    /// re-created under its name by another host). Nothing was written;
+    /// not a storage fault.
+    #[error("topic directory {path} not visible (deleted, or this host's view of it is stale)")]
+    TopicDirMissing {
+        /// The topic directory looked up.
+        path: PathBuf,
+    },
     /// Offsets would overflow i64 / a segment would exceed u32 positions.
     #[error("offset overflow")]
     Overflow,
@@ -519,11 +529,29 @@ impl PartitionLog {
         // a topic directory that is gone was deleted, and must stay gone.
         match dir.parent() {
             Some(p) if fs.is_dir(p) => {}
-            _ => {
-                return Err(LogError::Io(io::Error::new(
-                    io::ErrorKind::NotFound,
-                    format!("topic directory of {} does not exist", dir.display()),
-                )))
+            Some(p) => {
+                // `is_dir` says no for any failure: the listing says why, so
+                // a volume answering EIO is reported as a storage fault,
+                // not as a topic that is gone. ESTALE is this host's cached
+                // handle of an earlier directory of the name (a topic
+                // deleted and re-created by another host: names are not
+                // identities) — a view that lags, as is "no such file".
+                return Err(match fs.list(p) {
+                    Err(e)
+                        if e.kind() != io::ErrorKind::NotFound
+                            && e.raw_os_error() != Some(libc::ESTALE) =>
+                    {
+                        LogError::Io(at(e, "looking up the topic directory", p))
+                    }
+                    _ => LogError::TopicDirMissing {
+                        path: p.to_path_buf(),
+                    },
+                });
+            }
+            None => {
+                return Err(LogError::TopicDirMissing {
+                    path: dir.to_path_buf(),
+                })
             }
         }
         // Even this first write passes the guard: a lapsed lease writes nothing.

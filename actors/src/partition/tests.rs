@@ -1241,6 +1241,92 @@ impl kaas_volume::fs::Fs for LaggingView {
     }
 }
 
+/// A host that cannot see topic directory `hidden`: a lookup says it is
+/// not a directory and a listing of it fails with `list_errno` (ENOENT: a
+/// cached "no such file"; ESTALE: a cached handle of the directory the
+/// name had before; EIO: a volume cut off), or succeeds (0).
+struct HiddenTopicDir {
+    inner: RealFs,
+    hidden: std::path::PathBuf,
+    list_errno: i32,
+}
+
+impl kaas_volume::fs::Fs for HiddenTopicDir {
+    fn open_read(&self, p: &Path) -> std::io::Result<Arc<dyn kaas_volume::fs::ReadFile>> {
+        self.inner.open_read(p)
+    }
+    fn create_exclusive(&self, p: &Path) -> std::io::Result<Arc<dyn kaas_volume::fs::WriteFile>> {
+        self.inner.create_exclusive(p)
+    }
+    fn open_write(&self, p: &Path) -> std::io::Result<Arc<dyn kaas_volume::fs::WriteFile>> {
+        self.inner.open_write(p)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
+        self.inner.rename(from, to)
+    }
+    fn remove_file(&self, p: &Path) -> std::io::Result<()> {
+        self.inner.remove_file(p)
+    }
+    fn create_dir_all(&self, p: &Path) -> std::io::Result<()> {
+        self.inner.create_dir_all(p)
+    }
+    fn remove_dir(&self, p: &Path) -> std::io::Result<()> {
+        self.inner.remove_dir(p)
+    }
+    fn list(&self, dir: &Path) -> std::io::Result<Vec<String>> {
+        if dir == self.hidden && self.list_errno != 0 {
+            return Err(std::io::Error::from_raw_os_error(self.list_errno));
+        }
+        self.inner.list(dir)
+    }
+    fn is_dir(&self, p: &Path) -> bool {
+        p != self.hidden && self.inner.is_dir(p)
+    }
+    fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
+        self.inner.sync_dir(dir)
+    }
+}
+
+/// Catches: a partition open that could not see its topic directory
+/// reported "topic directory … does not exist" as a storage failure (ERROR,
+/// a backoff growing to 6.4 s) whatever the cause — also while the volume
+/// answered EIO, telling the on-call engineer the topic was gone. Now an
+/// unseen directory is `TopicDirMissing` (re-driven like a stale view) and
+/// a failing volume is the I/O error it is; nothing is created either way.
+#[test]
+fn an_unseen_topic_directory_is_missing_and_a_failing_volume_is_an_io_error() {
+    let d = tempfile::tempdir().unwrap();
+    let topic = d.path().join("t");
+    std::fs::create_dir(&topic).unwrap();
+    let open_with = |list_errno: i32| {
+        let fs: SharedFs = Arc::new(HiddenTopicDir {
+            inner: RealFs,
+            hidden: topic.clone(),
+            list_errno,
+        });
+        PartitionLog::open(fs, &topic.join("0"), 1, cfg(), 1_000)
+    };
+    for errno in [0, libc::ENOENT, libc::ESTALE] {
+        match open_with(errno) {
+            Err(LogError::TopicDirMissing { path }) => assert_eq!(path, topic),
+            Err(e) => panic!("errno {errno}: want TopicDirMissing, got {e}"),
+            Ok(_) => panic!("errno {errno}: opened under a directory it cannot see"),
+        }
+    }
+    match open_with(libc::EIO) {
+        Err(LogError::Io(e)) => {
+            let eio = std::io::Error::from_raw_os_error(libc::EIO).to_string();
+            assert!(e.to_string().contains(&eio), "{e}");
+        }
+        Err(e) => panic!("want the volume's EIO, got {e}"),
+        Ok(_) => panic!("opened through a failing volume"),
+    }
+    assert!(
+        !topic.join("0").exists(),
+        "a partition directory was created"
+    );
+}
+
 /// A takeover whose listing names a manifest that is gone (a stale view)
 /// neither fails as a storage error nor opens from the old manifest: it is
 /// refused as `StaleView`, writes nothing, and the re-drive, once the view
