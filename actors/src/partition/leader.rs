@@ -687,15 +687,28 @@ impl PartitionLeader {
                 // it was refused. Not a storage failure: stay down for good.
                 return self.halted(Halt::Fenced, ctx);
             }
-            Err(e @ (LogError::StaleView { .. } | LogError::TopicDirMissing { .. })) => {
-                // Our view of the directory lags (NFS attribute caches), or
-                // the topic's directory is gone while we still hold a grant
-                // (the controller withdraws it): no storage fault. Re-drive
-                // soon, not on a storage failure's growing backoff (which
-                // reached 6.4 s); clients are told to retry as during any
-                // leader change.
+            Err(e @ LogError::TopicDirMissing { .. }) => {
+                // The topic's directory is not visible here yet (a topic
+                // re-created by another host, NFS caches) or is gone while
+                // we still hold a grant (the controller withdraws it): no
+                // storage fault, clients retry as during any leader change.
+                // On the growing backoff all the same: a data volume not
+                // mounted at all makes every topic "missing", and 10,000
+                // partitions retrying every 200 ms would flood the log and
+                // the volume.
+                self.failures += 1;
+                let backoff = Duration::from_millis(100u64 << self.failures.min(6));
+                tracing::warn!(topic = %self.spec.topic, partition = self.spec.partition, error = %e, ?backoff, "partition open: topic directory not visible; retrying");
+                self.set_error(Some(PartitionError::NotLeader(e.to_string())));
+                ctx.run_later(backoff, |_, ctx| ctx.stop());
+                return;
+            }
+            Err(e @ LogError::StaleView { .. }) => {
+                // Our view of the directory lags (NFS attribute caches):
+                // no storage fault. Re-drive soon; clients are told to
+                // retry as during any leader change.
                 let backoff = Duration::from_millis(200);
-                tracing::warn!(topic = %self.spec.topic, partition = self.spec.partition, error = %e, ?backoff, "partition open sees a stale or missing directory; retrying");
+                tracing::warn!(topic = %self.spec.topic, partition = self.spec.partition, error = %e, ?backoff, "partition open sees a stale directory; retrying");
                 self.set_error(Some(PartitionError::NotLeader(e.to_string())));
                 ctx.run_later(backoff, |_, ctx| ctx.stop());
                 return;
