@@ -236,6 +236,12 @@ pub struct BrokerArgs {
         default_value_t = false
     )]
     pub allow_disqualified_substrate: bool,
+    /// Found a new cluster over a data directory that holds topics but no
+    /// cluster stamp (`.cluster-id.json`), when the cluster directory holds
+    /// no cluster either. Without it such a start is refused: those topics
+    /// were written by a cluster whose state is elsewhere.
+    #[arg(long, env = "KAAS_ADOPT_UNSTAMPED_DATA_DIR", default_value_t = false)]
+    pub adopt_unstamped_data_dir: bool,
 }
 
 impl BrokerArgs {
@@ -272,6 +278,18 @@ impl BrokerArgs {
             );
         }
         Ok(())
+    }
+
+    /// The two directories, for [`kaas_volume::binding`].
+    pub fn binding_dirs<'a>(
+        &'a self,
+        cluster: &'a std::path::Path,
+    ) -> kaas_volume::binding::Dirs<'a> {
+        kaas_volume::binding::Dirs {
+            data: &self.data_dir,
+            cluster,
+            adopt_unstamped: self.adopt_unstamped_data_dir,
+        }
     }
 
     /// The cluster directory actually used.

@@ -25,9 +25,16 @@ use tokio::net::TcpListener;
 pub fn run(args: BrokerArgs) -> anyhow::Result<()> {
     args.validate_listeners()?;
     let fs: SharedFs = Arc::new(RealFs);
+    let cluster_dir = args.cluster_dir();
+    // One volume, one cluster: before anything is written to either
+    // directory, a data directory that names another cluster (or a cluster
+    // directory that names none while the data names one) is refused.
+    let binding_on = !test_only_skip_binding();
+    if binding_on {
+        kaas_volume::binding::preflight(fs.as_ref(), &args.binding_dirs(&cluster_dir))?;
+    }
     fs.create_dir_all(&args.data_dir)
         .with_context(|| format!("creating data dir {}", args.data_dir.display()))?;
-    let cluster_dir = args.cluster_dir();
     fs.create_dir_all(&cluster_dir)
         .with_context(|| format!("creating cluster dir {}", cluster_dir.display()))?;
     crate::substrate_cmd::startup_gate(
@@ -61,7 +68,14 @@ pub fn run(args: BrokerArgs) -> anyhow::Result<()> {
         idle_close_ms = args.segment_idle_close_ms,
         "segment files open on demand"
     );
-    let cluster_id = cluster_id(&fs, &cluster_dir)?;
+    let (cluster_id, binding) = if binding_on {
+        let b = kaas_volume::binding::bind(fs.as_ref(), &args.binding_dirs(&cluster_dir))?;
+        tracing::info!(cluster_id = %b.cluster_id, data_dir = %args.data_dir.display(), cluster_dir = %cluster_dir.display(), "data directory bound to its cluster");
+        (b.cluster_id.clone(), Some(Arc::new(b)))
+    } else {
+        tracing::warn!("KAAS_TEST_ONLY_SKIP_VOLUME_BINDING: the data directory is not bound to this cluster (a test hook; never in production)");
+        (cluster_id(&fs, &cluster_dir)?, None)
+    };
     let shards = kaas_actors::group::shard::ShardCount::new(args.group_shards).unwrap_or_default();
     kaas_actors::group::shard::read_or_create_count(
         fs.as_ref(),
@@ -128,6 +142,7 @@ pub fn run(args: BrokerArgs) -> anyhow::Result<()> {
             fd_budget.clone(),
             shared.clone(),
             cluster_id.clone(),
+            binding,
             catalog,
             pids,
             handles,
@@ -422,6 +437,14 @@ fn bind(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpSocket> {
     s.set_reuseaddr(true)?;
     s.bind(addr)?;
     Ok(s)
+}
+
+/// The test-only hook that starts a broker without binding the data
+/// directory to its cluster (no stamp check at start, none at partition
+/// opens): the e2e test of the leaders' successor probe, which must hold
+/// on its own, uses it to start a second cluster over one data directory.
+fn test_only_skip_binding() -> bool {
+    std::env::var_os("KAAS_TEST_ONLY_SKIP_VOLUME_BINDING").is_some_and(|v| v == "1")
 }
 
 /// The cluster id, created once with the exclusive-create primitive (see

@@ -63,6 +63,9 @@ pub struct Broker {
     pub shared: Arc<Shared>,
     /// Cluster id reported in Metadata / DescribeCluster.
     pub cluster_id: String,
+    /// The data directory's binding to this cluster, verified by every
+    /// partition open (`None` only under the test-only hook).
+    binding: Option<Arc<kaas_volume::binding::Binding>>,
     /// Topics of the newest assignment applied.
     pub topics: TopicsView,
     /// The topic catalog actor (creates and deletes topic directories).
@@ -146,6 +149,7 @@ impl Broker {
         fd_budget: Arc<kaas_volume::fs::FdBudget>,
         shared: Arc<Shared>,
         cluster_id: String,
+        binding: Option<Arc<kaas_volume::binding::Binding>>,
         catalog: Mailbox<TopicCatalog>,
         pids: Mailbox<ProducerIdBlocks>,
         arbiters: Vec<actix::ArbiterHandle>,
@@ -155,6 +159,7 @@ impl Broker {
             leader_fs: fs,
             shared,
             cluster_id,
+            binding,
             topics: Arc::default(),
             catalog,
             pids,
@@ -562,6 +567,7 @@ impl Broker {
                 broker_id: self.shared.broker_id,
                 incarnation: inc,
             }),
+            binding: self.binding.clone(),
             on_fenced: Some({
                 let shared = self.shared.clone();
                 let topic = topic.to_owned();

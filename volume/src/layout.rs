@@ -61,6 +61,9 @@ pub const TEMP_PREFIX: &str = ".tmp-";
 pub const SUBSTRATE_SCRATCH_PREFIX: &str = ".kaas-substrate-check-";
 /// The cluster id, inside the cluster directory.
 pub const CLUSTER_ID: &str = "cluster-id";
+/// The data directory's binding to one cluster, inside the data directory:
+/// `{"cluster_id": …}`, created once (see [`crate::binding`]).
+pub const DATA_STAMP: &str = ".cluster-id.json";
 /// The assignment checkpoint, inside the cluster directory: the whole map
 /// as of the version it carries (written temp → rename; before the history
 /// existed, the only assignment file).

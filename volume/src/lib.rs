@@ -5,6 +5,7 @@
 //!   fault-injecting twin, and the read-only view handed to code that must
 //!   not write;
 //! * [`cluster_id`] — the cluster id, created once;
+//! * [`binding`] — the data directory bound to one cluster (its stamp);
 //! * [`layout`] — every name on the volume and its parser;
 //! * [`identity`] — the one exclusive-create-with-identity primitive (leader
 //!   claims, controller epochs, producer-id blocks, the cluster id);
@@ -17,6 +18,7 @@
 //!   exclusively created versions (a compare-and-set on the version);
 //! * [`substrate`] — the checker that refuses a mount breaking the contract.
 
+pub mod binding;
 pub mod cluster_id;
 pub mod fs;
 pub mod identity;

@@ -18,7 +18,7 @@
 //! fsync on the blocking pool and feeds the result back here, and turns a
 //! [`Halt`] into a stop of the actor.
 
-use super::log::{LogError, PartitionLog, SyncTarget};
+use super::log::{successor_claimed, LogError, PartitionLog, SuccessorClaimed, SyncTarget};
 use super::messages::{AppendTicket, PartitionError, Placed};
 use super::producers::SequenceError;
 use crate::clock::SharedClock;
@@ -65,6 +65,12 @@ pub enum Halt {
     /// The volume failed: every waiter was failed with this error; restart
     /// and recover from what is durable (a failed fsync is never retried).
     Failed(PartitionError),
+    /// A later epoch of the partition was claimed while we lead it (see
+    /// [`super::log::SyncTarget::sync`]): every waiter was failed with
+    /// NOT_LEADER and the log dropped without another write, as for
+    /// [`Halt::Fenced`]. Stay down; report the claim so a grant above it
+    /// can be asked for.
+    Superseded(SuccessorClaimed),
 }
 
 /// Why an append was refused.
@@ -250,7 +256,20 @@ impl CommitGate {
         if refused(&e) {
             return self.fence();
         }
+        if let LogError::Io(io) = &e {
+            if let Some(s) = successor_claimed(io) {
+                return self.superseded(s.clone());
+            }
+        }
         self.fail(storage(e))
+    }
+
+    /// A successor claimed the partition: like a lapsed lease, nothing
+    /// more is acknowledged or written (see [`Halt::Superseded`]).
+    fn superseded(&mut self, s: SuccessorClaimed) -> Halt {
+        self.fail_waiters(PartitionError::NotLeader(s.to_string()));
+        self.take_log();
+        Halt::Superseded(s)
     }
 
     /// Fail every waiter, remember where the file stopped being
@@ -476,6 +495,11 @@ impl CommitGate {
             if is_fenced(&e) {
                 return Err(self.fence());
             }
+            // The fsync succeeded, but a successor claimed the partition
+            // before we could acknowledge it.
+            if let Some(s) = successor_claimed(&e) {
+                return Err(self.superseded(s.clone()));
+            }
             // A full volume (NFS reports it at write-back, so at fsync):
             // nothing past the durable point is kept — its appends fail,
             // unacknowledged — and the partition stays up for reads and
@@ -638,7 +662,7 @@ pub(crate) mod tests {
     use bytes::Bytes;
     use kaas_protocol::batch::{validate_batches, BatchInfo};
     use kaas_volume::fs::fault::FaultFs;
-    use kaas_volume::fs::SharedFs;
+    use kaas_volume::fs::{RealFs, SharedFs};
     use std::time::Duration;
 
     const LEASE: Duration = Duration::from_secs(3);
@@ -693,6 +717,7 @@ pub(crate) mod tests {
                 incarnation: 1,
             }),
             guard: Some(Arc::new(LeaseGuard::new(lease.clone(), 1))),
+            binding: None,
         };
         PartitionLog::open_as(fs, pdir, 1, who, cfg, now_ms, None).unwrap()
     }
@@ -704,7 +729,7 @@ pub(crate) mod tests {
 
     fn fsync(r: &mut Rig) -> Result<(), Halt> {
         let t = r.gate.begin_sync().expect("something to sync");
-        let res = t.file.sync_data();
+        let res = t.sync();
         r.gate.synced(t, res)
     }
 
@@ -1016,6 +1041,47 @@ pub(crate) mod tests {
             dup.try_recv().unwrap(),
             Err(PartitionError::Storage(_))
         ));
+    }
+
+    /// Catches: a leader whose lease is fine acknowledging records after
+    /// the next epoch of its partition was claimed by a writer its own
+    /// cluster does not know (a second cluster over the volume): the
+    /// successor recovers our tail only as of its claim, so those
+    /// acknowledgements would be lost. What an fsync before the claim
+    /// covered is acknowledged; nothing after it is, and nothing more is
+    /// written.
+    #[test]
+    fn a_successor_claim_stops_acknowledgements_at_the_next_fsync() {
+        let mut r = rig(LogConfig::default());
+        let pdir = r._dir.path().join("t").join("0");
+        let mut a = append(&mut r, 1);
+        fsync(&mut r).unwrap();
+        assert_eq!(a.try_recv().unwrap(), Ok(1));
+        let mut b = append(&mut r, 1);
+        // Another cluster's broker claims epoch 2 (the rig leads epoch 1).
+        let foreign = ClaimOwner {
+            broker_id: 7,
+            incarnation: 99,
+        };
+        assert_eq!(
+            crate::partition::claim::claim(&RealFs, &pdir, 2, foreign).unwrap(),
+            crate::partition::claim::Claimed::Ours
+        );
+        match fsync(&mut r) {
+            Err(Halt::Superseded(s)) => {
+                assert_eq!((s.epoch, s.owner), (2, Some(foreign)));
+            }
+            other => panic!("want Superseded, got {other:?}"),
+        }
+        assert!(matches!(
+            b.try_recv().unwrap(),
+            Err(PartitionError::NotLeader(_))
+        ));
+        assert_eq!(*r.hw.borrow(), 1, "the high watermark stopped at the claim");
+        let ops = r.fs.ops();
+        let (c, infos) = batch(1);
+        assert!(r.gate.append(&c, &infos, true).is_err());
+        assert_eq!(r.fs.ops(), ops, "nothing written after the claim was seen");
     }
 
     #[test]

@@ -99,6 +99,10 @@ pub struct LeaderSpec {
     /// Who claims the epoch before writing under it ([`super::claim`]).
     /// `None` only in unit tests.
     pub owner: Option<ClaimOwner>,
+    /// The data directory's binding to this broker's cluster, re-read by
+    /// every open before it claims an epoch. `None` only in unit tests and
+    /// under the broker's test-only hook.
+    pub binding: Option<Arc<kaas_volume::binding::Binding>>,
     /// Called when the open finds our epoch claimed by another leader, or a
     /// higher epoch on disk: with the epoch found and, if known, the leader
     /// that claimed it, so the broker can ask for a grant above it.
@@ -260,7 +264,8 @@ impl Writer {
                 continue;
             };
             let start = std::time::Instant::now();
-            let r = t.file.sync_data();
+            // The fsync, then the successor probe (see `SyncTarget::sync`).
+            let r = t.sync();
             let took = start.elapsed();
             if r.is_ok() {
                 self.stats.fsynced(took);
@@ -299,6 +304,7 @@ fn refusal_error(r: Refused) -> PartitionError {
         Refused::Sequence(e) => super::commit::sequence(e),
         Refused::Halted(Halt::Fenced) => PartitionError::NotLeader("broker lease lapsed".into()),
         Refused::Halted(Halt::Failed(e)) => e,
+        Refused::Halted(Halt::Superseded(s)) => PartitionError::NotLeader(s.to_string()),
     }
 }
 
@@ -547,6 +553,21 @@ impl PartitionLeader {
                 tracing::error!(topic = %self.spec.topic, partition = self.spec.partition, error = %err, "partition leader failed; restarting");
                 self.set_error(Some(err));
             }
+            Halt::Superseded(s) => {
+                // Not a lease lapse: our lease is fine, but the next epoch
+                // was claimed under us — by our own controller's next
+                // grant (then the watcher stops us anyway), or by a writer
+                // this cluster does not know (a second cluster over the
+                // volume, a bug): loud, and reported so a grant above it
+                // can be asked for.
+                tracing::error!(topic = %self.spec.topic, partition = self.spec.partition, epoch = self.spec.epoch, claimed = s.epoch, owner = ?s.owner, "a later epoch of this partition was claimed while we lead it: acknowledging nothing more");
+                if let Some(report) = &self.spec.on_fenced {
+                    (report.0)(s.epoch, s.owner);
+                }
+                *self.reader.write().unwrap() = None;
+                self.stopping = true;
+                self.set_error(Some(PartitionError::NotLeader(s.to_string())));
+            }
         }
         ctx.stop();
     }
@@ -617,6 +638,7 @@ impl Actor for PartitionLeader {
         // incarnation this leadership was granted to.
         let who = Claimant {
             owner: self.spec.owner,
+            binding: self.spec.binding.clone(),
             guard: self.spec.lease.clone().map(|(lease, inc)| {
                 Arc::new(LeaseGuard::new(lease, inc)) as Arc<dyn kaas_volume::fs::WriteGuard>
             }),
@@ -687,6 +709,17 @@ impl PartitionLeader {
                 // it was refused. Not a storage failure: stay down for good.
                 return self.halted(Halt::Fenced, ctx);
             }
+            Err(e @ LogError::ForeignVolume { .. }) => {
+                // The data directory no longer names our cluster: writing
+                // here would be a second cluster's writer. Nothing was
+                // claimed. Re-driven on the growing backoff, loudly.
+                self.failures += 1;
+                let backoff = Duration::from_millis(100u64 << self.failures.min(6));
+                tracing::error!(topic = %self.spec.topic, partition = self.spec.partition, error = %e, ?backoff, "partition open refused: the data directory is not bound to this cluster");
+                self.set_error(Some(PartitionError::NotLeader(e.to_string())));
+                ctx.run_later(backoff, |_, ctx| ctx.stop());
+                return;
+            }
             Err(e @ LogError::TopicDirMissing { .. }) => {
                 // The topic's directory is not visible here yet (a topic
                 // re-created by another host, NFS caches) or is gone while
@@ -754,7 +787,7 @@ impl PartitionLeader {
         let stopped = self.gate_drained().stop();
         match stopped {
             Ok(()) => {}
-            Err(Halt::Fenced) => return self.halted(Halt::Fenced, ctx),
+            Err(h @ (Halt::Fenced | Halt::Superseded(_))) => return self.halted(h, ctx),
             Err(Halt::Failed(e)) => {
                 tracing::error!(topic = %self.spec.topic, partition = self.spec.partition, error = %e, "close failed; next open recovers");
             }
@@ -1169,6 +1202,7 @@ mod tests {
             retention_check: Duration::from_secs(60),
             lease: None,
             owner: None,
+            binding: None,
             on_fenced: None,
         }
     }

@@ -163,6 +163,19 @@ pub enum LogError {
         /// The topic directory looked up.
         path: PathBuf,
     },
+    /// The data directory's stamp does not name this broker's cluster
+    /// (another cluster's, or none): nothing was claimed or written.
+    #[error(
+        "data directory stamp {stamp} names cluster {found}, not ours ({ours}): refusing to write"
+    )]
+    ForeignVolume {
+        /// The stamp file.
+        stamp: PathBuf,
+        /// Our cluster id.
+        ours: String,
+        /// What the stamp names ("none" when absent or empty).
+        found: String,
+    },
     /// Offsets would overflow i64 / a segment would exceed u32 positions.
     #[error("offset overflow")]
     Overflow,
@@ -393,6 +406,8 @@ pub struct LogView {
 pub struct SyncTarget {
     /// The active segment's handle (held open until the fsync is done).
     pub file: Arc<dyn WriteFile>,
+    /// The successor probe: the seam and the next epoch's claim.
+    successor: Option<(SharedFs, PathBuf, i32)>,
     seg: Arc<SegView>,
     /// Bytes written when the target was taken.
     pub pos: u64,
@@ -400,6 +415,56 @@ pub struct SyncTarget {
     pub next_offset: i64,
     max_ts: i64,
     max_ts_pos: u64,
+}
+
+impl SyncTarget {
+    /// fsync the active segment, then look up the next epoch's claim by
+    /// exact name: what this fsync made durable may only be acknowledged if
+    /// no successor has claimed the partition yet. A successor (a leader
+    /// of another cluster over the same volume, a bug, a hand-made file)
+    /// reads our tail only after its claim, so everything fsynced before a
+    /// probe that finds no claim is in the log it recovers. Found, it is
+    /// the error [`successor_claimed`] recognises: the gate fails the
+    /// waiters with NOT_LEADER and stops acknowledging for good.
+    ///
+    /// Cost: one exact-name lookup per group commit (at most one per
+    /// fsync; an idle partition makes none), no listing: on NFS one LOOKUP
+    /// round trip (a negative one, served by the server under
+    /// `lookupcache=positive`), on a local disk a failed `open`.
+    pub fn sync(&self) -> io::Result<()> {
+        self.file.sync_data()?;
+        if let Some((fs, path, epoch)) = &self.successor {
+            if kaas_volume::fs::exists(fs.as_ref(), path)? {
+                let dir = path.parent().unwrap_or(Path::new("."));
+                let owner = claim_owner(fs.as_ref(), dir, *epoch);
+                return Err(io::Error::other(SuccessorClaimed {
+                    epoch: *epoch,
+                    owner,
+                    path: path.clone(),
+                }));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The next epoch of the partition was claimed while we lead it (see
+/// [`SyncTarget::sync`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("epoch {epoch} of this partition was claimed ({path}) by {owner:?}: a successor owns it")]
+pub struct SuccessorClaimed {
+    /// The claimed epoch (ours + 1).
+    pub epoch: i32,
+    /// Who claimed it, if readable.
+    pub owner: Option<ClaimOwner>,
+    /// The claim file.
+    pub path: PathBuf,
+}
+
+/// The successor claim behind `e`, if that is what it is.
+pub fn successor_claimed(e: &io::Error) -> Option<&SuccessorClaimed> {
+    e.get_ref()
+        .and_then(|i| i.downcast_ref::<SuccessorClaimed>())
 }
 
 /// Result of an append.
@@ -426,6 +491,9 @@ pub struct Claimant {
     /// What every write of the log must pass (the broker lease); `None`
     /// only in tests.
     pub guard: Option<Arc<dyn WriteGuard>>,
+    /// The data directory's binding to our cluster, verified before the
+    /// claim; `None` only in tests (and the broker's test-only hook).
+    pub binding: Option<Arc<kaas_volume::binding::Binding>>,
 }
 
 impl std::fmt::Debug for Claimant {
@@ -433,6 +501,7 @@ impl std::fmt::Debug for Claimant {
         f.debug_struct("Claimant")
             .field("owner", &self.owner)
             .field("guarded", &self.guard.is_some())
+            .field("bound", &self.binding.is_some())
             .finish()
     }
 }
@@ -441,6 +510,10 @@ impl std::fmt::Debug for Claimant {
 pub struct PartitionLog {
     /// The capability every write goes through (won with the claim).
     writer: EpochWriter,
+    /// `leader-e<E+1>.claim`, looked up by exact name after every fsync
+    /// and before the acknowledgements it covers ([`SyncTarget::sync`]);
+    /// `None` for a log opened without a claim (tests of one process).
+    successor_claim: Option<PathBuf>,
 
     dir: PathBuf,
     cfg: LogConfig,
@@ -524,7 +597,11 @@ impl PartitionLog {
         now_ms: i64,
         durable: Option<(i64, u64)>,
     ) -> Result<Self, LogError> {
-        let Claimant { owner, guard } = who;
+        let Claimant {
+            owner,
+            guard,
+            binding,
+        } = who;
         // Only the partition directory is created here, never its topic:
         // a topic directory that is gone was deleted, and must stay gone.
         match dir.parent() {
@@ -602,6 +679,20 @@ impl PartitionLog {
                     ours: epoch,
                     found,
                     owner: claim_owner(fs.as_ref(), dir, found),
+                });
+            }
+        }
+        // One volume, one cluster: a data directory whose stamp names
+        // another cluster (or none) is not ours to claim an epoch in.
+        if let Some(b) = &binding {
+            if let Err(found) = b
+                .verify(fs.as_ref())
+                .map_err(|e| at(e, "reading the data directory stamp", &b.stamp))?
+            {
+                return Err(LogError::ForeignVolume {
+                    stamp: b.stamp.clone(),
+                    ours: b.cluster_id.clone(),
+                    found: found.unwrap_or_else(|| "none".into()),
                 });
             }
         }
@@ -872,6 +963,7 @@ impl PartitionLog {
         };
         Ok(Self {
             writer,
+            successor_claim: owner.map(|_| dir.join(claim::claim_name(epoch.saturating_add(1)))),
             dir: dir.to_path_buf(),
             cfg,
             epoch,
@@ -1245,6 +1337,10 @@ impl PartitionLog {
         };
         Some(SyncTarget {
             file,
+            successor: self
+                .successor_claim
+                .clone()
+                .map(|p| (self.writer.shared(), p, self.epoch.saturating_add(1))),
             seg: self.active_seg.clone(),
             pos: self.write_pos,
             next_offset: self.next_offset,
@@ -1338,7 +1434,7 @@ impl PartitionLog {
     /// fsync inline (tests, roll, close).
     pub fn sync_now(&mut self) -> Result<i64, LogError> {
         if let Some(t) = self.sync_target() {
-            t.file.sync_data()?;
+            t.sync()?;
             return Ok(self.complete_sync(t));
         }
         Ok(self.high_watermark())

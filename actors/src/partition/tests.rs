@@ -585,6 +585,7 @@ fn open_as(
         Claimant {
             owner: Some(owner),
             guard: None,
+            binding: None,
         },
         cfg(),
         1_000,
@@ -1857,4 +1858,61 @@ fn a_segment_replaced_under_its_name_while_closed_is_refused() {
     let b = batch(&["c"], 200);
     let infos = validate_batches(&b).unwrap();
     assert!(log.append(&b, &infos).is_err());
+}
+
+/// Catches: a partition open claiming an epoch in a data directory whose
+/// stamp names another cluster (or none): the second-cluster-over-one-volume
+/// data loss at the partition. Refused before the claim, nothing written.
+#[test]
+fn an_open_in_a_data_directory_bound_to_another_cluster_claims_nothing() {
+    use kaas_volume::binding::{Binding, DataStamp};
+    use kaas_volume::identity::Identity;
+    let d = tempfile::tempdir().unwrap();
+    let data = d.path();
+    let dir = data.join("t").join("0");
+    std::fs::create_dir_all(data.join("t")).unwrap();
+    let stamp = data.join(kaas_volume::layout::DATA_STAMP);
+    let ours = Arc::new(Binding {
+        cluster_id: "ours".into(),
+        stamp: stamp.clone(),
+    });
+    let open = |binding| {
+        PartitionLog::open_as(
+            Arc::new(RealFs),
+            &dir,
+            1,
+            Claimant {
+                owner: Some(A),
+                guard: None,
+                binding: Some(binding),
+            },
+            cfg(),
+            1_000,
+            None,
+        )
+    };
+    for (content, want) in [(None, "none"), (Some("theirs"), "theirs")] {
+        if let Some(id) = content {
+            let s = DataStamp {
+                cluster_id: id.to_owned(),
+            };
+            std::fs::write(&stamp, s.encode()).unwrap();
+        }
+        match open(ours.clone()) {
+            Err(LogError::ForeignVolume { found, ours, .. }) => {
+                assert_eq!((found.as_str(), ours.as_str()), (want, "ours"))
+            }
+            Err(e) => panic!("want ForeignVolume, got {e}"),
+            Ok(_) => panic!("want ForeignVolume, got an open log"),
+        }
+        assert!(
+            !dir.join(claim_name(1)).exists(),
+            "nothing claimed in a foreign volume"
+        );
+    }
+    let s = DataStamp {
+        cluster_id: "ours".into(),
+    };
+    std::fs::write(&stamp, s.encode()).unwrap();
+    assert!(open(ours).is_ok(), "our own stamp opens");
 }
