@@ -14,6 +14,7 @@ pub mod fetch_session;
 pub mod http;
 pub mod inspect;
 pub mod limits;
+pub mod move_cmd;
 pub mod peer;
 pub mod quota;
 pub mod reserve;

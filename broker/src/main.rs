@@ -7,7 +7,7 @@
 //! the `kaas_broker` library (`lib.rs`).
 
 use clap::{Parser, Subcommand};
-use kaas_broker::{config, dev, inspect, server, substrate_cmd};
+use kaas_broker::{config, dev, inspect, move_cmd, server, substrate_cmd};
 
 #[derive(Parser)]
 #[command(
@@ -29,6 +29,9 @@ enum Cmd {
     /// Show a cluster's files offline (read-only): assignment, brokers,
     /// controller epochs, per partition manifests, segments and claims.
     Inspect(inspect::InspectArgs),
+    /// Move a stopped cluster's state to another cluster directory
+    /// (crash-safe: run it again after any failure to finish).
+    MoveClusterDir(move_cmd::MoveClusterDirArgs),
     /// Check that a mount honours the substrate contract.
     SubstrateCheck(substrate_cmd::SubstrateCheckArgs),
     /// Internal: a probe process started by substrate-check.
@@ -66,6 +69,13 @@ fn main() {
             Ok(c) => c,
             Err(e) => {
                 eprintln!("kaas inspect: {e:#}");
+                1
+            }
+        },
+        Cmd::MoveClusterDir(args) => match move_cmd::run(&args) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("kaas move-cluster-dir: {e:#}");
                 1
             }
         },

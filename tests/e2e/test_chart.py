@@ -9,9 +9,13 @@
 * invariants on the rendered YAML: one shared RWX data claim, the
   control-plane volume at KAAS_CLUSTER_DIR, env and flags that `kaas broker`
   really has (parsed from its --help), ports wired to the listeners, broker
-  id from the pod ordinal, grace period above the shutdown timeout;
+  id from the pod ordinal, grace period above the shutdown timeout, the
+  StatefulSet's record of where the cluster state lives
+  (kaas.io/cluster-dir; the upgrade guard that reads it back needs an API
+  server: test_chart_upgrade.py);
 * values.schema.json refusals (a claim without ReadWriteMany, lease timings
-  under which two operators could lead at once);
+  under which two operators could lead at once) and render-time ones (a
+  cluster or data dir set through extraEnv / extraArgs);
 * the brokers as the chart runs them: the rendered StatefulSet's command,
   args and env, with the pod's name and ordinal substituted and the mount
   paths and addresses mapped onto temp dirs and loopback, started as real
@@ -174,12 +178,32 @@ def test_every_values_file_is_exercised():
     "operator.leaderElection.retryMs=10000",  # == the renew deadline
     "broker.terminationGracePeriodSeconds=15",  # == the 15 s shutdown timeout
     "storage.data.mountPath=relative/path",
+    "storage.controlPlane.movedFrom=/var/lib/kaas/cluster",  # a cluster-dir value, not a path
 ])
 def test_refused_values(helm_name, setting):
     r = run_helm(helm_name, "template", RELEASE, str(CHART), "--set", setting)
     assert r.returncode != 0, f"{setting} rendered"
     key = setting.split("=")[0].split(".")[-1]
     assert key in r.stderr or "must exceed" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("helm_name", HELMS)
+@pytest.mark.parametrize("sets", [
+    ("broker.extraEnv[0].name=KAAS_CLUSTER_DIR", "broker.extraEnv[0].value=/elsewhere"),
+    ("broker.extraEnv[0].name=KAAS_DATA_DIR", "broker.extraEnv[0].value=/elsewhere"),
+    ("broker.extraArgs[0]=--cluster-dir=/elsewhere",),
+    ("broker.extraArgs={--data-dir,/elsewhere}",),
+], ids=["env-cluster-dir", "env-data-dir", "arg-cluster-dir", "arg-data-dir"])
+def test_dirs_only_through_storage_values(helm_name, sets):
+    """The StatefulSet records where the cluster state lives
+    (kaas.io/cluster-dir, checked on upgrade): extraEnv / extraArgs may not
+    move it, or the data dir, behind that record."""
+    args = ["template", RELEASE, str(CHART)]
+    for s in sets:
+        args += ["--set", s]
+    r = run_helm(helm_name, *args)
+    assert r.returncode != 0, f"{sets} rendered"
+    assert "set storage.controlPlane / storage.data instead" in r.stderr, r.stderr
 
 
 def test_rwx_with_more_modes_is_accepted():
@@ -214,6 +238,27 @@ def test_one_shared_rwx_data_claim(values):
                 assert v["persistentVolumeClaim"]["claimName"] == claim
     for p in pvcs.values():
         assert "ReadWriteMany" in p["spec"]["accessModes"], p["metadata"]["name"]
+
+
+@pytest.mark.parametrize("values", VALUES, ids=values_id)
+def test_statefulset_records_where_cluster_state_lives(values):
+    """kaas.io/cluster-dir on the StatefulSet (not the pod template: it
+    restarts nothing) names the claim mounted at KAAS_CLUSTER_DIR, or
+    "data" without one. The upgrade guard compares it with the next values
+    (test_chart_upgrade.py); without a cluster `lookup` finds nothing and
+    any values render, movedFrom included."""
+    sts = one(render(values), "StatefulSet")
+    rec = sts["metadata"]["annotations"]["kaas.io/cluster-dir"]
+    assert "kaas.io/cluster-dir" not in sts["spec"]["template"]["metadata"].get("annotations", {})
+    vols = {v["name"]: v for v in sts["spec"]["template"]["spec"]["volumes"]}
+    env = env_map(broker_container(sts))
+    if "control-plane" in vols:
+        assert rec == "claim:" + vols["control-plane"]["persistentVolumeClaim"]["claimName"]
+        assert "KAAS_CLUSTER_DIR" in env
+    else:
+        assert rec == "data" and "KAAS_CLUSTER_DIR" not in env
+    moved = render(values, sets=("storage.controlPlane.movedFrom=data",))
+    assert one(moved, "StatefulSet")["metadata"]["annotations"]["kaas.io/cluster-dir"] == rec
 
 
 @pytest.mark.parametrize("values", VALUES, ids=values_id)

@@ -88,7 +88,10 @@ const CLUSTER_ID_ABANDON: Duration = Duration::from_millis(300);
 /// How many consecutive observations must agree on a refusal.
 const REFUSALS_TO_BELIEVE: u32 = 3;
 /// The pause between two observations that refuse.
+#[cfg(not(test))]
 const REFUSAL_RECHECK: Duration = Duration::from_millis(300);
+#[cfg(test)]
+const REFUSAL_RECHECK: Duration = Duration::from_millis(10);
 /// How long [`bind`] re-drives before it gives up.
 const BIND_DEADLINE: Duration = Duration::from_secs(60);
 
@@ -455,6 +458,7 @@ pub fn bind(fs: &dyn Fs, dirs: &Dirs<'_>) -> Result<Binding, BindError> {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests build fixtures and play other hosts with std::fs
 mod tests {
     use super::*;
     use crate::fs::fault::FaultFs;

@@ -6,6 +6,8 @@
 //!   not write;
 //! * [`cluster_id`] — the cluster id, created once;
 //! * [`binding`] — the data directory bound to one cluster (its stamp);
+//! * [`cluster_move`] — moving a stopped cluster's state to another
+//!   cluster directory;
 //! * [`layout`] — every name on the volume and its parser;
 //! * [`identity`] — the one exclusive-create-with-identity primitive (leader
 //!   claims, controller epochs, producer-id blocks, the cluster id);
@@ -20,6 +22,7 @@
 
 pub mod binding;
 pub mod cluster_id;
+pub mod cluster_move;
 pub mod fs;
 pub mod identity;
 pub mod layout;
