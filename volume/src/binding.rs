@@ -81,7 +81,7 @@ pub const EMPTY_ABANDON: Duration = Duration::from_millis(300);
 
 /// How long an empty `cluster-id` is waited out (see [`cluster_id`]).
 #[cfg(not(test))]
-const CLUSTER_ID_ABANDON: Duration = Duration::from_secs(10);
+const CLUSTER_ID_ABANDON: Duration = Duration::from_secs(5);
 #[cfg(test)]
 const CLUSTER_ID_ABANDON: Duration = Duration::from_millis(300);
 
