@@ -69,6 +69,9 @@ pub struct Report {
     pub cluster_dir: PathBuf,
     /// The cluster id, if written.
     pub cluster_id: Option<String>,
+    /// The cluster the data directory's stamp (`.cluster-id.json`) names,
+    /// if stamped: the one cluster that may write it.
+    pub data_cluster_id: Option<String>,
     /// The assignment file.
     pub assignment: Option<Assignment>,
     /// Broker records.
@@ -291,6 +294,18 @@ pub fn inspect(fs: &ReadFs, data: &Path, cluster: &Path, only_topic: Option<&str
         .read(&cluster.join(layout::CLUSTER_ID))
         .ok()
         .map(|b| String::from_utf8_lossy(&b).trim().to_owned());
+    let data_cluster_id = fs
+        .read(&data.join(layout::DATA_STAMP))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<kaas_volume::binding::DataStamp>(&b).ok())
+        .map(|s| s.cluster_id);
+    if let (Some(d), Some(c)) = (&data_cluster_id, &cluster_id) {
+        if d != c {
+            problems.push(format!(
+                "the data directory belongs to cluster {d}, but this cluster directory is cluster {c}: brokers refuse to start on this pair"
+            ));
+        }
+    }
     // The checkpoint folded forward through the history (a torn newest
     // version is reported, not applied).
     let assignment: Option<Assignment> = match kaas_actors::cluster::history::read_current(
@@ -410,6 +425,7 @@ pub fn inspect(fs: &ReadFs, data: &Path, cluster: &Path, only_topic: Option<&str
         data_dir: data.to_owned(),
         cluster_dir: cluster.to_owned(),
         cluster_id,
+        data_cluster_id,
         assignment,
         brokers,
         controller_epochs,
@@ -437,6 +453,13 @@ impl Report {
             o,
             "cluster id   {}",
             self.cluster_id.as_deref().unwrap_or("(none)")
+        );
+        let _ = writeln!(
+            o,
+            "data stamp   {}",
+            self.data_cluster_id
+                .as_deref()
+                .unwrap_or("(none: not yet bound to a cluster)")
         );
         let _ = writeln!(o, "\n== controller epochs");
         for c in &self.controller_epochs {
@@ -806,6 +829,29 @@ mod tests {
         assert!(r.topics.is_empty() && r.brokers.is_empty() && r.assignment.is_none());
         // Nothing was created (not even the cluster directory).
         assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 0);
+    }
+
+    /// Catches: an on-call engineer not being told which cluster owns a
+    /// volume, or that the cluster directory they point at is another's.
+    #[test]
+    fn the_data_stamp_is_shown_and_a_mismatch_is_a_problem() {
+        let d = tempfile::tempdir().unwrap();
+        let (data, cp) = (d.path().join("data"), d.path().join("cp"));
+        std::fs::create_dir_all(&data).unwrap();
+        std::fs::create_dir_all(&cp).unwrap();
+        std::fs::write(data.join(layout::DATA_STAMP), br#"{"cluster_id":"aaa"}"#).unwrap();
+        std::fs::write(cp.join(layout::CLUSTER_ID), "bbb").unwrap();
+        let fs = (Arc::new(RealFs) as SharedFs).read_only();
+        let r = inspect(&fs, &data, &cp, None);
+        assert_eq!(r.data_cluster_id.as_deref(), Some("aaa"));
+        assert!(r.to_text().contains("data stamp   aaa"), "{}", r.to_text());
+        assert!(
+            r.problems
+                .iter()
+                .any(|p| p.contains("belongs to cluster aaa")),
+            "{:?}",
+            r.problems
+        );
     }
 
     #[test]

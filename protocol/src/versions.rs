@@ -29,9 +29,14 @@ use kafka_protocol::messages::{ApiKey, ApiVersionsResponse};
 ///   KIP-890 part 1, which the brokers send each other and serve.
 /// * Group APIs: OffsetCommit v9 / OffsetFetch v9 carry KIP-848 member
 ///   epochs (checked for consumer-protocol groups; librdkafka 2.16 sends v9
-///   with `group.protocol=consumer`), FindCoordinator v5+ a transaction
-///   error (KIP-890) and v6 share groups, DescribeGroups v6 an error message
-///   (KIP-1043): we stop below each. OffsetFetch v8 is the batched form.
+///   with `group.protocol=consumer`), DescribeGroups v6 an error message
+///   (KIP-1043): we stop below it. OffsetFetch v8 is the batched form.
+///   FindCoordinator v5 and v6 keep v4's schema: v5 only allows the
+///   TRANSACTION_ABORTABLE error (KIP-890), which kaas never answers
+///   there; v6 allows key type 2 (share groups, KIP-932), which kaas
+///   refuses per key with INVALID_REQUEST as a broker with share groups
+///   disabled does. A client that has seen Produce v13 sends v6
+///   (kafka-python pinned to (3, 9) or later did, and was disconnected).
 /// * ConsumerGroupHeartbeat v1 (KIP-1082: client-issued member ids, regex
 ///   subscriptions) is the only version librdkafka 2.16 sends;
 ///   ConsumerGroupDescribe v1 adds the member type.
@@ -42,7 +47,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Metadata, 0, 12),
     (ApiKey::OffsetCommit, 2, 9),
     (ApiKey::OffsetFetch, 1, 9),
-    (ApiKey::FindCoordinator, 0, 4),
+    (ApiKey::FindCoordinator, 0, 6),
     (ApiKey::JoinGroup, 0, 9),
     (ApiKey::Heartbeat, 0, 4),
     (ApiKey::LeaveGroup, 0, 5),
