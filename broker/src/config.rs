@@ -42,6 +42,22 @@ pub struct BrokerArgs {
         default_value_t = 3000
     )]
     pub group_initial_rebalance_delay_ms: u64,
+    /// group.min.session.timeout.ms: the shortest session timeout a classic
+    /// JoinGroup may ask for (shorter: INVALID_SESSION_TIMEOUT).
+    #[arg(
+        long,
+        env = "KAAS_GROUP_MIN_SESSION_TIMEOUT_MS",
+        default_value_t = 6_000
+    )]
+    pub group_min_session_timeout_ms: u64,
+    /// group.max.session.timeout.ms: the longest session timeout a classic
+    /// JoinGroup may ask for (longer: INVALID_SESSION_TIMEOUT).
+    #[arg(
+        long,
+        env = "KAAS_GROUP_MAX_SESSION_TIMEOUT_MS",
+        default_value_t = 1_800_000
+    )]
+    pub group_max_session_timeout_ms: u64,
     /// offsets.retention.minutes.
     #[arg(long, env = "KAAS_OFFSETS_RETENTION_MINUTES", default_value_t = 10080)]
     pub offsets_retention_minutes: i64,
@@ -280,6 +296,31 @@ impl BrokerArgs {
         Ok(())
     }
 
+    /// Refuse a classic-group session range no member could join: the
+    /// minimum above the maximum (Kafka requires min <= max too).
+    pub fn validate_groups(&self) -> anyhow::Result<()> {
+        if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms {
+            anyhow::bail!(
+                "--group-min-session-timeout-ms ({}) must not exceed \
+                 --group-max-session-timeout-ms ({})",
+                self.group_min_session_timeout_ms,
+                self.group_max_session_timeout_ms
+            );
+        }
+        Ok(())
+    }
+
+    /// The classic groups' settings for each coordinator shard.
+    pub fn group_config(&self) -> kaas_actors::group::classic::GroupConfig {
+        use std::time::Duration;
+        kaas_actors::group::classic::GroupConfig {
+            min_session: Duration::from_millis(self.group_min_session_timeout_ms),
+            max_session: Duration::from_millis(self.group_max_session_timeout_ms),
+            initial_rebalance_delay: Duration::from_millis(self.group_initial_rebalance_delay_ms),
+            ..Default::default()
+        }
+    }
+
     /// The two directories, for [`kaas_volume::binding`].
     pub fn binding_dirs<'a>(
         &'a self,
@@ -345,6 +386,27 @@ mod tests {
             args(&["--producer-id-expiration-ms", "60000"]).producer_id_expiration_ms,
             60_000
         );
+    }
+
+    #[test]
+    fn group_session_timeouts_default_to_kafkas_and_are_flags() {
+        let d = args(&[]).group_config();
+        assert_eq!(d.min_session, std::time::Duration::from_millis(6_000));
+        assert_eq!(d.max_session, std::time::Duration::from_millis(1_800_000));
+        let a = args(&[
+            "--group-min-session-timeout-ms",
+            "1000",
+            "--group-max-session-timeout-ms",
+            "60000",
+        ]);
+        a.validate_groups().unwrap();
+        let c = a.group_config();
+        assert_eq!(c.min_session, std::time::Duration::from_millis(1_000));
+        assert_eq!(c.max_session, std::time::Duration::from_millis(60_000));
+        let e = args(&["--group-min-session-timeout-ms", "2000000"])
+            .validate_groups()
+            .unwrap_err();
+        assert!(e.to_string().contains("must not exceed"), "{e}");
     }
 
     #[test]

@@ -24,6 +24,7 @@ use tokio::net::TcpListener;
 /// Run a broker until SIGTERM/SIGINT.
 pub fn run(args: BrokerArgs) -> anyhow::Result<()> {
     args.validate_listeners()?;
+    args.validate_groups()?;
     let fs: SharedFs = Arc::new(RealFs);
     let cluster_dir = args.cluster_dir();
     // One volume, one cluster: before anything is written to either

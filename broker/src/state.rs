@@ -15,7 +15,6 @@ use kaas_actors::cluster::records::{
     Assignment, FencedAt, PartitionAssignment, COORDINATOR_SHARDS,
 };
 use kaas_actors::cluster::watcher::LeaderSink;
-use kaas_actors::group::classic::GroupConfig;
 use kaas_actors::group::consumer::{ConsumerConfig, TopicMeta, TopicSource};
 use kaas_actors::group::coordinator::consumer::Topics;
 use kaas_actors::group::coordinator::{CoordinatorHandle, CoordinatorSpec, GroupCoordinator};
@@ -484,12 +483,7 @@ impl Broker {
                 incarnation: inc,
             }),
             on_fenced: Some(self.shard_fenced(shard)),
-            groups: GroupConfig {
-                initial_rebalance_delay: Duration::from_millis(
-                    self.args.group_initial_rebalance_delay_ms,
-                ),
-                ..GroupConfig::default()
-            },
+            groups: self.args.group_config(),
             log: ShardLogConfig::default(),
             retention_ms: self.args.offsets_retention_minutes.saturating_mul(60_000),
             consumer: ConsumerConfig {

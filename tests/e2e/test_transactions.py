@@ -359,6 +359,8 @@ def offset_fetch_or_none(addr, group, topic, partitions):
 
 @pytest.mark.broker_args("--transactional-id-expiration-ms", "1500")
 def test_a_timed_out_transaction_is_aborted_and_an_idle_id_expires(broker, topic_name):
+    # The topic exists: a TxnOffsetCommit of an unknown one is refused.
+    create_topic(broker.bootstrap, topic_name, 1)
     a = broker.addr
     txn = f"tx-{uuid.uuid4().hex[:8]}"
     pid, epoch = init_retrying(a, txn, timeout_ms=800)

@@ -1011,20 +1011,26 @@ impl ClassicGroups {
         out
     }
 
-    /// Whether an OffsetCommit by (`member_id`, `instance_id`,
-    /// `generation_id`) may be written, with Kafka's rules
-    /// (`GroupMetadata.validateOffsetCommit`): a commit with generation -1,
-    /// no member and no instance id is an admin / standalone commit, taken
-    /// only while the group has no members; any other commit must come from
-    /// a current member of the current generation, and not while the group
-    /// waits for its assignment. A commit during the join phase is taken (an
-    /// eager member commits before it rejoins).
+    /// Whether an OffsetCommit (or, `transactional`, a TxnOffsetCommit) by
+    /// (`member_id`, `instance_id`, `generation_id`) may be written, with
+    /// Kafka's rules (`ClassicGroup.validateOffsetCommit`): a commit with
+    /// generation -1, no member and no instance id is an admin / standalone
+    /// commit, taken only while the group has no members; any other commit
+    /// must come from a current member of the current generation, and not
+    /// while the group waits for its assignment. A commit during the join
+    /// phase is taken (an eager member commits before it rejoins).
+    ///
+    /// A transactional commit is held to less, as in Kafka: without member
+    /// fields (TxnOffsetCommit before v3 has none) it is taken whatever the
+    /// group's state, and a member's is taken while the group completes a
+    /// rebalance (the group state is not enforced for transactions).
     pub fn validate_commit(
         &self,
         group_id: &str,
         member_id: &str,
         instance_id: Option<&str>,
         generation_id: i32,
+        transactional: bool,
     ) -> Result<(), ResponseError> {
         let Some(g) = self.groups.get(group_id) else {
             return if generation_id < 0 {
@@ -1047,10 +1053,10 @@ impl ClassicGroups {
             if generation_id != g.generation {
                 return Err(ResponseError::IllegalGeneration);
             }
-        } else if g.state != GroupState::Empty {
+        } else if !transactional && g.state != GroupState::Empty {
             return Err(ResponseError::UnknownMemberId);
         }
-        if g.state == GroupState::CompletingRebalance {
+        if !transactional && g.state == GroupState::CompletingRebalance {
             return Err(ResponseError::RebalanceInProgress);
         }
         Ok(())
@@ -1395,19 +1401,22 @@ mod tests {
     #[test]
     fn offset_commits_are_validated_like_kafka() {
         let (mut gs, clock) = groups(3 * S);
-        assert_eq!(gs.validate_commit("none", "", None, -1), Ok(()));
+        assert_eq!(gs.validate_commit("none", "", None, -1, false), Ok(()));
         let (ids, generation) = stable_three(&mut gs, &clock);
-        assert_eq!(gs.validate_commit("g", &ids[1], None, generation), Ok(()));
         assert_eq!(
-            gs.validate_commit("g", &ids[1], None, generation - 1),
+            gs.validate_commit("g", &ids[1], None, generation, false),
+            Ok(())
+        );
+        assert_eq!(
+            gs.validate_commit("g", &ids[1], None, generation - 1, false),
             Err(ResponseError::IllegalGeneration)
         );
         assert_eq!(
-            gs.validate_commit("g", "stranger", None, generation),
+            gs.validate_commit("g", "stranger", None, generation, false),
             Err(ResponseError::UnknownMemberId)
         );
         assert_eq!(
-            gs.validate_commit("g", "", None, -1),
+            gs.validate_commit("g", "", None, -1, false),
             Err(ResponseError::UnknownMemberId)
         );
         assert_eq!(gs.get("g").unwrap().id(), "g");
@@ -1569,6 +1578,45 @@ mod tests {
             Some(ResponseError::IllegalGeneration)
         );
         assert_eq!(hb(&mut gs, &ids[1], generation), Ok(()));
+    }
+
+    /// TxnOffsetCommit is validated like an OffsetCommit but, as in Kafka,
+    /// without member fields it is taken by a live group, and a member's is
+    /// taken while the group completes a rebalance; a wrong generation or
+    /// a stranger is refused all the same.
+    #[test]
+    fn transactional_commits_are_validated_like_kafka() {
+        let (mut gs, _clock) = groups(Duration::ZERO);
+        assert_eq!(gs.validate_commit("none", "", None, -1, true), Ok(()));
+        assert_eq!(
+            gs.validate_commit("none", "m", None, 3, true),
+            Err(ResponseError::IllegalGeneration)
+        );
+        let r = join_reply(&gs.join(join_req("", None, &[0]), 1), 1);
+        let a = join_reply(&gs.join(join_req(&r.member_id, None, &[0]), 2), 2);
+        assert_eq!(
+            gs.get("g").unwrap().state(),
+            GroupState::CompletingRebalance
+        );
+        let (m, generation) = (a.member_id.as_str(), a.generation_id);
+        assert_eq!(
+            gs.validate_commit("g", m, None, generation, false),
+            Err(ResponseError::RebalanceInProgress)
+        );
+        assert_eq!(gs.validate_commit("g", m, None, generation, true), Ok(()));
+        assert_eq!(gs.validate_commit("g", "", None, -1, true), Ok(()));
+        assert_eq!(
+            gs.validate_commit("g", "", None, -1, false),
+            Err(ResponseError::UnknownMemberId)
+        );
+        assert_eq!(
+            gs.validate_commit("g", m, None, generation + 1, true),
+            Err(ResponseError::IllegalGeneration)
+        );
+        assert_eq!(
+            gs.validate_commit("g", "stranger", None, generation, true),
+            Err(ResponseError::UnknownMemberId)
+        );
     }
 
     #[test]

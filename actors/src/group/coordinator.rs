@@ -107,6 +107,58 @@ struct Serving {
     _writer: EpochWriter,
 }
 
+/// Who commits offsets, as OffsetCommit and TxnOffsetCommit name them.
+struct Committer<'a> {
+    group_id: &'a str,
+    member_id: &'a str,
+    instance_id: Option<&'a str>,
+    /// The classic generation, or a KIP-848 member's epoch (clients put
+    /// the member epoch in the same field, also in a transaction's group
+    /// metadata); -1 when not given.
+    generation_id: i32,
+}
+
+impl Serving {
+    /// The one validation of a commit, OffsetCommit or (`transactional`)
+    /// TxnOffsetCommit, on the group's type as Kafka's
+    /// `OffsetMetadataManager` does: a KIP-848 group checks the member and
+    /// its epoch ([`ConsumerGroups::validate_commit`](super::consumer::ConsumerGroups::validate_commit)),
+    /// any other the classic member and generation
+    /// ([`ClassicGroups::validate_commit`]). A TxnOffsetCommit without a
+    /// member, an epoch and an instance id (before v3 it carries none) is
+    /// not checked against a consumer group's members, as in Kafka.
+    fn validate_commit(
+        &self,
+        c: &Committer<'_>,
+        offsets: &[CommitOffset],
+        transactional: bool,
+    ) -> Result<(), ResponseError> {
+        if self.consumer.contains(c.group_id) {
+            if transactional
+                && c.generation_id == -1
+                && c.member_id.is_empty()
+                && c.instance_id.is_none()
+            {
+                return Ok(());
+            }
+            let partitions: Vec<(&str, i32)> = offsets
+                .iter()
+                .map(|o| (o.topic.as_str(), o.partition))
+                .collect();
+            self.consumer
+                .validate_commit(c.group_id, c.member_id, c.generation_id, &partitions)
+        } else {
+            self.groups.validate_commit(
+                c.group_id,
+                c.member_id,
+                c.instance_id,
+                c.generation_id,
+                transactional,
+            )
+        }
+    }
+}
+
 enum Phase {
     Opening,
     Serving(Box<Serving>),
@@ -689,24 +741,13 @@ impl Handler<CommitOffsets> for GroupCoordinator {
             Ok(s) => s,
             Err(e) => return ready(Err(e)),
         };
-        let valid = if s.consumer.contains(&m.group_id) {
-            // KIP-848: generation_id carries the member epoch.
-            let partitions: Vec<(&str, i32)> = m
-                .offsets
-                .iter()
-                .map(|o| (o.topic.as_str(), o.partition))
-                .collect();
-            s.consumer
-                .validate_commit(&m.group_id, &m.member_id, m.generation_id, &partitions)
-        } else {
-            s.groups.validate_commit(
-                &m.group_id,
-                &m.member_id,
-                m.instance_id.as_deref(),
-                m.generation_id,
-            )
+        let committer = Committer {
+            group_id: &m.group_id,
+            member_id: &m.member_id,
+            instance_id: m.instance_id.as_deref(),
+            generation_id: m.generation_id,
         };
-        if let Err(e) = valid {
+        if let Err(e) = s.validate_commit(&committer, &m.offsets, false) {
             return ready(Ok(Err(e)));
         }
         let records: Vec<Record> = m
@@ -748,17 +789,16 @@ impl Handler<TxnCommitOffsets> for GroupCoordinator {
             Ok(s) => s,
             Err(e) => return ready(Err(e)),
         };
-        // A generation or member given (v3+, KIP-447) is checked like an
-        // OffsetCommit's; a producer without one commits standalone.
-        if m.generation_id >= 0 || !m.member_id.is_empty() {
-            if let Err(e) = s.groups.validate_commit(
-                &m.group_id,
-                &m.member_id,
-                m.instance_id.as_deref(),
-                m.generation_id,
-            ) {
-                return ready(Ok(Err(e)));
-            }
+        // Checked like an OffsetCommit, for either group type (v3+ carries
+        // the member, KIP-447); a producer without one commits standalone.
+        let committer = Committer {
+            group_id: &m.group_id,
+            member_id: &m.member_id,
+            instance_id: m.instance_id.as_deref(),
+            generation_id: m.generation_id,
+        };
+        if let Err(e) = s.validate_commit(&committer, &m.offsets, true) {
+            return ready(Ok(Err(e)));
         }
         // A zombie of an older epoch must not add to a newer epoch's
         // pending offsets.

@@ -1,6 +1,7 @@
-//! DescribeCluster (key 60): the live brokers and the controller.
+//! DescribeCluster (key 60): the live brokers and the controller, and the
+//! cluster's authorized operations when asked (`authorized`).
 
-use super::{live_brokers, s, Reply};
+use super::{authorized, live_brokers, s, Reply};
 use crate::state::Broker;
 use kaas_protocol::kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
 use kaas_protocol::kafka_protocol::messages::{
@@ -12,7 +13,7 @@ use std::sync::Arc;
 pub async fn handle(
     b: &Arc<Broker>,
     _v: i16,
-    _r: DescribeClusterRequest,
+    r: DescribeClusterRequest,
 ) -> Reply<DescribeClusterResponse> {
     let mut resp = DescribeClusterResponse::default();
     let (brokers, controller) = live_brokers(b);
@@ -28,9 +29,9 @@ pub async fn handle(
             br
         })
         .collect();
-    // 1 = brokers (KIP-919); no ACLs, so authorized operations are not
-    // reported (i32::MIN).
+    // 1 = brokers (KIP-919).
     resp.endpoint_type = 1;
-    resp.cluster_authorized_operations = i32::MIN;
+    resp.cluster_authorized_operations =
+        authorized::when_asked(r.include_cluster_authorized_operations, authorized::CLUSTER);
     Reply::Now(resp)
 }

@@ -4,7 +4,7 @@
 //! `allow_auto_topic_creation` from v4 on).
 
 use super::error::{ApiError, NONE};
-use super::{await_topic_ready, live_brokers, s, Reply};
+use super::{authorized, await_topic_ready, live_brokers, s, Reply};
 use crate::limits::{LimitError, PartitionBudget};
 use crate::state::Broker;
 use kaas_actors::topic::{CreateTopic, TopicStamp};
@@ -21,13 +21,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use uuid::Uuid;
 
-/// READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS.
-const TOPIC_OPS: i32 =
-    (1 << 3) | (1 << 4) | (1 << 5) | (1 << 6) | (1 << 7) | (1 << 8) | (1 << 10) | (1 << 11);
-/// CREATE, ALTER, DESCRIBE, CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE.
-const CLUSTER_OPS: i32 =
-    (1 << 5) | (1 << 7) | (1 << 8) | (1 << 9) | (1 << 10) | (1 << 11) | (1 << 12);
-
 /// Whether the request asks for every topic: a null list, or (v0 only,
 /// where the list is not nullable) an empty one.
 fn wants_all(topics: &Option<Vec<MetadataRequestTopic>>, v: i16) -> bool {
@@ -42,16 +35,6 @@ fn wants_all(topics: &Option<Vec<MetadataRequestTopic>>, v: i16) -> bool {
 /// exist and clients expect the broker's setting alone).
 fn may_auto_create(broker_allows: bool, v: i16, client_allows: bool) -> bool {
     broker_allows && (v < 4 || client_allows)
-}
-
-/// No ACLs: every operation is allowed. Report the bit set only when asked
-/// (KIP-430); i32::MIN means "not requested".
-fn authorized_ops(requested: bool, ops: i32) -> i32 {
-    if requested {
-        ops
-    } else {
-        i32::MIN
-    }
 }
 
 /// Answer inline (auto-creation waits, bounded, in the dispatch phase).
@@ -122,11 +105,11 @@ async fn metadata(b: &Arc<Broker>, r: MetadataRequest, v: i16) -> MetadataRespon
             }
         }
         mt.topic_authorized_operations =
-            authorized_ops(r.include_topic_authorized_operations, TOPIC_OPS);
+            authorized::when_asked(r.include_topic_authorized_operations, authorized::TOPIC);
         resp.topics.push(mt);
     }
     resp.cluster_authorized_operations =
-        authorized_ops(r.include_cluster_authorized_operations, CLUSTER_OPS);
+        authorized::when_asked(r.include_cluster_authorized_operations, authorized::CLUSTER);
     resp
 }
 
@@ -244,7 +227,7 @@ async fn auto_create(
 /// each broker by polling). If its directory exists, wait (bounded) for the
 /// assignment to catch up rather than answer "unknown topic" for a topic
 /// that exists.
-async fn known_soon(b: &Broker, name: &str) -> Option<TopicStamp> {
+pub(crate) async fn known_soon(b: &Broker, name: &str) -> Option<TopicStamp> {
     if let Some(t) = b.topic(name) {
         return Some(t);
     }
@@ -287,14 +270,5 @@ mod tests {
         assert!(!may_auto_create(true, 4, false));
         assert!(may_auto_create(true, 4, true));
         assert!(!may_auto_create(false, 3, true));
-    }
-
-    #[test]
-    fn authorized_ops_only_when_asked() {
-        assert_eq!(authorized_ops(false, TOPIC_OPS), i32::MIN);
-        assert_eq!(authorized_ops(true, TOPIC_OPS), TOPIC_OPS);
-        // DESCRIBE (8) and IDEMPOTENT_WRITE (12) among the cluster bits.
-        assert_ne!(CLUSTER_OPS & (1 << 8), 0);
-        assert_ne!(CLUSTER_OPS & (1 << 12), 0);
     }
 }

@@ -26,6 +26,7 @@
 
 pub mod admin;
 pub mod api_versions;
+pub(crate) mod authorized;
 pub mod describe_cluster;
 pub mod error;
 pub mod fetch;

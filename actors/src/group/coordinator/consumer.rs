@@ -442,4 +442,69 @@ mod tests {
             .unwrap();
         arbiter.stop();
     }
+
+    /// TxnOffsetCommit to a KIP-848 group (exactly-once with
+    /// `group.protocol=consumer`: librdkafka puts the member epoch in the
+    /// transaction's group metadata) is validated like its OffsetCommit:
+    /// the member at its epoch is taken and the offset is committed by the
+    /// marker; a wrong epoch is STALE_MEMBER_EPOCH (the API maps it for
+    /// TxnOffsetCommit), a stranger UNKNOWN_MEMBER_ID, and a producer
+    /// without member fields commits standalone.
+    #[actix_rt::test]
+    async fn transactional_offsets_of_a_consumer_group_member_are_validated_by_epoch() {
+        let d = tempfile::tempdir().unwrap();
+        let fs: SharedFs = Arc::new(RealFs);
+        let arbiter = actix::Arbiter::new();
+        let h = GroupCoordinator::start(
+            spec(d.path(), 1),
+            fs,
+            crate::clock::real(),
+            &arbiter.handle(),
+        );
+        let a = beat(&h, join("a")).await.unwrap();
+        assert_eq!(a.member_epoch, 1);
+        let txn = |member: &str, epoch: i32, offset: i64| TxnCommitOffsets {
+            group_id: "g".into(),
+            producer_id: 9,
+            producer_epoch: 0,
+            member_id: member.into(),
+            instance_id: None,
+            generation_id: epoch,
+            offsets: vec![CommitOffset {
+                topic: "t".into(),
+                partition: 0,
+                offset,
+                leader_epoch: -1,
+                metadata: None,
+            }],
+        };
+        assert_eq!(h.addr.send(txn("a", 1, 5)).await.unwrap(), Ok(Ok(())));
+        assert_eq!(
+            h.addr.send(txn("a", 2, 6)).await.unwrap(),
+            Ok(Err(ResponseError::StaleMemberEpoch))
+        );
+        assert_eq!(
+            h.addr.send(txn("stranger", 1, 6)).await.unwrap(),
+            Ok(Err(ResponseError::UnknownMemberId))
+        );
+        assert_eq!(h.addr.send(txn("", -1, 5)).await.unwrap(), Ok(Ok(())));
+        let end = CompleteTxnOffsets {
+            producer_id: 9,
+            producer_epoch: 0,
+            commit: true,
+        };
+        assert_eq!(h.addr.send(end).await.unwrap(), Ok(()));
+        let got = h
+            .addr
+            .send(FetchOffsets {
+                group_id: "g".into(),
+                topics: Some(vec![("t".into(), vec![0])]),
+            })
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(got[0].value.as_ref().map(|v| v.offset), Some(5));
+        h.addr.send(StopCoordinator).await.unwrap();
+        arbiter.stop();
+    }
 }

@@ -146,6 +146,8 @@ pub(crate) fn broker_entries(b: &Broker) -> Vec<Entry> {
         ("offsets.topic.num.partitions", a.group_shards.to_string(), "50", Int, "Consumer-group coordinator shards, fixed at cluster creation (--group-shards)."),
         ("offsets.retention.minutes", a.offsets_retention_minutes.to_string(), "10080", Int, "How long committed offsets of an empty group are kept (--offsets-retention-minutes)."),
         ("group.initial.rebalance.delay.ms", a.group_initial_rebalance_delay_ms.to_string(), "3000", Int, "How long a new group's first rebalance waits for members (--group-initial-rebalance-delay-ms)."),
+        ("group.min.session.timeout.ms", a.group_min_session_timeout_ms.to_string(), "6000", Int, "The shortest session timeout a classic consumer may ask for (--group-min-session-timeout-ms)."),
+        ("group.max.session.timeout.ms", a.group_max_session_timeout_ms.to_string(), "1800000", Int, "The longest session timeout a classic consumer may ask for (--group-max-session-timeout-ms)."),
         ("min.insync.replicas", "1".into(), "1", Int, "kaas keeps one copy on the shared volume."),
     ];
     rows.into_iter()

@@ -2,9 +2,11 @@
 //! epochs, assignor and members with their current and target
 //! assignments. A classic group or an unknown id is GROUP_ID_NOT_FOUND, as
 //! Kafka answers (librdkafka's `describe_consumer_groups` then falls back to
-//! DescribeGroups).
+//! DescribeGroups). The group's authorized operations when asked
+//! (`authorized`, no authorizer), for a group found.
 
-use super::super::{s, Reply};
+use super::super::error::NONE;
+use super::super::{authorized, s, Reply};
 use super::ask;
 use crate::state::Broker;
 use futures::FutureExt;
@@ -90,6 +92,10 @@ pub async fn handle(
                         }
                     },
                     Err(e) => g.error_code = e.code(),
+                }
+                if g.error_code == NONE {
+                    g.authorized_operations =
+                        authorized::when_asked(r.include_authorized_operations, authorized::GROUP);
                 }
                 resp.groups.push(g);
             }

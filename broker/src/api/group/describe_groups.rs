@@ -2,8 +2,12 @@
 //! their subscription and assignment bytes), from its coordinator. An
 //! unknown group is `Dead` with no error, as in Kafka. A KIP-848 consumer
 //! group is shown with protocol type `consumer`, its state and members.
+//! From v3, the group's authorized operations when asked (`authorized`: no
+//! authorizer, so every operation a group supports), for a group answered
+//! without an error, as Kafka.
 
-use super::super::{s, Reply};
+use super::super::error::NONE;
+use super::super::{authorized, s, Reply};
 use super::ask;
 use crate::state::Broker;
 use futures::FutureExt;
@@ -30,6 +34,10 @@ pub async fn handle(
                 let mut g = DescribedGroup::default();
                 g.group_id = id.clone();
                 g.authorized_operations = i32::MIN;
+                let ops = authorized::when_asked(
+                    v >= 3 && r.include_authorized_operations,
+                    authorized::GROUP,
+                );
                 // A KIP-848 group: its state and members (no protocol bytes:
                 // the assignment is the coordinator's, by topic id).
                 if let Ok(mut found) = ask(&b, &name, DescribeConsumer(vec![name.clone()])).await {
@@ -51,6 +59,7 @@ pub async fn handle(
                                 x
                             })
                             .collect();
+                        g.authorized_operations = ops;
                         resp.groups.push(g);
                         continue;
                     }
@@ -82,6 +91,9 @@ pub async fn handle(
                         }
                     }
                     Err(e) => g.error_code = e.code(),
+                }
+                if g.error_code == NONE {
+                    g.authorized_operations = ops;
                 }
                 resp.groups.push(g);
             }

@@ -75,6 +75,40 @@ where
     }
 }
 
+/// Kafka's check (`KafkaApis`) before an OffsetCommit or a TxnOffsetCommit
+/// reaches the coordinator: a partition of a topic this broker's metadata
+/// does not know (or is deleting), or beyond the topic's partition count,
+/// is answered UNKNOWN_TOPIC_OR_PARTITION and not committed. Which of
+/// `parts` are unknown now, from the view alone (no I/O, so the
+/// dispatch-phase path stays synchronous); `None` when all are known.
+pub(crate) fn unknown_now(b: &Broker, parts: &[(String, i32)]) -> Option<Vec<bool>> {
+    let topics = b.topics.read().unwrap();
+    let unknown: Vec<bool> = parts
+        .iter()
+        .map(|(t, p)| !topics.get(t).is_some_and(|s| (0..s.partitions).contains(p)))
+        .collect();
+    unknown.contains(&true).then_some(unknown)
+}
+
+/// [`unknown_now`], settled: a topic the view does not list yet but whose
+/// directory exists (created through another broker a moment ago) is
+/// waited for, bounded, as Metadata does, rather than refused.
+pub(crate) async fn unknown_partitions(b: &Broker, parts: &[(String, i32)]) -> Vec<bool> {
+    let Some(unknown) = unknown_now(b, parts) else {
+        return vec![false; parts.len()];
+    };
+    let mut waited = std::collections::BTreeSet::new();
+    for ((t, _), u) in parts.iter().zip(&unknown) {
+        if *u && b.topic(t).is_none() && waited.insert(t.as_str()) {
+            super::metadata::known_soon(b, t).await;
+        }
+    }
+    if waited.is_empty() {
+        return unknown;
+    }
+    unknown_now(b, parts).unwrap_or_else(|| vec![false; parts.len()])
+}
+
 /// An optional protocol error as a code.
 pub(crate) fn code(e: Option<kaas_protocol::kafka_protocol::ResponseError>) -> i16 {
     e.map_or(super::error::NONE, |e| ApiError::from(e).code())
