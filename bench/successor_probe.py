@@ -10,8 +10,8 @@ the volume you mean: a local disk, an NFS or CephFS mount):
   bench/successor_probe.py [--dir DIR] [--rounds 2000] [--size 4096]
 
 Each round appends --size bytes to a file and fdatasyncs it ("commit"),
-then opens a name that does not exist ("probe", as `kaas_volume::fs::exists`
-does: open read-only, ENOENT). Rounds alternate which of "commit" and
+then looks up a name that does not exist ("probe", as `Fs::lookup` does on
+the real volume: lstat, ENOENT). Rounds alternate which of "commit" and
 "commit + probe" is timed, so drift in the machine's load hits both alike.
 Prints the median and p99 of each and the ratio of medians. Writes only
 inside a temp directory it makes under --dir and removes.
@@ -46,7 +46,7 @@ def main():
                 t1 = time.perf_counter()
                 if i % 2:
                     try:
-                        os.close(os.open(claim, os.O_RDONLY))
+                        os.lstat(claim)
                         raise SystemExit("the claim exists: not a probe of an absent name")
                     except FileNotFoundError:
                         pass

@@ -430,11 +430,14 @@ impl SyncTarget {
     /// Cost: one exact-name lookup per group commit (at most one per
     /// fsync; an idle partition makes none), no listing: on NFS one LOOKUP
     /// round trip (a negative one, served by the server under
-    /// `lookupcache=positive`), on a local disk a failed `open`.
+    /// `lookupcache=positive`), on a local disk a failed `lstat`. It holds
+    /// no descriptor ([`kaas_volume::fs::Fs::lookup`]).
     pub fn sync(&self) -> io::Result<()> {
         self.file.sync_data()?;
         if let Some((fs, path, epoch)) = &self.successor {
-            if kaas_volume::fs::exists(fs.as_ref(), path)? {
+            // A lookup, not an open: it holds no descriptor, so a data
+            // plane out of descriptors cannot fail an fsync that worked.
+            if fs.lookup(path)? {
                 let dir = path.parent().unwrap_or(Path::new("."));
                 let owner = claim_owner(fs.as_ref(), dir, *epoch);
                 return Err(io::Error::other(SuccessorClaimed {

@@ -238,6 +238,10 @@ impl Fs for BudgetedFs {
     fn is_dir(&self, path: &Path) -> bool {
         self.inner.is_dir(path)
     }
+    fn lookup(&self, path: &Path) -> io::Result<bool> {
+        // No descriptor is held: nothing to count.
+        self.inner.lookup(path)
+    }
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         let _permit = self.budget.try_acquire()?;
         self.inner.sync_dir(dir)

@@ -119,6 +119,9 @@ impl Fs for GuardedFs {
     fn is_dir(&self, path: &Path) -> bool {
         self.inner.is_dir(path)
     }
+    fn lookup(&self, path: &Path) -> io::Result<bool> {
+        self.inner.lookup(path)
+    }
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         self.guard.may_write()?;
         self.inner.sync_dir(dir)

@@ -118,6 +118,20 @@ pub trait Fs: Send + Sync + 'static {
     fn list(&self, dir: &Path) -> io::Result<Vec<String>>;
     /// Whether `path` is a directory (false when absent).
     fn is_dir(&self, path: &Path) -> bool;
+    /// Whether a name exists, by one exact-name lookup that holds no
+    /// descriptor (`lstat` on the real volume; with `lookupcache=positive`
+    /// an NFS client asks the server about a name it has not seen). Only
+    /// NotFound is `false`; any other error is returned. The default opens
+    /// the file; seams that count descriptors forward it uncounted, so a
+    /// probe on the hot path (a leader's successor probe after each fsync)
+    /// never fails for want of a descriptor.
+    fn lookup(&self, path: &Path) -> io::Result<bool> {
+        match self.open_read(path) {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
     /// fsync a directory so that creates/renames/unlinks in it are durable.
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
     /// Read a whole (small) file by exact name: the close-to-open read.
