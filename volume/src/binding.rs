@@ -278,7 +278,13 @@ pub fn decide(seen: &Seen, adopt_unstamped: bool) -> Step {
         (Found::Identity(s), None) => Step::Refuse(Refusal::ClusterDirEmpty {
             data_cluster: s.cluster_id.clone(),
         }),
-        (Found::Empty, _) => Step::StampEmpty,
+        // An empty stamp with no cluster here: another cluster's broker
+        // died (or lost its reply) between creating the stamp and writing
+        // it. Never found a cluster over it.
+        (Found::Empty, None) => Step::Refuse(Refusal::ClusterDirEmpty {
+            data_cluster: "(unknown: the stamp is empty, its creator died while making it)".into(),
+        }),
+        (Found::Empty, Some(_)) => Step::StampEmpty,
         (Found::Absent, Some(c)) => Step::Stamp(c.clone()),
         (Found::Absent, None) if !seen.topics.is_empty() && !adopt_unstamped => {
             Step::Refuse(Refusal::UnstampedData {
@@ -296,15 +302,24 @@ pub fn decide(seen: &Seen, adopt_unstamped: bool) -> Step {
 pub fn observe(fs: &dyn Fs, dirs: &Dirs<'_>) -> io::Result<Seen> {
     let stamp = identity::read_identity::<DataStamp>(fs, &dirs.data.join(layout::DATA_STAMP))?;
     let topics = match stamp {
-        Found::Absent => topics_in(fs, dirs.data)?,
-        _ => Vec::new(),
+        Found::Absent | Found::Empty => topics_in(fs, dirs.data, dirs.cluster)?,
+        Found::Identity(_) => Vec::new(),
     };
-    let cluster = match fs.read(&dirs.cluster.join(layout::CLUSTER_ID)) {
-        Ok(b) => ClusterId::decode(&b).map(|c| c.0),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => None,
-        Err(e) => return Err(e),
+    let read_cluster = || match fs.read(&dirs.cluster.join(layout::CLUSTER_ID)) {
+        Ok(b) => Ok(ClusterId::decode(&b).map(|c| c.0)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(None),
+        Err(e) => Err(e),
     };
+    let mut cluster = read_cluster()?;
+    if cluster.is_none() && matches!(stamp, Found::Identity(_)) {
+        // About to refuse: a "no such file" may be a negative lookup this
+        // host cached (NFS `lookupcache=all`). A listing fetched from the
+        // volume drops it (the client primes its entries from READDIRPLUS);
+        // then ask again by name.
+        let _ = fs.list(dirs.cluster);
+        cluster = read_cluster()?;
+    }
     Ok(Seen {
         stamp,
         cluster,
@@ -312,16 +327,28 @@ pub fn observe(fs: &dyn Fs, dirs: &Dirs<'_>) -> io::Result<Seen> {
     })
 }
 
-/// Up to 5 names in `data` that can only be topic directories. A data
-/// directory that does not exist yet holds none.
-fn topics_in(fs: &dyn Fs, data: &Path) -> io::Result<Vec<String>> {
+/// Up to 5 topic directories in `data`: a directory with a topic stamp or
+/// a partition directory in it (a topic from before stamps). Never the
+/// cluster directory itself (`--cluster-dir` may lie inside the data
+/// directory), nor any other directory. A data directory that does not
+/// exist yet holds none.
+fn topics_in(fs: &dyn Fs, data: &Path, cluster: &Path) -> io::Result<Vec<String>> {
     let mut names = match fs.list(data) {
         Ok(n) => n,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(e),
     };
     names.retain(|n| !layout::is_reserved_topic_name(n) && n != "lost+found");
-    names.retain(|n| fs.is_dir(&data.join(n)));
+    names.retain(|n| data.join(n) != cluster);
+    names.retain(|n| {
+        let dir = data.join(n);
+        fs.is_dir(&dir)
+            && (fs.lookup(&dir.join(layout::TOPIC_STAMP)).unwrap_or(false)
+                || fs.list(&dir).is_ok_and(|ps| {
+                    ps.iter()
+                        .any(|p| layout::parse_partition(p).is_some() && fs.is_dir(&dir.join(p)))
+                }))
+    });
     names.sort();
     names.truncate(5);
     Ok(names)
@@ -438,12 +465,9 @@ pub fn bind(fs: &dyn Fs, dirs: &Dirs<'_>) -> Result<Binding, BindError> {
                         empty_since = None;
                     }
                     Some(_) => std::thread::sleep(Duration::from_millis(100)),
-                    // No cluster id yet: found it first (an empty stamp is
-                    // no refusal), then repair the stamp with it.
-                    None => {
-                        cluster_id::read_or_create(fs, dirs.cluster, CLUSTER_ID_ABANDON)
-                            .map_err(io)?;
-                    }
+                    // `decide` refuses an empty stamp without a cluster id;
+                    // nothing to do but observe again.
+                    None => {}
                 }
             }
             Step::Refuse(r) => {
@@ -547,6 +571,13 @@ mod tests {
             decide(&seen(Found::Empty, Some("a"), &[]), false),
             Step::StampEmpty
         );
+        assert!(
+            matches!(
+                decide(&seen(Found::Empty, None, &[]), true),
+                Step::Refuse(Refusal::ClusterDirEmpty { .. })
+            ),
+            "an empty stamp is never taken over by a cluster founded here"
+        );
     }
 
     /// Catches: a second cluster directory over a bound data directory
@@ -609,7 +640,7 @@ mod tests {
 
         let t = two();
         std::fs::create_dir_all(t.data.join("orders/0")).unwrap();
-        std::fs::create_dir_all(t.data.join(".deleted-1")).unwrap();
+        std::fs::create_dir_all(t.data.join(".deleted-1/0")).unwrap();
         match bind(&RealFs, &dirs(&t.data, &t.cluster)) {
             Err(BindError::UnstampedData { topics, .. }) => assert_eq!(topics, "orders"),
             r => panic!("want UnstampedData, got {r:?}"),
@@ -621,6 +652,29 @@ mod tests {
         };
         let b = bind(&RealFs, &adopt).unwrap();
         assert!(b.verify(&RealFs).unwrap().is_ok());
+    }
+
+    /// Catches: a fresh cluster whose `--cluster-dir` lies inside the data
+    /// directory (or a stray directory beside the topics) taken for a topic
+    /// of an unknown cluster, refused on every start.
+    #[test]
+    fn only_topic_directories_count_as_topics() {
+        let t = two();
+        let nested = t.data.join("cp");
+        std::fs::create_dir_all(&nested).unwrap();
+        std::fs::create_dir_all(t.data.join("stray/notes")).unwrap();
+        let b = bind(&RealFs, &dirs(&t.data, &nested)).unwrap();
+        assert!(b.verify(&RealFs).unwrap().is_ok());
+        // A topic from before stamps (a partition directory) and a stamped
+        // one both count.
+        let t = two();
+        std::fs::create_dir_all(t.data.join("old/0")).unwrap();
+        std::fs::create_dir_all(t.data.join("new")).unwrap();
+        std::fs::write(t.data.join("new").join(layout::TOPIC_STAMP), b"{}").unwrap();
+        match preflight(&RealFs, &dirs(&t.data, &t.cluster)) {
+            Err(BindError::UnstampedData { topics, .. }) => assert_eq!(topics, "new, old"),
+            r => panic!("want UnstampedData, got {r:?}"),
+        }
     }
 
     /// Catches: an existing cluster not adopting its own unstamped data

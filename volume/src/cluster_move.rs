@@ -105,6 +105,16 @@ pub enum MoveError {
         /// The observation window.
         waited: Duration,
     },
+    /// One directory lies inside the other (or they are the same): the
+    /// copy would land in the source and emptying the source would delete
+    /// it.
+    #[error("{from} and {to} are nested (one inside the other, or the same directory): refusing")]
+    Nested {
+        /// A.
+        from: PathBuf,
+        /// B.
+        to: PathBuf,
+    },
     /// A filesystem call failed; run the command again.
     #[error("{what} {path}: {source}; the move is re-driven by running the same command again")]
     Io {
@@ -187,12 +197,45 @@ fn walk(fs: &dyn Fs, root: &Path, rel: &Path, out: &mut Vec<(PathBuf, bool)>) ->
 /// Move the cluster state in `from` to `to` (see the module docs); re-run
 /// after any error to finish. `wait`: how long broker records must stand
 /// still before the cluster counts as stopped.
+/// `path` made absolute and resolved as far as it exists (symlinks,
+/// `..`), the rest appended lexically.
+fn resolved(path: &Path) -> PathBuf {
+    let abs = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir()
+            .map(|d| d.join(path))
+            .unwrap_or_else(|_| path.to_path_buf())
+    };
+    let mut head = abs.as_path();
+    let mut tail = Vec::new();
+    loop {
+        if let Ok(c) = std::fs::canonicalize(head) {
+            return tail.iter().rev().fold(c, |p: PathBuf, n| p.join(n));
+        }
+        match (head.parent(), head.file_name()) {
+            (Some(p), Some(n)) => {
+                tail.push(n.to_owned());
+                head = p;
+            }
+            _ => return abs,
+        }
+    }
+}
+
 pub fn move_cluster_dir(
     fs: &dyn Fs,
     from: &Path,
     to: &Path,
     wait: Duration,
 ) -> Result<Moved, MoveError> {
+    let (a, b) = (resolved(from), resolved(to));
+    if a.starts_with(&b) || b.starts_with(&a) {
+        return Err(MoveError::Nested {
+            from: from.to_path_buf(),
+            to: to.to_path_buf(),
+        });
+    }
     let a_id = read_cluster_id(fs, &from.join(layout::CLUSTER_ID))?;
     let b_id = read_cluster_id(fs, &to.join(layout::CLUSTER_ID))?;
     let moved = read_cluster_id(fs, &from.join(MOVED))?;
@@ -493,6 +536,13 @@ mod tests {
             Err(MoveError::DestinationNotEmpty { .. })
         ));
         std::fs::remove_dir(b.join("assignment")).unwrap();
+        // Into a directory inside the source, or the source's parent: the
+        // clean-up would delete the copy (or the copy land in the source).
+        for nested in [a.join("new"), a.parent().unwrap().to_path_buf(), a.clone()] {
+            let r = move_cluster_dir(&RealFs, &a, &nested, Duration::ZERO);
+            assert!(matches!(r, Err(MoveError::Nested { .. })), "{r:?}");
+        }
+        assert!(RealFs.read(&a.join(layout::CLUSTER_ID)).is_ok());
         let rec = a.join("brokers/0.json");
         let beat = std::thread::spawn(move || {
             for i in 0..20 {

@@ -722,6 +722,18 @@ impl PartitionLog {
                 });
             }
         }
+        // A grant may skip epochs (the controller grants above the epoch
+        // it last assigned, not above what is on disk). The leader of the
+        // highest manifest's epoch F probes only `leader-e<F+1>.claim`
+        // after each fsync (`SyncTarget::sync`), so claim F+1 too before
+        // reading its tail: from here it acknowledges nothing more. Ours or
+        // someone else's, the claim exists either way; nothing is written
+        // under F+1.
+        if let (Some(owner), Some(f)) = (owner, found) {
+            if f.saturating_add(1) < epoch {
+                claim::claim(writer.fs(), dir, f.saturating_add(1), owner)?;
+            }
+        }
         let fs = writer.fs();
         remove_stale_temps(fs, dir)?;
         let prior = match found {

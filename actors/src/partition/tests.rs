@@ -1916,3 +1916,22 @@ fn an_open_in_a_data_directory_bound_to_another_cluster_claims_nothing() {
     std::fs::write(&stamp, s.encode()).unwrap();
     assert!(open(ours).is_ok(), "our own stamp opens");
 }
+
+/// Catches: a grant that skips an epoch (epoch 3 after a leader of epoch 1)
+/// opening the log while the old leader's successor probe, which looks
+/// only at the next epoch's claim, sees nothing and goes on acknowledging
+/// records the new leader's recovery never read.
+#[test]
+fn an_open_that_skips_epochs_claims_the_epoch_after_the_newest_manifest() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path().join("t").join("0");
+    std::fs::create_dir_all(d.path().join("t")).unwrap();
+    let fs: SharedFs = Arc::new(RealFs);
+    let _old = open_as(fs.clone(), &dir, 1, A).unwrap();
+    assert!(!dir.join(claim_name(2)).exists());
+    let _new = open_as(fs, &dir, 3, B).unwrap();
+    assert!(
+        dir.join(claim_name(2)).exists(),
+        "epoch 2 left unclaimed: the leader of epoch 1 would never see its successor"
+    );
+}
