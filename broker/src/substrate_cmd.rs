@@ -6,13 +6,20 @@
 //! line around them and the start-up gate ([`startup_gate`]) the broker runs
 //! on its data and cluster directories.
 //!
+//! With `--peer DIR2` (another mount of the volume DIR is on: a second
+//! client) the full check adds the cross-mount probes
+//! ([`kaas_volume::substrate::peer`]): close-to-open, sizes and exclusive
+//! create across the mounts, and how long a rename, a negative lookup and a
+//! listing stay stale on the peer, with the lease those figures suggest.
+//!
 //! Exit status of `substrate-check`: 0 usable, 1 disqualified, 2 the check
-//! could not run (missing directory, not writable, worker failure).
+//! could not run (missing directory, not writable, worker failure, a
+//! `--peer` that is not the same volume).
 
 use anyhow::Context;
 use clap::Args;
 use kaas_volume::fs::RealFs;
-use kaas_volume::substrate::{self, worker::WorkerCommand, FullOptions, Report};
+use kaas_volume::substrate::{self, peer::PeerOptions, worker::WorkerCommand, FullOptions, Report};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -51,6 +58,24 @@ pub struct SubstrateCheckArgs {
     /// Size of the large file whose rename time gives copy+delete away, MiB.
     #[arg(long, default_value_t = 64)]
     pub large_file_mib: u64,
+    /// A second mount of the same volume (the same directory seen through
+    /// another client): adds the cross-mount probes. Needs exactly one DIR.
+    #[arg(long, value_name = "DIR2", conflicts_with = "quick")]
+    pub peer: Option<PathBuf>,
+    /// How long a marker created under DIR may take to appear under DIR2
+    /// before DIR2 is declared another volume, in milliseconds.
+    #[arg(long, default_value_t = 30_000, requires = "peer")]
+    pub peer_timeout_ms: u64,
+    /// Rounds of the cross-mount close-to-open and exclusive-create probes.
+    #[arg(long, default_value_t = 20, requires = "peer")]
+    pub peer_rounds: usize,
+    /// Rounds of each timed cross-mount visibility probe.
+    #[arg(long, default_value_t = 10, requires = "peer")]
+    pub visibility_rounds: usize,
+    /// Per-round bound of the visibility probes, in milliseconds: a change
+    /// not seen by then counts as "not seen".
+    #[arg(long, default_value_t = 10_000, requires = "peer")]
+    pub visibility_deadline_ms: u64,
 }
 
 /// `kaas substrate-worker <role> <args>...` (hidden; started by the check).
@@ -70,6 +95,18 @@ pub fn run(args: &SubstrateCheckArgs) -> anyhow::Result<i32> {
     opts.excl_rounds = args.excl_rounds;
     opts.rename_race = Duration::from_millis(args.rename_race_ms);
     opts.large_file_bytes = args.large_file_mib << 20;
+    if let Some(dir2) = &args.peer {
+        anyhow::ensure!(
+            args.dirs.len() == 1,
+            "--peer checks one directory against its second mount: give exactly one DIR"
+        );
+        let mut p = PeerOptions::new(dir2.clone());
+        p.proof_timeout = Duration::from_millis(args.peer_timeout_ms);
+        p.rounds = args.peer_rounds.max(1);
+        p.visibility_rounds = args.visibility_rounds.max(1);
+        p.deadline = Duration::from_millis(args.visibility_deadline_ms.max(1));
+        opts.peer = Some(p);
+    }
 
     let mut reports: Vec<Report> = Vec::new();
     let mut errors: Vec<(PathBuf, String)> = Vec::new();

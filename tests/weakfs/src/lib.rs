@@ -108,6 +108,19 @@
 //!   file's link count, so a file removed from one of several hard links is
 //!   not stale.)
 //!
+//! * [`Behaviours::no_close_to_open`]: with `attr_ttl`, the contents of a
+//!   file read through this mount are cached by name for `attr_ttl` and
+//!   served to later opens of that name without revalidation, and an open
+//!   through a cached lookup does not check that the name still holds the
+//!   cached file (no ESTALE, no fresh lookup). A file another host rewrote
+//!   or renamed into place reads as the old content (or, when the kernel
+//!   holds the new size, a mix or a short file) until the entry expires.
+//!   This breaks guarantee 3 of the substrate contract on purpose: it is
+//!   GlusterFS with its default volume options (quick-read, io-cache,
+//!   open-behind; issue 28 saw the old content or a short file for 1–2 s
+//!   after a close on the other mount), and an NFS client mounted `nocto`.
+//!   Changes made through this mount drop its own entries.
+//!
 //! [`Behaviours::nfs`] switches on the NFS set: caching (3 s), negative
 //! lookup caching, silly rename, lost replies, write-back and ESTALE.
 //!
@@ -146,6 +159,9 @@ const KERNEL_TTL: Duration = Duration::ZERO;
 /// One cached directory listing: (node, kind, name) per entry.
 type Listing = Vec<(u64, FileType, std::ffi::OsString)>;
 
+/// Cached contents of one name: when read, from which node, the bytes.
+type CachedContents = (Instant, u64, Arc<Vec<u8>>);
+
 /// Which weaknesses are switched on. `Default` is an honest passthrough.
 #[derive(Debug, Clone, Default)]
 pub struct Behaviours {
@@ -171,6 +187,9 @@ pub struct Behaviours {
     pub write_back: bool,
     /// A handle to a file another host removed or replaced answers ESTALE.
     pub estale: bool,
+    /// Serve file contents cached by name for `attr_ttl` on open, without
+    /// revalidation (close-to-open broken; see the crate docs).
+    pub no_close_to_open: bool,
 }
 
 impl Behaviours {
@@ -311,6 +330,13 @@ pub struct WeakFs {
     lookup_cache: Mutex<HashMap<PathBuf, (Instant, Option<FileAttr>)>>,
     /// directory node id -> when listed, and the listing.
     dir_cache: Mutex<HashMap<u64, (Instant, Listing)>>,
+    /// backing-relative path -> when read, from which node, and the whole
+    /// file as read ([`Behaviours::no_close_to_open`]).
+    data_cache: Mutex<HashMap<PathBuf, CachedContents>>,
+    /// handle -> the cached contents it was opened on (or first read),
+    /// served whole to it so that one read never mixes versions
+    /// ([`Behaviours::no_close_to_open`]).
+    pinned: Mutex<HashMap<u64, Arc<Vec<u8>>>>,
     /// Held for writing across a multi-step unlink/rename (silly rename
     /// first) and for reading by lookups, so this mount's own lookups never
     /// see the middle, as the kernel's directory lock ensures on a real
@@ -363,6 +389,8 @@ impl WeakFs {
             silly: Mutex::new(HashMap::new()),
             silly_seq: AtomicU64::new(0),
             dir_cache: Mutex::new(HashMap::new()),
+            data_cache: Mutex::new(HashMap::new()),
+            pinned: Mutex::new(HashMap::new()),
             lookup_cache: Mutex::new(HashMap::new()),
             namespace: RwLock::new(()),
             ids: Mutex::new(HashMap::new()),
@@ -446,6 +474,82 @@ impl WeakFs {
         if let Ok(mut c) = self.lookup_cache.lock() {
             c.retain(|p, _| !p.starts_with(rel));
         }
+        if let Ok(mut c) = self.data_cache.lock() {
+            c.retain(|p, _| !p.starts_with(rel));
+        }
+    }
+
+    /// Fresh contents cached for `rel` as read from `node`.
+    fn cached_contents(&self, rel: &Path, node: u64) -> Option<Arc<Vec<u8>>> {
+        let ttl = self.behaviours.attr_ttl;
+        self.data_cache.lock().ok().and_then(|c| {
+            c.get(rel)
+                .filter(|(at, n, _)| at.elapsed() < ttl && *n == node)
+                .map(|(_, _, b)| b.clone())
+        })
+    }
+
+    /// Whether this mount's lookup cache holds a fresh entry naming node
+    /// `ino` at `rel` (a stale one, when the name now holds another file).
+    fn cached_lookup_is(&self, rel: &Path, ino: INodeNo) -> bool {
+        self.lookup_cache.lock().ok().is_some_and(|c| {
+            c.get(rel).is_some_and(|(at, a)| {
+                at.elapsed() < self.behaviours.attr_ttl && a.is_some_and(|a| a.ino == ino)
+            })
+        })
+    }
+
+    /// This mount wrote to `node`: drop its cached contents.
+    fn data_changed(&self, node: u64) {
+        if !self.behaviours.no_close_to_open {
+            return;
+        }
+        if let Ok(rel) = self.rel_path(INodeNo(node)) {
+            if let Ok(mut c) = self.data_cache.lock() {
+                c.remove(&rel);
+            }
+        }
+    }
+
+    /// [`Behaviours::no_close_to_open`]: the contents cached for the name
+    /// `h` was opened by, read whole (up to a bound) on a miss. `None`:
+    /// serve from the file.
+    fn cached_data(&self, h: &Handle) -> Result<Option<Arc<Vec<u8>>>, Errno> {
+        const MAX: u64 = 16 << 20;
+        let ttl = self.behaviours.attr_ttl;
+        if !self.behaviours.no_close_to_open || ttl.is_zero() || h.writable {
+            return Ok(None);
+        }
+        let rel = self.rel_path(INodeNo(h.node))?;
+        // Only for the node the entry was read from: a handle opened
+        // through a fresh lookup (this mount's own change dropped the
+        // stale one) reads the file it opened, as a client does for its
+        // own changes. A handle opened through a stale lookup is the
+        // violation: its node is the old one.
+        if let Some(hit) = self.cached_contents(&rel, h.node) {
+            return Ok(Some(hit));
+        }
+        let meta = h.file.metadata().map_err(errno)?;
+        // Fill only from the file the handle's node stands for.
+        if meta.len() > MAX || self.node_of(&meta) != h.node {
+            return Ok(None);
+        }
+        let len = meta.len();
+        let mut buf = vec![0u8; len as usize];
+        let mut got = 0;
+        while got < buf.len() {
+            match h.file.read_at(&mut buf[got..], got as u64) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) => return Err(errno(e)),
+            }
+        }
+        buf.truncate(got);
+        let bytes = Arc::new(buf);
+        if let Ok(mut c) = self.data_cache.lock() {
+            c.insert(rel, (Instant::now(), h.node, bytes.clone()));
+        }
+        Ok(Some(bytes))
     }
 
     /// How many handles of this mount are open on `node`.
@@ -626,6 +730,20 @@ impl WeakFs {
         let found = std::fs::symlink_metadata(self.full(&rel));
         let gone = match found {
             Ok(meta) if self.node_of(&meta) == ino.0 => return Ok(attr_of(ino.0, &meta)),
+            // No close-to-open: the attributes cached with the stale
+            // lookup are served (as GlusterFS's md-cache does).
+            Ok(_) if self.behaviours.no_close_to_open => {
+                let cached = self.lookup_cache.lock().ok().and_then(|c| {
+                    c.get(&rel)
+                        .filter(|(at, _)| at.elapsed() < self.behaviours.attr_ttl)
+                        .and_then(|(_, a)| *a)
+                        .filter(|a| a.ino == ino)
+                });
+                match cached {
+                    Some(a) => return Ok(a),
+                    None => Errno::ESTALE,
+                }
+            }
             // The name now holds a different file.
             Ok(_) => Errno::ESTALE,
             Err(e) => errno(e),
@@ -673,6 +791,9 @@ impl WeakFs {
     /// Forget handle `fh`; at the last close of a silly-renamed file,
     /// remove it.
     fn drop_handle(&self, fh: u64) {
+        if let Ok(mut p) = self.pinned.lock() {
+            p.remove(&fh);
+        }
         let Some(handle) = self.handles.lock().ok().and_then(|mut h| h.remove(&fh)) else {
             return;
         };
@@ -926,6 +1047,7 @@ impl Filesystem for WeakFs {
             // The NFS client writes back dirty data before any SETATTR
             // (nfs_setattr), so a truncate applies to the written data.
             self.write_back(ino.0)?;
+            self.data_changed(ino.0);
             let rel = self.rel_path(ino)?;
             let path = self.full(&rel);
             if let Some(mode) = mode {
@@ -1125,12 +1247,27 @@ impl Filesystem for WeakFs {
             // The name may have been renamed over since the kernel looked it
             // up: opening by path would then hand out a different file under
             // this node id. Say so, as NFS would; the kernel looks up again.
-            if self.node_of(&f.metadata().map_err(errno)?) != ino.0 {
+            // No close-to-open: a read-only open serves the contents
+            // cached for this name and node, if any, without asking
+            // whether the name still holds that file.
+            let pin = self
+                .behaviours
+                .no_close_to_open
+                .then(|| self.cached_contents(&rel, ino.0))
+                .flatten()
+                .filter(|_| flags.0 & nix::libc::O_ACCMODE == nix::libc::O_RDONLY);
+            if self.node_of(&f.metadata().map_err(errno)?) != ino.0
+                && !(pin.is_some() && self.cached_lookup_is(&rel, ino))
+            {
                 // Close-to-open: the cached lookup was stale; look up afresh.
                 self.name_changed(&rel);
                 return Err(Errno::ESTALE);
             }
-            self.add_handle(f, ino.0, flags.0)
+            let fh = self.add_handle(f, ino.0, flags.0)?;
+            if let (Some(pin), Ok(mut p)) = (pin, self.pinned.lock()) {
+                p.insert(fh, pin);
+            }
+            Ok(fh)
         });
         match res {
             Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
@@ -1152,6 +1289,22 @@ impl Filesystem for WeakFs {
         check_cut!(self, reply);
         let res = self.handle(fh).and_then(|h| {
             self.check_stale(&h)?;
+            let pinned = self.pinned.lock().ok().and_then(|p| p.get(&fh.0).cloned());
+            let cached = match pinned {
+                Some(b) => Some(b),
+                None => {
+                    let b = self.cached_data(&h)?;
+                    if let (Some(b), Ok(mut p)) = (&b, self.pinned.lock()) {
+                        p.insert(fh.0, b.clone());
+                    }
+                    b
+                }
+            };
+            if let Some(bytes) = cached {
+                let from = (offset as usize).min(bytes.len());
+                let to = from.saturating_add(size as usize).min(bytes.len());
+                return Ok(bytes[from..to].to_vec());
+            }
             // Hold the buffer (if any) so a write-back cannot run between
             // reading the backing file and laying the buffer over it.
             let dirty = self.dirty(h.node);
@@ -1204,6 +1357,7 @@ impl Filesystem for WeakFs {
         check_cut!(self, reply);
         let res = self.handle(fh).and_then(|h| {
             self.check_stale(&h)?;
+            self.data_changed(h.node);
             if !self.behaviours.write_back {
                 return h.file.write_all_at(data, offset).map_err(errno);
             }

@@ -63,6 +63,10 @@ struct Args {
     /// the volume); remove it to heal. Put it outside the mount.
     #[arg(long)]
     cutoff_file: Option<PathBuf>,
+    /// With --actimeo-ms: serve file contents cached by name on open,
+    /// without revalidation (close-to-open broken, as default GlusterFS).
+    #[arg(long)]
+    no_close_to_open: bool,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -91,6 +95,7 @@ fn main() -> anyhow::Result<()> {
     behaviours.silly_rename |= args.silly_rename;
     behaviours.write_back |= args.write_back;
     behaviours.estale |= args.estale;
+    behaviours.no_close_to_open = args.no_close_to_open;
     if let Some(p) = args.lost_reply_prob {
         anyhow::ensure!(
             (0.0..=1.0).contains(&p),

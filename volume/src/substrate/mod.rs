@@ -30,6 +30,7 @@
 
 pub mod mount;
 pub mod os;
+pub mod peer;
 pub mod probes;
 pub mod worker;
 
@@ -74,6 +75,25 @@ pub enum SubstrateError {
     /// Malformed worker arguments.
     #[error("bad substrate-worker arguments: {0}")]
     Usage(String),
+    /// `--peer` cannot be used as a second mount.
+    #[error("--peer: {0}")]
+    Peer(String),
+    /// `--peer` is not another mount of the checked volume: a marker created
+    /// under the checked directory never appeared under it.
+    #[error(
+        "{peer} is not the same volume as {dir}: a marker created at {marker} did not appear \
+         at the same path under {peer} within {waited_ms} ms"
+    )]
+    NotSameVolume {
+        /// The checked directory.
+        dir: String,
+        /// The claimed second mount.
+        peer: String,
+        /// The marker we created.
+        marker: String,
+        /// How long we looked.
+        waited_ms: u64,
+    },
 }
 
 impl SubstrateError {
@@ -173,6 +193,9 @@ pub struct Report {
     pub quick: bool,
     /// Total wall time.
     pub elapsed_ms: u64,
+    /// The cross-mount figures, when checked with a peer mount.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peer: Option<peer::PeerSummary>,
 }
 
 impl Report {
@@ -212,7 +235,10 @@ impl fmt::Display for Report {
             self.dir.display()
         )?;
         for c in &self.checks {
-            writeln!(f, "{:<12} {:<18} {}", c.status, c.property, c.evidence)?;
+            writeln!(f, "{:<12} {:<22} {}", c.status, c.property, c.evidence)?;
+        }
+        if let Some(p) = &self.peer {
+            writeln!(f, "{p}")?;
         }
         match self.disqualified() {
             Some(why) => write!(f, "DISQUALIFIED: {why}"),
@@ -236,6 +262,8 @@ pub struct FullOptions {
     pub rename_race: Duration,
     /// Size of the large file in the rename-timing probe.
     pub large_file_bytes: u64,
+    /// A second mount of the same volume, for the cross-mount probes.
+    pub peer: Option<peer::PeerOptions>,
 }
 
 impl FullOptions {
@@ -248,6 +276,7 @@ impl FullOptions {
             cto_rounds: 20,
             rename_race: Duration::from_secs(1),
             large_file_bytes: 64 << 20,
+            peer: None,
         }
     }
 }
@@ -440,35 +469,7 @@ fn mount_check(dir: &Path) -> (Option<MountInfo>, MountAssessment, Check) {
 fn space_check(dir: &Path) -> (Option<os::Space>, Check) {
     match os::space(dir) {
         Ok(s) => {
-            let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
-            let pct = if s.total_bytes > 0 {
-                100.0 * s.avail_bytes as f64 / s.total_bytes as f64
-            } else {
-                0.0
-            };
-            let mut status = Status::Pass;
-            let mut ev = format!(
-                "{:.1} GiB free of {:.1} GiB ({pct:.0}%)",
-                gib(s.avail_bytes),
-                gib(s.total_bytes)
-            );
-            if s.total_bytes > 0 && (pct < 10.0 || s.avail_bytes < 1 << 30) {
-                status = Status::Warn;
-                ev.push_str(" — low: a full volume turns produces into KAFKA_STORAGE_ERROR");
-            }
-            if s.total_inodes == 0 {
-                ev.push_str("; inodes not counted by this filesystem");
-            } else {
-                let ipct = 100.0 * s.free_inodes as f64 / s.total_inodes as f64;
-                ev.push_str(&format!(
-                    "; {} of {} inodes free ({ipct:.0}%)",
-                    s.free_inodes, s.total_inodes
-                ));
-                if ipct < 5.0 {
-                    status = Status::Warn;
-                    ev.push_str(" — low");
-                }
-            }
+            let (status, ev) = space_verdict(&s);
             (Some(s), Check::new("space", status, ev))
         }
         Err(e) => (
@@ -480,6 +481,47 @@ fn space_check(dir: &Path) -> (Option<os::Space>, Check) {
             ),
         ),
     }
+}
+
+/// The verdict on free space and inodes. A field the filesystem does not
+/// count (statfs -1, or 0 inodes in total) is said to be "not counted" and
+/// never fails or warns: ceph-fuse reports free inodes as -1.
+fn space_verdict(s: &os::Space) -> (Status, String) {
+    let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+    let mut status = Status::Pass;
+    let mut ev = match (s.avail_bytes, s.total_bytes) {
+        (Some(avail), Some(total)) if total > 0 => {
+            let pct = 100.0 * avail as f64 / total as f64;
+            let mut ev = format!(
+                "{:.1} GiB free of {:.1} GiB ({pct:.0}%)",
+                gib(avail),
+                gib(total)
+            );
+            if pct < 10.0 || avail < 1 << 30 {
+                status = Status::Warn;
+                ev.push_str(" — low: a full volume turns produces into KAFKA_STORAGE_ERROR");
+            }
+            ev
+        }
+        (Some(avail), _) => format!("{:.1} GiB free; total size not counted", gib(avail)),
+        (None, Some(total)) => format!("free space not counted; {:.1} GiB in total", gib(total)),
+        (None, None) => "space not counted by this filesystem".to_owned(),
+    };
+    match (s.free_inodes, s.total_inodes) {
+        (Some(free), Some(total)) if total > 0 => {
+            let ipct = 100.0 * free as f64 / total as f64;
+            ev.push_str(&format!("; {free} of {total} inodes free ({ipct:.0}%)"));
+            if ipct < 5.0 {
+                status = Status::Warn;
+                ev.push_str(" — low");
+            }
+        }
+        (None, Some(total)) if total > 0 => {
+            ev.push_str(&format!("; {total} inodes, free inodes not counted"))
+        }
+        _ => ev.push_str("; inodes not counted by this filesystem"),
+    }
+    (status, ev)
 }
 
 fn timed(f: impl FnOnce() -> Check) -> Check {
@@ -521,6 +563,7 @@ pub fn quick_check(fs: &dyn Fs, dir: &Path) -> Result<Report, SubstrateError> {
         checks,
         quick: true,
         elapsed_ms: t.elapsed().as_millis() as u64,
+        peer: None,
     };
     log_report(&report);
     Ok(report)
@@ -535,7 +578,21 @@ pub fn full_check(fs: &dyn Fs, dir: &Path, opts: &FullOptions) -> Result<Report,
     let scratch = Scratch::create(fs, dir)?;
     let s = scratch.path();
     let w = &opts.worker;
-    let checks = vec![
+    // The peer is proved first: a wrong --peer is refused before the
+    // seconds of single-mount probing.
+    let proved = match &opts.peer {
+        Some(p) => match peer::prove_same_volume(fs, dir, s, &p.dir, p.proof_timeout) {
+            Ok((theirs, took)) => Some((p, theirs, took)),
+            Err(e) => {
+                if let Err(c) = scratch.finish() {
+                    tracing::warn!(error = %c, "substrate-check scratch dir left behind");
+                }
+                return Err(e);
+            }
+        },
+        None => None,
+    };
+    let mut checks = vec![
         mcheck,
         timed(|| {
             probes::rename_atomic_processes(fs, s, w, opts.processes, opts.rename_race)
@@ -566,6 +623,14 @@ pub fn full_check(fs: &dyn Fs, dir: &Path, opts: &FullOptions) -> Result<Report,
         }),
         scheck,
     ];
+    let peer_summary = match proved {
+        Some((p, theirs, took)) => {
+            let (summary, cross) = peer_checks(fs, s, &theirs, took, p, w, mount.as_ref());
+            checks.extend(cross);
+            Some(summary)
+        }
+        None => None,
+    };
     let cleanup = scratch.finish();
     let mut report = Report {
         dir: dir.to_path_buf(),
@@ -575,6 +640,7 @@ pub fn full_check(fs: &dyn Fs, dir: &Path, opts: &FullOptions) -> Result<Report,
         checks,
         quick: false,
         elapsed_ms: t.elapsed().as_millis() as u64,
+        peer: peer_summary,
     };
     if let Err(e) = cleanup {
         report
@@ -583,6 +649,87 @@ pub fn full_check(fs: &dyn Fs, dir: &Path, opts: &FullOptions) -> Result<Report,
     }
     log_report(&report);
     Ok(report)
+}
+
+/// The cross-mount probes against a proved peer: its mount, then workers
+/// on both mounts (see [`peer`]). A probe that cannot run is "cannot tell".
+fn peer_checks(
+    fs: &dyn Fs,
+    ours: &Path,
+    theirs: &Path,
+    marker: Duration,
+    opts: &peer::PeerOptions,
+    w: &worker::WorkerCommand,
+    our_mount: Option<&MountInfo>,
+) -> (peer::PeerSummary, Vec<Check>) {
+    let (peer_mount, _, mut pcheck) = mount_check(&opts.dir);
+    pcheck.property = "peer-mount";
+    let same_client = matches!(
+        (os::identity(ours), os::identity(theirs)),
+        (Ok(a), Ok(b)) if a.0 == b.0
+    );
+    let mut checks = vec![
+        pcheck,
+        Check::new(
+            "peer",
+            if same_client {
+                Status::Warn
+            } else {
+                Status::Pass
+            },
+            format!(
+                "{} is the same volume: a marker created here appeared there after {} ms{}",
+                opts.dir.display(),
+                marker.as_millis(),
+                if same_client {
+                    "; but both paths are on one device (one client seen twice, e.g. a bind \
+                     mount): the cross-mount figures say nothing about a second client"
+                } else {
+                    ""
+                }
+            ),
+        ),
+    ];
+    let hint = peer::cto_fix_hint([our_mount, peer_mount.as_ref()]);
+    let t = Instant::now();
+    let run = || -> Result<peer::CrossResult, SubstrateError> {
+        let mut workers = Vec::new();
+        for _ in 0..opts.racers_per_side.max(1) {
+            workers.push(("here".to_owned(), peer::spawn(w, ours)?));
+        }
+        for _ in 0..opts.racers_per_side.max(1) {
+            workers.push(("peer".to_owned(), peer::spawn(w, theirs)?));
+        }
+        let mut reader = peer::spawn(w, theirs)?;
+        let mut racers: Vec<(String, &mut dyn peer::Peer)> = workers
+            .iter_mut()
+            .enumerate()
+            .map(|(i, (side, wk))| (format!("{side}-{i}"), wk as &mut dyn peer::Peer))
+            .collect();
+        peer::cross_checks(fs, ours, &mut reader, &mut racers, opts, &hint)
+    };
+    let (visibility, fsync_p99) = match run() {
+        Ok(r) => {
+            checks.extend(r.checks);
+            (r.visibility, r.fsync_p99)
+        }
+        Err(e) => {
+            let mut c = Check::errored("cross-mount", &e);
+            c.elapsed_ms = t.elapsed().as_millis() as u64;
+            checks.push(c);
+            (Vec::new(), Duration::ZERO)
+        }
+    };
+    let summary = peer::PeerSummary {
+        dir: opts.dir.clone(),
+        mount: peer_mount,
+        marker_ms: marker.as_millis() as u64,
+        suggested_lease_ms: peer::suggest_lease(&visibility, fsync_p99),
+        fsync_p99_ms: fsync_p99.as_secs_f64() * 1e3,
+        visibility,
+        lease_rule: peer::LEASE_RULE,
+    };
+    (summary, checks)
 }
 
 fn log_report(r: &Report) {

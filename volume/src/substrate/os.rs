@@ -14,16 +14,19 @@ use std::process::Command;
 use std::time::SystemTime;
 
 /// Free space and inode headroom of the filesystem holding a directory.
+/// A field is `None` when the filesystem does not count it: statfs reports
+/// -1 there (ceph-fuse does for free inodes), which is "not counted", never
+/// a failure of the check.
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct Space {
     /// Total bytes.
-    pub total_bytes: u64,
+    pub total_bytes: Option<u64>,
     /// Bytes available to an unprivileged writer.
-    pub avail_bytes: u64,
-    /// Total inodes (0 when the filesystem does not count them).
-    pub total_inodes: u64,
+    pub avail_bytes: Option<u64>,
+    /// Total inodes (`Some(0)` on filesystems that report 0: not counted either).
+    pub total_inodes: Option<u64>,
     /// Free inodes.
-    pub free_inodes: u64,
+    pub free_inodes: Option<u64>,
 }
 
 /// `stat -f` on `dir`.
@@ -42,17 +45,31 @@ pub fn space(dir: &Path) -> io::Result<Space> {
         .ok_or_else(|| io::Error::other("unexpected `stat -f` output"))
 }
 
+/// One `stat -f` field: a number, or -1 (`u64::MAX` as unsigned), which
+/// statfs uses for "not counted".
+fn statfs_field(x: &str) -> Option<Option<u64>> {
+    match x.parse::<u64>() {
+        Ok(u64::MAX) => Some(None),
+        Ok(v) => Some(Some(v)),
+        Err(_) => match x.parse::<i64>() {
+            Ok(-1) => Some(None),
+            _ => None,
+        },
+    }
+}
+
 fn parse_space(s: &str) -> Option<Space> {
-    let v: Vec<u64> = s
+    let v: Vec<Option<u64>> = s
         .split_whitespace()
-        .map(|x| x.parse().ok())
+        .map(statfs_field)
         .collect::<Option<_>>()?;
     let [bsize, blocks, avail, files, ffree] = v.as_slice() else {
         return None;
     };
+    let bytes = |n: Option<u64>| Some(bsize.unwrap_or(0).saturating_mul(n?));
     Some(Space {
-        total_bytes: bsize.saturating_mul(*blocks),
-        avail_bytes: bsize.saturating_mul(*avail),
+        total_bytes: bytes(*blocks),
+        avail_bytes: bytes(*avail),
         total_inodes: *files,
         free_inodes: *ffree,
     })
@@ -130,10 +147,25 @@ mod tests {
     #[test]
     fn space_parses_stat_output() {
         let s = parse_space("4096 100 50 1000 900\n").unwrap();
-        assert_eq!(s.total_bytes, 409_600);
-        assert_eq!(s.avail_bytes, 204_800);
-        assert_eq!(s.free_inodes, 900);
+        assert_eq!(s.total_bytes, Some(409_600));
+        assert_eq!(s.avail_bytes, Some(204_800));
+        assert_eq!(s.free_inodes, Some(900));
         assert!(parse_space("garbage").is_none());
+        assert!(parse_space("4096 100 50 -2 900").is_none());
+    }
+
+    /// ceph-fuse reports free inodes as -1 (issue 28): the space probe gave
+    /// up on the whole line. -1 means "not counted".
+    #[test]
+    fn a_statfs_field_of_minus_one_is_not_counted() {
+        let s = parse_space("4096 100 50 -1 -1\n").unwrap();
+        assert_eq!(s.total_bytes, Some(409_600));
+        assert_eq!(s.total_inodes, None);
+        assert_eq!(s.free_inodes, None);
+        let s = parse_space("4096 100 18446744073709551615 1000 -1\n").unwrap();
+        assert_eq!(s.avail_bytes, None);
+        assert_eq!(s.total_inodes, Some(1000));
+        assert_eq!(s.free_inodes, None);
     }
 
     #[test]

@@ -135,7 +135,7 @@ impl Identity for ProbeId {
 }
 
 #[derive(Default)]
-struct ExclTally {
+pub(super) struct ExclTally {
     rounds: usize,
     clean: usize,
     multi: Vec<String>,
@@ -144,7 +144,7 @@ struct ExclTally {
 }
 
 impl ExclTally {
-    fn round(&mut self, fs: &dyn Fs, path: &Path, answers: &[(String, String)]) {
+    pub(super) fn round(&mut self, fs: &dyn Fs, path: &Path, answers: &[(String, String)]) {
         self.rounds += 1;
         let winners: BTreeSet<&str> = answers
             .iter()
@@ -183,13 +183,18 @@ impl ExclTally {
     }
 
     fn check(self, racers: usize, what: &str) -> Check {
+        self.check_as("exclusive-create", racers, what)
+    }
+
+    /// The verdict, under a property name of the caller's.
+    pub(super) fn check_as(self, property: &'static str, racers: usize, what: &str) -> Check {
         let head = format!(
             "{} rounds x {racers} racing {what}: {} with exactly one winner",
             self.rounds, self.clean
         );
         if let Some(first) = self.multi.first() {
             return Check::new(
-                "exclusive-create",
+                property,
                 Status::Fail,
                 format!(
                     "O_CREAT|O_EXCL is not exclusive: {head}, {} with several; first: {first}",
@@ -204,15 +209,11 @@ impl ExclTally {
                 .or(self.zero.first())
                 .cloned()
                 .unwrap_or_default();
-            return Check::new(
-                "exclusive-create",
-                Status::CannotTell,
-                format!("{head}; {why}"),
-            );
+            return Check::new(property, Status::CannotTell, format!("{head}; {why}"));
         }
         if let Some(first) = self.zero.first() {
             return Check::new(
-                "exclusive-create",
+                property,
                 Status::Warn,
                 format!(
                     "{head}, {} with none — the broker treats EEXIST on its own create as \
@@ -223,12 +224,12 @@ impl ExclTally {
         }
         if let Some(first) = self.errors.first() {
             return Check::new(
-                "exclusive-create",
+                property,
                 Status::Warn,
                 format!("{head}; {} errors, first: {first}", self.errors.len()),
             );
         }
-        Check::new("exclusive-create", Status::Pass, head)
+        Check::new(property, Status::Pass, head)
     }
 }
 

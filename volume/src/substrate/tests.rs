@@ -139,6 +139,7 @@ fn report_disqualified_lists_failures() {
         checks: vec![Check::new("mount", Status::Pass, "ext4")],
         quick: true,
         elapsed_ms: 1,
+        peer: None,
     };
     assert!(r.disqualified().is_none());
     r.checks
@@ -248,4 +249,227 @@ fn the_fuse_fsync_verdict_separates_a_no_op_daemon_from_a_loaded_honest_one() {
     assert!(fuse_fsync_lies(us(6), us(47), us(60)));
     assert!(fuse_fsync_lies(us(18), us(90), us(90)));
     assert!(fuse_fsync_lies(us(18), us(600), us(300)));
+}
+
+/// ceph-fuse reports free inodes as -1 (issue 28): "not counted", shown as
+/// such, never a warning or a failure.
+#[test]
+fn space_not_counted_is_said_and_passes() {
+    let s = os::Space {
+        total_bytes: Some(100 << 30),
+        avail_bytes: Some(50 << 30),
+        total_inodes: Some(1000),
+        free_inodes: None,
+    };
+    let (status, ev) = space_verdict(&s);
+    assert_eq!(status, Status::Pass, "{ev}");
+    assert!(ev.contains("free inodes not counted"), "{ev}");
+    let s = os::Space {
+        total_inodes: None,
+        ..s
+    };
+    let (status, ev) = space_verdict(&s);
+    assert_eq!(status, Status::Pass, "{ev}");
+    assert!(ev.contains("inodes not counted"), "{ev}");
+}
+
+// ------------------------------------------------------------ --peer
+
+fn quick_peer_opts(dir: &Path) -> peer::PeerOptions {
+    let mut o = peer::PeerOptions::new(dir.to_path_buf());
+    o.rounds = 4;
+    o.visibility_rounds = 3;
+    o.deadline = Duration::from_millis(200);
+    o.proof_timeout = Duration::from_millis(300);
+    o
+}
+
+#[test]
+fn a_peer_that_is_another_volume_is_refused_by_name() {
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let scratch = Scratch::create(&RealFs, a.path()).unwrap();
+    let e = peer::prove_same_volume(
+        &RealFs,
+        a.path(),
+        scratch.path(),
+        b.path(),
+        Duration::from_millis(200),
+    )
+    .unwrap_err();
+    assert!(matches!(e, SubstrateError::NotSameVolume { .. }), "{e}");
+    let msg = e.to_string();
+    assert!(
+        msg.contains(&format!(
+            "{} is not the same volume as {}",
+            b.path().display(),
+            a.path().display()
+        )),
+        "{msg}"
+    );
+    // The same directory twice is one client, not two.
+    let e = peer::prove_same_volume(
+        &RealFs,
+        a.path(),
+        scratch.path(),
+        a.path(),
+        Duration::from_millis(200),
+    )
+    .unwrap_err();
+    assert!(matches!(e, SubstrateError::Peer(_)), "{e}");
+    scratch.finish().unwrap();
+    assert!(leftovers(a.path()).is_empty());
+}
+
+#[test]
+fn a_second_path_to_the_same_directory_is_one_client() {
+    // A second path to the same directory stands for a second mount.
+    let root = tempfile::tempdir().unwrap();
+    let a = root.path().join("a");
+    std::fs::create_dir(&a).unwrap();
+    let b = root.path().join("b");
+    std::os::unix::fs::symlink(&a, &b).unwrap();
+    let b = b.join(".");
+    let scratch = Scratch::create(&RealFs, &a).unwrap();
+    // Canonically equal: refused as one client.
+    let e = peer::prove_same_volume(&RealFs, &a, scratch.path(), &b, Duration::from_millis(200))
+        .unwrap_err();
+    assert!(matches!(e, SubstrateError::Peer(_)), "{e}");
+    scratch.finish().unwrap();
+}
+
+#[test]
+fn cross_checks_pass_on_one_honest_directory_and_measure_visibility() {
+    let dir = tempfile::tempdir().unwrap();
+    let scratch = Scratch::create(&RealFs, dir.path()).unwrap();
+    let s = scratch.path().to_path_buf();
+    let opts = quick_peer_opts(dir.path());
+    let mut reader = peer::InProcess::new(&RealFs, &s);
+    let (mut r1, mut r2) = (
+        peer::InProcess::new(&RealFs, &s),
+        peer::InProcess::new(&RealFs, &s),
+    );
+    let mut racers: Vec<(String, &mut dyn peer::Peer)> =
+        vec![("here-0".into(), &mut r1), ("peer-1".into(), &mut r2)];
+    let r = peer::cross_checks(&RealFs, &s, &mut reader, &mut racers, &opts, "").unwrap();
+    for c in &r.checks {
+        assert_eq!(c.status, Status::Pass, "{c:?}");
+    }
+    let names: Vec<&str> = r.checks.iter().map(|c| c.property).collect();
+    assert_eq!(
+        names,
+        [
+            "cross-close-to-open",
+            "cross-exclusive-create",
+            "cross-rename",
+            "cross-negative-lookup",
+            "cross-listing"
+        ]
+    );
+    assert_eq!(r.visibility.len(), 3);
+    for v in &r.visibility {
+        assert_eq!((v.rounds, v.not_seen), (3, 0), "{v:?}");
+        assert!(v.max_ms < 200.0, "{v:?}");
+    }
+    assert!(r.checks[2].evidence.contains("p99"), "{:?}", r.checks[2]);
+    scratch.finish().unwrap();
+    assert!(leftovers(dir.path()).is_empty());
+}
+
+/// A peer whose client serves the old file on the first open after a
+/// rename into place (default GlusterFS, issue 28), and whose negative
+/// lookups never expire.
+struct StalePeer<'a>(peer::InProcess<'a>);
+
+impl peer::Peer for StalePeer<'_> {
+    fn send(&mut self, line: &str) -> Result<(), SubstrateError> {
+        if line.starts_with("wait content") {
+            let w = peer::WaitOutcome {
+                seen: true,
+                polls: 1500,
+                first: "stale saw version 1, expected 2".into(),
+                last: "ok".into(),
+            };
+            self.0.pending.push_back(serde_json::to_string(&w).unwrap());
+            return Ok(());
+        }
+        if line.starts_with("wait exists") {
+            let w = peer::WaitOutcome {
+                seen: false,
+                polls: 200,
+                first: "absent".into(),
+                last: "absent".into(),
+            };
+            self.0.pending.push_back(serde_json::to_string(&w).unwrap());
+            return Ok(());
+        }
+        self.0.send(line)
+    }
+    fn recv(&mut self) -> Result<String, SubstrateError> {
+        self.0.recv()
+    }
+}
+
+#[test]
+fn a_stale_first_open_across_mounts_disqualifies_and_names_the_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let scratch = Scratch::create(&RealFs, dir.path()).unwrap();
+    let s = scratch.path().to_path_buf();
+    let opts = quick_peer_opts(dir.path());
+    let mut reader = StalePeer(peer::InProcess::new(&RealFs, &s));
+    let (mut r1, mut r2) = (
+        peer::InProcess::new(&RealFs, &s),
+        peer::InProcess::new(&RealFs, &s),
+    );
+    let mut racers: Vec<(String, &mut dyn peer::Peer)> =
+        vec![("here-0".into(), &mut r1), ("peer-1".into(), &mut r2)];
+    let gluster = mount::parse_mountinfo(
+        "60 22 0:50 / /mnt/gv rw,relatime - fuse.glusterfs host:/gv rw,user_id=0\n",
+    );
+    let hint = peer::cto_fix_hint([gluster.first()]);
+    let r = peer::cross_checks(&RealFs, &s, &mut reader, &mut racers, &opts, &hint).unwrap();
+    let cto = &r.checks[0];
+    assert_eq!(
+        (cto.property, cto.status),
+        ("cross-close-to-open", Status::Fail),
+        "{cto:?}"
+    );
+    assert!(cto.evidence.contains("close-to-open broken"), "{cto:?}");
+    assert!(cto.evidence.contains("stale saw version 1"), "{cto:?}");
+    assert!(cto.evidence.contains("performance.quick-read"), "{cto:?}");
+    assert!(cto.evidence.contains("negative-timeout=0"), "{cto:?}");
+    let neg = r
+        .checks
+        .iter()
+        .find(|c| c.property == "cross-negative-lookup")
+        .unwrap();
+    assert_eq!(neg.status, Status::Warn, "{neg:?}");
+    assert!(neg.evidence.contains("3 not seen within 200 ms"), "{neg:?}");
+    // Not seen at all: the lease has to outlast the deadline.
+    assert_eq!(peer::suggest_lease(&r.visibility, Duration::ZERO), 3000);
+    scratch.finish().unwrap();
+}
+
+#[test]
+fn visibility_percentiles_and_the_lease_rule() {
+    let ms = Duration::from_millis;
+    let samples: Vec<Option<Duration>> = (1..=100).map(|i| Some(ms(i * 10))).collect();
+    let v = peer::Visibility::from_samples("cross-listing", &samples, ms(10_000));
+    assert_eq!((v.p50_ms, v.p99_ms, v.max_ms), (500.0, 990.0, 1000.0));
+    // 3 x (990 + 10) = 3000 -> the 3 s floor; 3 x (2000 + 20) = 6060 -> 6100.
+    assert_eq!(peer::suggest_lease(&[v], ms(10)), 3000);
+    let stale = peer::Visibility::from_samples(
+        "cross-negative-lookup",
+        &[Some(ms(1990)), Some(ms(2000)), None],
+        ms(10_000),
+    );
+    assert_eq!((stale.not_seen, stale.p99_ms), (1, 2000.0));
+    assert_eq!(stale.p99_bound_ms(), 10_000.0);
+    let seen = peer::Visibility::from_samples(
+        "cross-negative-lookup",
+        &[Some(ms(1990)), Some(ms(2000))],
+        ms(10_000),
+    );
+    assert_eq!(peer::suggest_lease(&[seen], ms(20)), 6100);
+    assert_eq!(peer::suggest_lease(&[stale], ms(20)), 30_100);
+    assert!(peer::LEASE_RULE.contains("3 x"));
 }

@@ -15,6 +15,9 @@
 //!   read a file by name and compare, or rewrite it in place and close.
 //! * `hold <path>` — open `<path>`, print `held`, keep it open until stdin
 //!   closes, then close it, print `released` and exit.
+//! * `peer <dir>` — one client of the volume for the cross-mount probes
+//!   (usually serving the `--peer` mount): one answer per command line, see
+//!   [`super::peer::answer`].
 
 use super::probes::{pattern, verify_pattern, Verdict};
 use super::SubstrateError;
@@ -197,6 +200,14 @@ pub fn run_worker(fs: &dyn Fs, args: &[OsString]) -> Result<(), SubstrateError> 
         "reader" => reader(fs, Path::new(arg(1)?), num(2)? as usize, &mut out),
         "cto" => cto(fs, Path::new(arg(1)?), stdin.lock(), &mut out),
         "hold" => hold(fs, Path::new(arg(1)?), &mut out),
+        "peer" => {
+            let dir = Path::new(arg(1)?);
+            for line in stdin.lock().lines() {
+                let Ok(line) = line else { break };
+                say(&mut out, &super::peer::answer(fs, dir, &line))?;
+            }
+            say(&mut out, "bye")
+        }
         other => Err(SubstrateError::Usage(format!("unknown role {other}"))),
     }
 }
