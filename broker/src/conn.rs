@@ -43,6 +43,7 @@ use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
 use kaas_actors::partition::reader::FileRange;
+use kaas_protocol::kafka_protocol::messages::RequestKind;
 use kaas_protocol::{
     parse_oversized_produce, parse_request, Frame, FrameCodec, FrameError, RequestError,
 };
@@ -502,6 +503,42 @@ fn send_range(sock: &OwnedFd, range: &FileRange, stall: Duration) -> Result<(), 
     Ok(())
 }
 
+/// Log a request refused for its version: WARN the first time a (client
+/// id, client software) pair is refused, DEBUG after, so an old client
+/// retrying on every connection is named once and not once per request.
+/// Past the bound on pairs remembered, the per-peer rate limit applies.
+fn warn_refused(
+    b: &Broker,
+    peer: std::net::SocketAddr,
+    header: &kaas_protocol::RequestHeader,
+    software: Option<&str>,
+    answered: bool,
+) {
+    let client_id = header.client_id.as_deref().unwrap_or("");
+    // Clients before KIP-511 (sarama before 1.29, kafka-python) send no
+    // software name.
+    let software = software.unwrap_or("unknown");
+    let api = api_name(Some(header.api_key));
+    let outcome = if answered {
+        "answered UNSUPPORTED_VERSION"
+    } else {
+        "closing connection"
+    };
+    let first = b
+        .refused_clients
+        .first(client_id, software)
+        .unwrap_or_else(|| {
+            b.peer_warnings
+                .hit(peer.ip(), "refused version", Instant::now())
+                .is_some()
+        });
+    if first {
+        tracing::warn!(%peer, client_id, client_software = software, api = %api, api_key = header.api_key, version = header.api_version, supported = ?kaas_protocol::versions::supported_range(header.api_key), outcome, "request version not served (logged once per client id and software)");
+    } else {
+        tracing::debug!(%peer, client_id, client_software = software, api = %api, api_key = header.api_key, version = header.api_version, outcome, "request version not served");
+    }
+}
+
 /// Serve one connection until it closes, misbehaves or is evicted.
 pub async fn serve(b: Arc<Broker>, sock: TcpStream, peer: std::net::SocketAddr, slot: Slot) {
     let _ = sock.set_nodelay(true);
@@ -551,6 +588,9 @@ pub async fn serve(b: Arc<Broker>, sock: TcpStream, peer: std::net::SocketAddr, 
     let idle_timeout = Duration::from_millis(b.args.idle_timeout_ms.max(1));
     let reader = async move {
         let mut last_activity = Instant::now();
+        // The client software "name/version" from this connection's
+        // ApiVersions v3+ (KIP-511), for the refused-version log line.
+        let mut software: Option<String> = None;
         loop {
             // Read nothing more while this connection, or the broker, holds
             // its limit of unanswered requests and unwritten answers.
@@ -650,6 +690,35 @@ pub async fn serve(b: Arc<Broker>, sock: TcpStream, peer: std::net::SocketAddr, 
                     }
                     continue;
                 }
+                Err(RequestError::Refused { header, body }) => {
+                    // A version we do not serve whose response the crate
+                    // can encode: UNSUPPORTED_VERSION in its error fields.
+                    let answer = api::refused::answer(header.api_version, *body)
+                        .and_then(|r| kaas_protocol::encode_response(&header, &r).ok());
+                    warn_refused(&b, peer, &header, software.as_deref(), answer.is_some());
+                    let Some(resp) = answer else { return };
+                    if tx
+                        .send((
+                            futures::future::ready(Some(vec![Part::Bytes(resp)])).boxed(),
+                            held,
+                            None,
+                        ))
+                        .is_err()
+                    {
+                        return;
+                    }
+                    continue;
+                }
+                Err(RequestError::UnsupportedVersion { header })
+                    if kaas_protocol::supported_range(header.api_key).is_some() =>
+                {
+                    // An api we serve, below the crate's range (the
+                    // versions Kafka 4.0 removed): nothing to answer
+                    // with, so close, as Kafka does. (An api we do not
+                    // serve at all is an unserviceable request, below.)
+                    warn_refused(&b, peer, &header, software.as_deref(), false);
+                    return;
+                }
                 Err(e) => {
                     // Name the API: "unsupported version 0 of api key 10"
                     // says less than FindCoordinator.
@@ -664,6 +733,15 @@ pub async fn serve(b: Arc<Broker>, sock: TcpStream, peer: std::net::SocketAddr, 
                 }
             };
             let header = req.header;
+            if let RequestKind::ApiVersions(r) = &req.body {
+                if header.api_version >= 3 {
+                    software = Some(format!(
+                        "{}/{}",
+                        r.client_software_name.as_str(),
+                        r.client_software_version.as_str()
+                    ));
+                }
+            }
             let (dispatched, hold) = match oversized {
                 None => {
                     api::with_hold(api::with_peer(peer, api::dispatch(&b, &header, req.body))).await

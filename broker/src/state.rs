@@ -92,6 +92,13 @@ pub struct Broker {
     pub mutations: std::sync::Mutex<crate::limits::MutationQuota>,
     /// Repeated warnings about one peer, logged once per interval.
     pub peer_warnings: crate::limits::PeerWarnings,
+    /// Batches rebuilt to a topic's compression.type at once (one per
+    /// core): each may hold up to its decompression cap, so this bounds
+    /// the memory rebuilds take (see `api::produce`).
+    pub recompress_slots: tokio::sync::Semaphore,
+    /// Clients already named in a refused-version WARN (see
+    /// [`crate::api::refused`]).
+    pub refused_clients: crate::api::refused::RefusedClients,
     /// The data volume's free-space reserve (see [`crate::reserve`]).
     pub reserve: Arc<crate::reserve::Reserve>,
     /// Client byte-rate quotas (see [`crate::quota`]).
@@ -119,6 +126,9 @@ pub struct ProduceLimits {
     /// message.timestamp.type=LogAppendTime: batches are stamped with the
     /// leader's clock at append (and the bounds above do not apply).
     pub log_append_time: bool,
+    /// compression.type other than `producer`, with its level: batches in
+    /// another codec are rebuilt with this one before they are appended.
+    pub compression: Option<kaas_protocol::batch::Codec>,
 }
 
 /// Why a coordinator shard cannot be served here.
@@ -184,6 +194,10 @@ impl Broker {
                 std::time::Instant::now(),
             )),
             peer_warnings: crate::limits::PeerWarnings::new(Duration::from_secs(10)),
+            recompress_slots: tokio::sync::Semaphore::new(
+                std::thread::available_parallelism().map_or(2, |n| n.get()),
+            ),
+            refused_clients: Default::default(),
             fetch_sessions: Default::default(),
             inflight: Arc::new(crate::conn::ByteBudget::new(
                 args.broker_inflight_bytes as usize,
@@ -293,6 +307,22 @@ impl Broker {
             log_append_time: c
                 .and_then(|c| c.get("message.timestamp.type"))
                 .is_some_and(|t| t == "LogAppendTime"),
+            compression: c
+                .and_then(|c| c.get("compression.type"))
+                .and_then(|t| kaas_protocol::batch::Codec::from_topic_config(t))
+                .map(|codec| {
+                    use kaas_protocol::kafka_protocol::records::Compression;
+                    let level_key = match codec.compression {
+                        Compression::Gzip => "compression.gzip.level",
+                        Compression::Lz4 => "compression.lz4.level",
+                        Compression::Zstd => "compression.zstd.level",
+                        Compression::None | Compression::Snappy => return codec,
+                    };
+                    match get(level_key).and_then(|l| i32::try_from(l).ok()) {
+                        Some(level) => kaas_protocol::batch::Codec { level, ..codec },
+                        None => codec,
+                    }
+                }),
         }
     }
 
@@ -492,6 +522,7 @@ impl Broker {
                     self.args.group_consumer_heartbeat_interval_ms,
                 ),
                 max_size: self.args.group_consumer_max_size,
+                ..ConsumerConfig::default()
             },
             topics: Topics(Arc::new(BrokerTopics {
                 topics: self.topics.clone(),

@@ -271,9 +271,13 @@ impl Admin for KafkaAdmin {
         name: &str,
         partitions: i32,
     ) -> BoxFuture<'_, Result<(), AdminError>> {
+        // No manual assignment: null, as Kafka's admin clients send (the
+        // crate's default is an empty list, which a broker refuses as
+        // "0 assignments for N new partitions", as Kafka does).
         let t = CreatePartitionsTopic::default()
             .with_name(topic(name))
-            .with_count(partitions);
+            .with_count(partitions)
+            .with_assignments(None);
         Box::pin(async move {
             let (mut c, v) = self.open(ApiKey::CreatePartitions, (0, 3)).await?;
             let req = CreatePartitionsRequest::default()

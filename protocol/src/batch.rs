@@ -3,7 +3,9 @@
 //!
 //! Batches are stored byte-for-byte as the client sent them, with only the
 //! two fields outside the CRC (baseOffset, partitionLeaderEpoch) rewritten by
-//! the leader, so a fetch can serve file bytes unchanged. That makes this
+//! the leader, so a fetch can serve file bytes unchanged. The exceptions are
+//! a LogAppendTime topic ([`set_log_append_time`]) and a topic whose
+//! compression.type rebuilds the batch with its codec ([`recompress`]). That makes this
 //! module the gate: whatever passes `validate_batches` will be handed to every
 //! consumer, so it checks the layout, the CRC32C and the record framing of
 //! uncompressed batches. All input is untrusted; nothing here panics or
@@ -59,6 +61,7 @@ const NO_PRODUCER_ID: i64 = -1;
 
 /// Kafka error codes this module's errors map to.
 const CORRUPT_MESSAGE: i16 = 2;
+const MESSAGE_TOO_LARGE: i16 = 10;
 const UNSUPPORTED_FOR_MESSAGE_FORMAT: i16 = 43;
 const INVALID_RECORD: i16 = 87;
 
@@ -79,6 +82,10 @@ pub enum BatchError {
     /// producer id, malformed record inside the batch).
     #[error("invalid record batch: {0}")]
     Invalid(String),
+    /// Rebuilding the batch with the topic's codec would exceed a bound:
+    /// its records inflate past the limit, or the result is too large.
+    #[error("record batch too large: {0}")]
+    TooLarge(String),
 }
 
 impl BatchError {
@@ -88,6 +95,7 @@ impl BatchError {
             BatchError::Corrupt(_) => CORRUPT_MESSAGE,
             BatchError::UnsupportedMagic(_) => UNSUPPORTED_FOR_MESSAGE_FORMAT,
             BatchError::Empty | BatchError::Invalid(_) => INVALID_RECORD,
+            BatchError::TooLarge(_) => MESSAGE_TOO_LARGE,
         }
     }
 }
@@ -790,7 +798,9 @@ fn snappy_decompress(src: &[u8], limit: usize) -> Result<Vec<u8>, BatchError> {
     let decode_block = |block: &[u8], out: &mut Vec<u8>| -> Result<(), BatchError> {
         let n = snap::raw::decompress_len(block).map_err(|e| corrupt(format!("snappy: {e}")))?;
         if n > limit.saturating_sub(out.len()) {
-            return Err(corrupt("decompressed batch exceeds the size limit"));
+            return Err(BatchError::TooLarge(format!(
+                "records decompress to more than {limit} bytes"
+            )));
         }
         let start = out.len();
         out.resize(start + n, 0);
@@ -820,6 +830,12 @@ fn snappy_decompress(src: &[u8], limit: usize) -> Result<Vec<u8>, BatchError> {
     }
     Ok(out)
 }
+
+mod recompress;
+pub use recompress::{
+    recompress, recompress_batches, Codec, GZIP_DEFAULT_LEVEL, LZ4_DEFAULT_LEVEL,
+    ZSTD_DEFAULT_LEVEL,
+};
 
 #[cfg(test)]
 mod tests;

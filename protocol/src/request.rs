@@ -35,7 +35,7 @@ pub struct ParsedRequest {
 }
 
 /// Why a request frame could not be turned into a [`ParsedRequest`].
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum RequestError {
     /// The api key is not one kafka-protocol knows.
     #[error("unknown api key {}", header.api_key)]
@@ -46,6 +46,15 @@ pub enum RequestError {
     /// (KIP-511); for anything else Kafka closes the connection.
     #[error("unsupported version {} of api key {}", header.api_version, header.api_key)]
     UnsupportedVersion { header: RequestHeader },
+    /// A version we do not advertise, of an api we serve, but one the crate
+    /// can decode and whose response it can encode (Metadata v13, say): the
+    /// broker answers it with UNSUPPORTED_VERSION in the response's error
+    /// fields rather than closing the connection.
+    #[error("refused version {} of api key {}", header.api_version, header.api_key)]
+    Refused {
+        header: RequestHeader,
+        body: Box<RequestKind>,
+    },
     /// The bytes do not decode. `header` is present whenever the first eight
     /// bytes were there, with `client_id` filled only if it decoded.
     #[error("malformed request: {reason}")]
@@ -60,7 +69,8 @@ impl RequestError {
     pub fn header(&self) -> Option<&RequestHeader> {
         match self {
             RequestError::UnknownApiKey { header }
-            | RequestError::UnsupportedVersion { header } => Some(header),
+            | RequestError::UnsupportedVersion { header }
+            | RequestError::Refused { header, .. } => Some(header),
             RequestError::Malformed { header, .. } => header.as_ref(),
         }
     }
@@ -88,7 +98,53 @@ pub enum EncodeError {
 
 /// Parses one frame body (without its size prefix) into header and request.
 pub fn parse_request(frame: Bytes) -> Result<ParsedRequest, RequestError> {
-    let (header, key, pos) = parse_header(&frame)?;
+    let (header, key, pos) = match parse_header(&frame) {
+        Err(RequestError::UnsupportedVersion { header }) => return Err(refused(&frame, header)),
+        other => other?,
+    };
+    decode_body(&frame, header, key, pos).map_err(|(header, reason)| RequestError::Malformed {
+        header: Some(header),
+        reason,
+    })
+}
+
+/// An unsupported request, as [`RequestError::Refused`] when we serve the
+/// api and the crate decodes this version of it, else as it came.
+fn refused(frame: &Bytes, header: RequestHeader) -> RequestError {
+    let unsupported = |header| RequestError::UnsupportedVersion { header };
+    let Ok(key) = ApiKey::try_from(header.api_key) else {
+        return unsupported(header);
+    };
+    let known = key.valid_versions();
+    let served = versions::supported_range(header.api_key).is_some();
+    // ApiVersions keeps its KIP-511 fallback (a v0 answer with our table).
+    if !served
+        || key == ApiKey::ApiVersions
+        || !(known.min..=known.max).contains(&header.api_version)
+    {
+        return unsupported(header);
+    }
+    let mut r = Reader::new(frame);
+    r.pos = 8;
+    if read_header_rest(&mut r, key.request_header_version(header.api_version)).is_err() {
+        return unsupported(header);
+    }
+    match decode_body(frame, header, key, r.pos) {
+        Ok(p) => RequestError::Refused {
+            header: p.header,
+            body: Box::new(p.body),
+        },
+        Err((header, _)) => unsupported(header),
+    }
+}
+
+/// Decodes the body of `frame` from `pos` at the header's version.
+fn decode_body(
+    frame: &Bytes,
+    header: RequestHeader,
+    key: ApiKey,
+    pos: usize,
+) -> Result<ParsedRequest, (RequestHeader, String)> {
     let mut body = frame.slice(pos..);
     // The crate returns errors for bad input; catch_unwind is defence in
     // depth against a panic we have not found (an arithmetic overflow, an
@@ -98,14 +154,8 @@ pub fn parse_request(frame: Bytes) -> Result<ParsedRequest, RequestError> {
     }));
     match decoded {
         Ok(Ok(body)) => Ok(ParsedRequest { header, body }),
-        Ok(Err(e)) => Err(RequestError::Malformed {
-            header: Some(header),
-            reason: format!("{e:#}"),
-        }),
-        Err(_) => Err(RequestError::Malformed {
-            header: Some(header),
-            reason: "request decoder panicked".to_owned(),
-        }),
+        Ok(Err(e)) => Err((header, format!("{e:#}"))),
+        Err(_) => Err((header, "request decoder panicked".to_owned())),
     }
 }
 
@@ -422,8 +472,8 @@ impl<'a> Reader<'a> {
 mod tests {
     use super::*;
     use kafka_protocol::messages::{
-        ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse, ProduceRequest,
-        RequestHeader as KpRequestHeader,
+        ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse,
+        OffsetFetchRequest, ProduceRequest, RequestHeader as KpRequestHeader,
     };
     use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
@@ -661,13 +711,34 @@ mod tests {
             matches!(err, RequestError::UnsupportedVersion { .. }),
             "{err:?}"
         );
-        // Metadata v13 is in the crate but above our max of 12.
-        let body = RequestKind::Metadata(MetadataRequest::default());
-        let err = parse_request(request_frame(ApiKey::Metadata, 13, 1, &body)).unwrap_err();
-        assert!(
-            matches!(err, RequestError::UnsupportedVersion { .. }),
-            "{err:?}"
-        );
+        // A version in the crate but above our max (whichever of these
+        // still has one): refused with its body, so the broker can answer
+        // UNSUPPORTED_VERSION.
+        let candidates = [
+            RequestKind::DescribeCluster(Default::default()),
+            RequestKind::ListTransactions(Default::default()),
+            RequestKind::EndTxn(Default::default()),
+            RequestKind::AlterPartitionReassignments(Default::default()),
+        ];
+        let keys = [
+            ApiKey::DescribeCluster,
+            ApiKey::ListTransactions,
+            ApiKey::EndTxn,
+            ApiKey::AlterPartitionReassignments,
+        ];
+        let gap = keys.iter().zip(candidates).find_map(|(&k, body)| {
+            let (_, max) = versions::supported_range(k as i16)?;
+            (max < k.valid_versions().max).then_some((k, max + 1, body))
+        });
+        if let Some((k, v, body)) = gap {
+            let err = parse_request(request_frame(k, v, 1, &body)).unwrap_err();
+            let RequestError::Refused { header, body: got } = err else {
+                panic!("{k:?} v{v}: {err:?}")
+            };
+            assert_eq!((header.api_version, header.correlation_id), (v, 1));
+            assert_eq!(header.client_id.as_deref(), Some("test-client"));
+            assert_eq!(*got, body);
+        }
         // ShareGroupHeartbeat (KIP-932) is a known api we do not serve.
         let mut buf = BytesMut::new();
         buf.put_i16(ApiKey::ShareGroupHeartbeat as i16);
@@ -678,6 +749,74 @@ mod tests {
             matches!(err, RequestError::UnsupportedVersion { .. }),
             "{err:?}"
         );
+    }
+
+    /// Catches: OffsetCommit v0/v1 or OffsetFetch v0 (Kafka's pre-4.0
+    /// versions, which sarama 1.x sends) refused, or decoded with v2's
+    /// layout (v0 has no generation or member; v1 has a commit timestamp
+    /// per partition and no retention).
+    #[test]
+    fn pre_kip896_offset_versions_decode() {
+        let mut buf = BytesMut::new();
+        buf.put_i16(ApiKey::OffsetCommit as i16);
+        buf.put_i16(1);
+        buf.put_i32(3);
+        buf.put_i16(6);
+        buf.put_slice(b"sarama");
+        buf.put_i16(1);
+        buf.put_slice(b"g");
+        buf.put_i32(-1); // generation
+        buf.put_i16(0); // member id ""
+        buf.put_i32(1); // one topic
+        buf.put_i16(1);
+        buf.put_slice(b"t");
+        buf.put_i32(1); // one partition
+        buf.put_i32(0);
+        buf.put_i64(42); // offset
+        buf.put_i64(-1); // commit timestamp
+        buf.put_i16(2);
+        buf.put_slice(b"md");
+        let parsed = parse_request(buf.freeze()).unwrap();
+        let RequestKind::OffsetCommit(r) = parsed.body else {
+            panic!("{:?}", parsed.body)
+        };
+        assert_eq!(r.group_id.0.as_str(), "g");
+        assert_eq!(r.generation_id_or_member_epoch, -1);
+        assert_eq!(r.retention_time_ms, -1);
+        let p = &r.topics[0].partitions[0];
+        assert_eq!((p.committed_offset, p.commit_timestamp), (42, -1));
+        assert_eq!(p.committed_metadata.as_deref(), Some("md"));
+
+        // v0: group, then topics at once.
+        let mut buf = BytesMut::new();
+        buf.put_i16(ApiKey::OffsetCommit as i16);
+        buf.put_i16(0);
+        buf.put_i32(4);
+        buf.put_i16(-1);
+        buf.put_i16(1);
+        buf.put_slice(b"g");
+        buf.put_i32(1);
+        buf.put_i16(1);
+        buf.put_slice(b"t");
+        buf.put_i32(1);
+        buf.put_i32(2);
+        buf.put_i64(7);
+        buf.put_i16(-1); // null metadata
+        let parsed = parse_request(buf.freeze()).unwrap();
+        let RequestKind::OffsetCommit(r) = parsed.body else {
+            panic!("{:?}", parsed.body)
+        };
+        assert_eq!(r.generation_id_or_member_epoch, -1);
+        assert_eq!(r.member_id.as_str(), "");
+        let p = &r.topics[0].partitions[0];
+        assert_eq!((p.partition_index, p.committed_offset), (2, 7));
+        assert_eq!(p.committed_metadata, None);
+
+        // OffsetFetch v0 has v1's layout.
+        let body =
+            RequestKind::OffsetFetch(OffsetFetchRequest::default().with_topics(Some(Vec::new())));
+        let parsed = parse_request(request_frame(ApiKey::OffsetFetch, 0, 5, &body)).unwrap();
+        assert_eq!(parsed.body, body);
     }
 
     #[test]

@@ -21,22 +21,51 @@ use kafka_protocol::messages::{ApiKey, ApiVersionsResponse};
 ///   `topic` field is empty on the wire); the broker must resolve ids.
 /// * ListOffsets v10 only adds a request-level `timeout_ms` (KIP-1075), which
 ///   a broker without tiered storage may ignore.
-/// * Metadata v13 adds a top-level error code (KIP-1102); we stop at 12.
-/// * Transaction APIs (coordinator side) stop below KIP-890 part 2 /
-///   TRANSACTION_ABORTABLE: AddPartitionsToTxn v5, AddOffsetsToTxn /
-///   EndTxn / TxnOffsetCommit v4+; ListTransactions v2 (id pattern).
-///   AddPartitionsToTxn v4 is the broker-to-broker `verify_only` batch of
-///   KIP-890 part 1, which the brokers send each other and serve.
+/// * Metadata v13 only adds a top-level error code (KIP-1102, for
+///   REBOOTSTRAP_REQUIRED), always 0 here. kafka-python 3 pinned to
+///   `api_version=(4, 0)` sends v13 and was disconnected before bootstrap.
+/// * Transaction APIs (coordinator side) stop below KIP-890 part 2
+///   (transaction version 2, epoch bump per transaction): AddPartitionsToTxn
+///   v5, AddOffsetsToTxn v5, EndTxn / TxnOffsetCommit v5; ListTransactions
+///   v2 (id pattern). kaas finalizes no `transaction.version` feature, so a
+///   client never asks for those. AddOffsetsToTxn / EndTxn / TxnOffsetCommit
+///   v4 keep v3's schema and only allow the TRANSACTION_ABORTABLE error
+///   (KIP-890 part 1, like InitProducerId v5 and Produce v11+), which kaas
+///   never answers. AddPartitionsToTxn v4 is the broker-to-broker
+///   `verify_only` batch of KIP-890 part 1, which the brokers send each
+///   other and serve.
 /// * Group APIs: OffsetCommit v9 / OffsetFetch v9 carry KIP-848 member
 ///   epochs (checked for consumer-protocol groups; librdkafka 2.16 sends v9
-///   with `group.protocol=consumer`), DescribeGroups v6 an error message
-///   (KIP-1043): we stop below it. OffsetFetch v8 is the batched form.
+///   with `group.protocol=consumer`). DescribeGroups v6 (KIP-1043) answers
+///   an unknown group GROUP_ID_NOT_FOUND with a message instead of a `Dead`
+///   group without error. OffsetFetch v8 is the batched form.
 ///   FindCoordinator v5 and v6 keep v4's schema: v5 only allows the
 ///   TRANSACTION_ABORTABLE error (KIP-890), which kaas never answers
 ///   there; v6 allows key type 2 (share groups, KIP-932), which kaas
 ///   refuses per key with INVALID_REQUEST as a broker with share groups
 ///   disabled does. A client that has seen Produce v13 sends v6
 ///   (kafka-python pinned to (3, 9) or later did, and was disconnected).
+/// * Notes on the lower bounds: Kafka 4.0 removed the versions KIP-896
+///   deprecated, and the crate is generated without them. kaas serves two of
+///   them again through a patch of the vendored crate (vendor/README.md),
+///   because they cost almost nothing and old clients still send them
+///   whatever version they are configured for (sarama 1.x):
+///   OffsetCommit v0-1 (v0 carries no generation or member, so it is a
+///   standalone commit, accepted while the group is empty, as Kafka did;
+///   v1's per-partition commit timestamp is ignored, see
+///   `offset_commit.rs`), OffsetFetch v0 (v1's schema; Kafka read
+///   ZooKeeper offsets for it, kaas reads the one offset store),
+///   DescribeConfigs v0 (`is_default` in place of the config source) and
+///   CreateTopics v0-1 (no `validate_only` in v0, no error message in v0,
+///   no throttle time before v2; sarama configured for 0.11.x sends v1).
+///   The rest stay refused: Produce v0-2 and Fetch v0-3 need message
+///   format v0/v1 (magic 0/1) converted both ways; ListOffsets v0,
+///   DeleteTopics v0, OffsetForLeaderEpoch v0-1 and DescribeLogDirs v0
+///   come from clients configured for a Kafka before 0.11, whose Fetch
+///   (v3 or older) kaas refuses anyway.
+///   A refused version the crate can encode an answer for is answered
+///   UNSUPPORTED_VERSION (broker `api::refused`); below the crate's range
+///   the connection closes, as Kafka closes it for every refused version.
 /// * ConsumerGroupHeartbeat v1 (KIP-1082: client-issued member ids, regex
 ///   subscriptions) is the only version librdkafka 2.16 sends;
 ///   ConsumerGroupDescribe v1 adds the member type.
@@ -44,22 +73,22 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Produce, 3, 13),
     (ApiKey::Fetch, 4, 18),
     (ApiKey::ListOffsets, 1, 10),
-    (ApiKey::Metadata, 0, 12),
-    (ApiKey::OffsetCommit, 2, 9),
-    (ApiKey::OffsetFetch, 1, 9),
+    (ApiKey::Metadata, 0, 13),
+    (ApiKey::OffsetCommit, 0, 9),
+    (ApiKey::OffsetFetch, 0, 9),
     (ApiKey::FindCoordinator, 0, 6),
     (ApiKey::JoinGroup, 0, 9),
     (ApiKey::Heartbeat, 0, 4),
     (ApiKey::LeaveGroup, 0, 5),
     (ApiKey::SyncGroup, 0, 5),
-    (ApiKey::DescribeGroups, 0, 5),
+    (ApiKey::DescribeGroups, 0, 6),
     (ApiKey::ListGroups, 0, 5),
     (ApiKey::ApiVersions, 0, 4),
-    (ApiKey::CreateTopics, 2, 7),
+    (ApiKey::CreateTopics, 0, 7),
     (ApiKey::DeleteTopics, 1, 6),
     (ApiKey::InitProducerId, 0, 5),
     (ApiKey::OffsetForLeaderEpoch, 2, 4),
-    (ApiKey::DescribeConfigs, 1, 4),
+    (ApiKey::DescribeConfigs, 0, 4),
     (ApiKey::DescribeCluster, 0, 1),
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::OffsetDelete, 0, 0),
@@ -78,11 +107,12 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ConsumerGroupHeartbeat, 0, 1),
     (ApiKey::ConsumerGroupDescribe, 0, 1),
     (ApiKey::AddPartitionsToTxn, 0, 4),
-    (ApiKey::AddOffsetsToTxn, 0, 3),
-    (ApiKey::EndTxn, 0, 3),
-    (ApiKey::TxnOffsetCommit, 0, 3),
+    (ApiKey::AddOffsetsToTxn, 0, 4),
+    (ApiKey::EndTxn, 0, 4),
+    (ApiKey::TxnOffsetCommit, 0, 4),
     (ApiKey::DescribeTransactions, 0, 0),
     (ApiKey::ListTransactions, 0, 1),
+    (ApiKey::DescribeTopicPartitions, 0, 0),
 ];
 
 /// The lowest Produce version that may carry zstd batches: Produce v7 came
@@ -255,6 +285,9 @@ mod tests {
             ApiKey::ListTransactions => {
                 RequestKind::ListTransactions(ListTransactionsRequest::default())
             }
+            ApiKey::DescribeTopicPartitions => {
+                RequestKind::DescribeTopicPartitions(DescribeTopicPartitionsRequest::default())
+            }
             other => panic!("no default request for {other:?}"),
         }
     }
@@ -348,6 +381,9 @@ mod tests {
             }
             ApiKey::ListTransactions => {
                 ResponseKind::ListTransactions(ListTransactionsResponse::default())
+            }
+            ApiKey::DescribeTopicPartitions => {
+                ResponseKind::DescribeTopicPartitions(DescribeTopicPartitionsResponse::default())
             }
             other => panic!("no default response for {other:?}"),
         }

@@ -53,3 +53,49 @@ def test_find_coordinator_v6_answers_groups_and_refuses_share_keys(broker):
         time.sleep(0.2)  # coordinator shards loading
     assert [(k, n, e) for k, n, e in got] == [("g1", broker.broker_id, 0), ("g2", broker.broker_id, 0)]
     assert find_coordinator_v6(broker.addr, 2, ["share"]) == [("share", -1, INVALID_REQUEST)]
+
+
+DESCRIBE_GROUPS = 15
+GROUP_ID_NOT_FOUND = 69
+
+
+def describe_groups(addr, version: int, groups: list[str]) -> list[tuple]:
+    """(error code, error message, group id, state) per group, DescribeGroups
+    v5 or v6 (both flexible) on the wire."""
+    body = (w.request_header(DESCRIBE_GROUPS, version, 9, flexible=True)
+            + w.compact_array([w.compact_string(g) for g in groups])
+            + w.i8(0)  # include_authorized_operations
+            + w.TAGS_NONE)
+    with w.connect(addr) as s:
+        r = w.Reader(w.roundtrip(s, body))
+    assert r.i32() == 9
+    r.skip_tags()
+    r.i32()  # throttle_time_ms
+    out = []
+    for _ in range(r.compact_array_len()):
+        err = r.i16()
+        msg = r.compact_string() if version >= 6 else None
+        gid = r.compact_string()
+        state = r.compact_string()
+        r.compact_string()  # protocol type
+        r.compact_string()  # protocol data
+        assert r.compact_array_len() == 0  # members
+        r.i32()  # authorized operations
+        r.skip_tags()
+        out.append((err, msg, gid, state))
+    return out
+
+
+def test_describe_groups_v6_answers_an_unknown_group_group_id_not_found(broker):
+    """Was: v6 not advertised (kafka-python 3 pinned to 4.0 sends it). v6
+    (KIP-1043) answers GROUP_ID_NOT_FOUND with a message where v5 answers a
+    Dead group without error."""
+    deadline = time.monotonic() + 20
+    while True:
+        got = describe_groups(broker.addr, 5, ["nobody"])
+        if got[0][0] == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)  # coordinator shards loading
+    assert got == [(0, None, "nobody", "Dead")]
+    assert describe_groups(broker.addr, 6, ["nobody"]) == [
+        (GROUP_ID_NOT_FOUND, "Group nobody not found.", "nobody", "Dead")]

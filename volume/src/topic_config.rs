@@ -94,10 +94,28 @@ pub const TOPIC_KEYS: &[TopicKey] = &[
         doc: "The retention policy of old log segments. Only \"delete\" is implemented: whole segments past retention.ms or retention.bytes are removed (compaction is not).",
     },
     TopicKey {
+        name: "compression.gzip.level",
+        kind: ConfigType::Int,
+        broker_key: "compression.gzip.level",
+        doc: "The gzip level (1..9, or -1 for the codec's default, 6) batches are recompressed with when compression.type is gzip.",
+    },
+    TopicKey {
+        name: "compression.lz4.level",
+        kind: ConfigType::Int,
+        broker_key: "compression.lz4.level",
+        doc: "The lz4 level (1..17) batches are recompressed with when compression.type is lz4: 9, the default, is lz4's fast mode, any other level its high-compression mode (levels above 12 compress as 12).",
+    },
+    TopicKey {
         name: "compression.type",
         kind: ConfigType::String,
         broker_key: "compression.type",
-        doc: "Only \"producer\": batches are stored as the producer compressed them.",
+        doc: "The codec batches are stored with: \"producer\" keeps the producer's; \"uncompressed\", \"gzip\", \"snappy\", \"lz4\" or \"zstd\" makes the broker decompress a batch sent with any other codec and recompress it with this one before it is appended (records, keys, headers, timestamps, producer id and sequence unchanged).",
+    },
+    TopicKey {
+        name: "compression.zstd.level",
+        kind: ConfigType::Int,
+        broker_key: "compression.zstd.level",
+        doc: "The zstd level (-131072..22) batches are recompressed with when compression.type is zstd.",
     },
     TopicKey {
         name: "max.message.bytes",
@@ -172,15 +190,24 @@ pub fn validate(k: &str, v: &str) -> Result<(), TopicError> {
         "segment.bytes" => 1024,
         "segment.ms" | "min.insync.replicas" => 1,
         "retention.ms" | "retention.bytes" => -1,
+        "compression.gzip.level" => -1,
+        "compression.lz4.level" => 1,
+        "compression.zstd.level" => -131_072,
         _ => 0,
     };
+    let max = match k {
+        "compression.gzip.level" => 9,
+        "compression.lz4.level" => 17,
+        "compression.zstd.level" => 22,
+        _ => i64::from(i32::MAX),
+    };
+    // gzip's -1 (the codec's default) is the one value below 1 it takes.
+    let hole = (k == "compression.gzip.level").then_some(0);
     match key.kind {
         ConfigType::Int => match v.trim().parse::<i32>() {
-            Ok(n) if i64::from(n) >= min => Ok(()),
-            _ => bad(format!(
-                "expected an integer between {min} and {}",
-                i32::MAX
-            )),
+            Ok(n) if (min..=max).contains(&i64::from(n)) && hole != Some(n) => Ok(()),
+            _ if hole.is_some() => bad(format!("expected {min} or an integer between 1 and {max}")),
+            _ => bad(format!("expected an integer between {min} and {max}")),
         },
         ConfigType::Long => match v.trim().parse::<i64>() {
             Ok(n) if n >= min => Ok(()),
@@ -201,10 +228,11 @@ pub fn validate(k: &str, v: &str) -> Result<(), TopicError> {
                 "CreateTime" | "LogAppendTime" => Ok(()),
                 _ => bad("expected CreateTime or LogAppendTime".into()),
             },
-            "compression.type" if v == "producer" => Ok(()),
-            "compression.type" => {
-                bad("only 'producer' is implemented (batches are stored as sent)".into())
-            }
+            // Kafka's names, case-sensitive as its validator is.
+            "compression.type" => match v {
+                "producer" | "uncompressed" | "gzip" | "snappy" | "lz4" | "zstd" => Ok(()),
+                _ => bad("expected one of uncompressed, zstd, lz4, snappy, gzip, producer".into()),
+            },
             _ => Ok(()),
         },
     }
@@ -514,6 +542,18 @@ mod tests {
             ("segment.ms", "1"),
             ("max.message.bytes", "2000000"),
             ("message.timestamp.type", "CreateTime"),
+            ("compression.type", "producer"),
+            ("compression.type", "uncompressed"),
+            ("compression.type", "gzip"),
+            ("compression.type", "snappy"),
+            ("compression.type", "lz4"),
+            ("compression.type", "zstd"),
+            ("compression.gzip.level", "-1"),
+            ("compression.gzip.level", "9"),
+            ("compression.lz4.level", "1"),
+            ("compression.lz4.level", "17"),
+            ("compression.zstd.level", "-131072"),
+            ("compression.zstd.level", "22"),
             ("message.timestamp.type", "LogAppendTime"),
             ("message.timestamp.before.max.ms", "0"),
             ("message.timestamp.after.max.ms", "3600000"),
@@ -535,7 +575,17 @@ mod tests {
             ("cleanup.policy", "compact"),
             ("cleanup.policy", "compact,delete"),
             ("cleanup.policy", "nope"),
-            ("compression.type", "gzip"),
+            ("compression.type", "none"),
+            ("compression.type", "GZIP"),
+            ("compression.type", ""),
+            ("compression.gzip.level", "0"),
+            ("compression.gzip.level", "00"),
+            ("compression.gzip.level", "10"),
+            ("compression.gzip.level", "-2"),
+            ("compression.lz4.level", "0"),
+            ("compression.lz4.level", "18"),
+            ("compression.zstd.level", "23"),
+            ("compression.zstd.level", "-131073"),
             ("unclean.leader.election.enable", "true"),
             ("no.such.key", "1"),
         ] {

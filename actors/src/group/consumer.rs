@@ -37,6 +37,20 @@
 //!   member id is FENCED_INSTANCE_ID.
 //! * **Bounded**: at most [`ConsumerConfig::max_size`] members per group
 //!   (GROUP_MAX_SIZE_REACHED beyond).
+//! * **Regex subscriptions are resolved asynchronously**, as Kafka does
+//!   (`GroupMetadataManager.maybeUpdateRegularExpressions` schedules
+//!   `refreshRegularExpressions` on an executor; `handleRegularExpressionsResult`
+//!   bumps the group epoch). A heartbeat never matches a regex: it computes
+//!   the target from the literal names and the group's *resolved* regexes
+//!   ([`GroupRecord::regexes`]); a regex no member had subscribed to yet
+//!   only asks for a resolution, which [`ConsumerGroups::tick`] runs after
+//!   the heartbeat was answered and which rebalances if the matches changed.
+//!   So a member subscribing to `[literal, regex]` gets the literal topic in
+//!   one heartbeat and the matches in a later one (librdkafka's 0045
+//!   `resubscribe_with_regex` expects that order). The group's regexes are
+//!   resolved again at most every [`ConsumerConfig::regex_refresh_min_interval`]
+//!   (Kafka's `REGEX_BATCH_REFRESH_MIN_INTERVAL_MS`, 10 s) when a heartbeat
+//!   comes, which is how a topic created later that matches is picked up.
 //!
 //! Durability: every change is returned as [`ConsumerRecord`]s (the group's
 //! epochs and assignor, each member with its epoch, subscription, current
@@ -65,6 +79,11 @@ pub struct ConsumerConfig {
     /// `group.consumer.max.size`: members per group (Kafka: unbounded; here
     /// 1000, so one group's records stay small).
     pub max_size: usize,
+    /// The least time between two resolutions of a group's regexes (Kafka's
+    /// `REGEX_BATCH_REFRESH_MIN_INTERVAL_MS`, 10 s): a new regex waits for it
+    /// only if another was resolved within it; a heartbeat after it resolves
+    /// them all again (new topics).
+    pub regex_refresh_min_interval: Duration,
 }
 
 impl Default for ConsumerConfig {
@@ -73,6 +92,7 @@ impl Default for ConsumerConfig {
             session_timeout: Duration::from_secs(45),
             heartbeat_interval: Duration::from_secs(5),
             max_size: 1000,
+            regex_refresh_min_interval: Duration::from_secs(10),
         }
     }
 }
@@ -158,6 +178,14 @@ pub struct GroupRecord {
     pub topics: BTreeMap<String, TopicMeta>,
     /// Wall-clock ms of the last change (offset expiry of an empty group).
     pub state_ms: i64,
+    /// The members' regexes as last resolved: regex → the topic names it
+    /// matched (Kafka's ConsumerGroupRegularExpression records). A regex a
+    /// member subscribes to but absent here is not resolved yet and counts
+    /// as matching nothing. Absent in records written before regexes were
+    /// resolved asynchronously: read as empty, resolved at the next
+    /// heartbeat.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub regexes: BTreeMap<String, BTreeSet<String>>,
 }
 
 /// A consumer-protocol shard record (stored inside
@@ -351,9 +379,66 @@ struct Group {
     /// acknowledged batch can leave a group record without all of its
     /// members' targets): recompute it at the next heartbeat.
     dirty: bool,
+    /// When `rec.regexes` were last resolved (clock time; `None`: not by
+    /// this owner, or the group has none). Runtime only: a new owner
+    /// resolves them again at the first heartbeat.
+    regexes_resolved_at: Option<Duration>,
+    /// A resolution of the regexes is due at this time (Kafka's scheduled
+    /// `<group>-regex` task): run by [`ConsumerGroups::tick`].
+    regex_refresh_due: Option<Duration>,
 }
 
 impl Group {
+    /// The regexes the members subscribe to.
+    fn subscribed_regexes(&self) -> BTreeSet<&str> {
+        self.members
+            .values()
+            .filter_map(|m| m.rec.regex.as_deref())
+            .collect()
+    }
+
+    /// Kafka's refresh conditions (`maybeUpdateRegularExpressions`), asked
+    /// at every heartbeat: the group subscribes to regexes, none is being
+    /// resolved, and either one is not resolved yet (due once the last
+    /// resolution is `min_interval` old) or the last resolution is that
+    /// old (a periodic refresh, which finds topics created since).
+    fn maybe_schedule_refresh(&mut self, now: Duration, min_interval: Duration) {
+        let regexes = self.subscribed_regexes();
+        if regexes.is_empty() {
+            self.regex_refresh_due = None;
+            return;
+        }
+        if self.regex_refresh_due.is_some() {
+            return;
+        }
+        let unresolved = regexes.iter().any(|r| !self.rec.regexes.contains_key(*r));
+        let earliest = self
+            .regexes_resolved_at
+            .map_or(now, |t| t.saturating_add(min_interval));
+        if unresolved {
+            self.regex_refresh_due = Some(earliest.max(now));
+        } else if earliest <= now {
+            self.regex_refresh_due = Some(now);
+        }
+    }
+
+    /// Forget the resolutions of regexes no member subscribes to any more
+    /// (Kafka tombstones them when the last subscriber goes).
+    fn prune_regexes(&mut self) {
+        let subscribed: BTreeSet<String> = self
+            .subscribed_regexes()
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
+        self.rec.regexes.retain(|r, _| subscribed.contains(r));
+        if self.rec.regexes.is_empty() {
+            self.regexes_resolved_at = None;
+        }
+        if subscribed.is_empty() {
+            self.regex_refresh_due = None;
+        }
+    }
+
     fn state_name(&self) -> &'static str {
         if self.members.is_empty() {
             "Empty"
@@ -526,6 +611,8 @@ impl ConsumerGroups {
                     rec,
                     members,
                     dirty: false,
+                    regexes_resolved_at: None,
+                    regex_refresh_due: None,
                 };
                 g.dirty = !target_is_whole(&g);
                 Some((id.clone(), g))
@@ -645,15 +732,18 @@ impl ConsumerGroups {
 
     /// The earliest deadline a [`ConsumerGroups::tick`] acts on.
     pub fn next_deadline(&self) -> Option<Duration> {
-        self.groups
+        let members = self
+            .groups
             .values()
             .flat_map(|g| g.members.values())
-            .flat_map(|m| std::iter::once(m.session_until).chain(m.revoke_until))
-            .min()
+            .flat_map(|m| std::iter::once(m.session_until).chain(m.revoke_until));
+        let refreshes = self.groups.values().filter_map(|g| g.regex_refresh_due);
+        members.chain(refreshes).min()
     }
 
     /// Expire sessions and revocations that are due: those members are
-    /// removed (their partitions freed) and their groups rebalance.
+    /// removed (their partitions freed) and their groups rebalance. Then run
+    /// the regex resolutions that are due.
     pub fn tick(&mut self, topics: &dyn TopicSource) -> Vec<ConsumerRecord> {
         let now = self.clock.now();
         let now_ms = self.clock.now_ms();
@@ -682,7 +772,57 @@ impl ConsumerGroups {
             }
             Self::rebalance(g, topics, now_ms, &mut out);
         }
+        for g in self.groups.values_mut() {
+            if g.regex_refresh_due.is_some_and(|t| t <= now) {
+                Self::resolve_regexes(g, topics, now, now_ms, &mut out);
+            }
+        }
         out
+    }
+
+    /// Resolve every regex the group subscribes to against the topics now
+    /// (Kafka's `refreshRegularExpressions`) and, if what one matches
+    /// changed, rebalance (`handleRegularExpressionsResult` bumps the group
+    /// epoch; the members get the new target at their next heartbeats).
+    fn resolve_regexes(
+        g: &mut Group,
+        topics: &dyn TopicSource,
+        now: Duration,
+        now_ms: i64,
+        out: &mut Vec<ConsumerRecord>,
+    ) {
+        g.regex_refresh_due = None;
+        let regexes: Vec<String> = g
+            .subscribed_regexes()
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
+        if regexes.is_empty() {
+            return;
+        }
+        let mut changed = false;
+        for r in regexes {
+            // An invalid regex matches nothing (Kafka logs and ignores it).
+            let matched: BTreeSet<String> = topics
+                .matching(&r)
+                .unwrap_or_default()
+                .into_iter()
+                .collect();
+            if g.rec.regexes.get(&r) != Some(&matched) {
+                tracing::info!(
+                    group = %g.rec.group,
+                    regex = %r,
+                    topics = matched.len(),
+                    "consumer group regex resolved"
+                );
+                g.rec.regexes.insert(r, matched);
+                changed = true;
+            }
+        }
+        g.regexes_resolved_at = Some(now);
+        if changed {
+            Self::rebalance(g, topics, now_ms, out);
+        }
     }
 
     /// Bump the group epoch and recompute the target assignment; appends
@@ -694,6 +834,7 @@ impl ConsumerGroups {
         out: &mut Vec<ConsumerRecord>,
     ) {
         g.dirty = false;
+        g.prune_regexes();
         g.rec.epoch = g.rec.epoch.saturating_add(1);
         g.rec.topics = subscribed_metadata(g, topics);
         g.rec.assignor = choose_assignor(g);
@@ -710,7 +851,7 @@ impl ConsumerGroups {
                 .values()
                 .map(|m| AssignorMember {
                     id: &m.rec.member_id,
-                    topics: member_topics(&m.rec, &g.rec.topics, topics),
+                    topics: member_topics(&m.rec, &g.rec.topics, &g.rec.regexes),
                     previous: Some(&m.rec.target),
                 })
                 .collect();
@@ -806,9 +947,12 @@ impl ConsumerGroups {
                 assignor: assignor::UNIFORM.to_owned(),
                 topics: BTreeMap::new(),
                 state_ms: now_ms,
+                regexes: BTreeMap::new(),
             },
             members: BTreeMap::new(),
             dirty: false,
+            regexes_resolved_at: None,
+            regex_refresh_due: None,
         });
         let mut changed_group = false;
         let member_id = if req.member_id.is_empty() {
@@ -944,8 +1088,18 @@ impl ConsumerGroups {
         if let Some(r) = &req.regex {
             let r = (!r.is_empty()).then(|| r.clone());
             if r != m.rec.regex {
+                // Kafka's rule: a change rebalances at once only if what the
+                // member's regexes resolve to changes now, i.e. the old
+                // regex or the new one is resolved already; a new regex
+                // waits for its resolution (the tick), which rebalances.
+                let resolved =
+                    |x: &Option<String>| x.as_ref().is_some_and(|x| g.rec.regexes.contains_key(x));
+                if resolved(&m.rec.regex) || resolved(&r) {
+                    changed_group = true;
+                } else {
+                    member_changed = true;
+                }
                 m.rec.regex = r;
-                changed_group = true;
             }
         }
         if let Some(a) = &req.assignor {
@@ -971,6 +1125,8 @@ impl ConsumerGroups {
         if !changed_group && (g.dirty || subscribed_metadata(g, topics) != g.rec.topics) {
             changed_group = true;
         }
+        // After the answer: resolve a new regex, or all of them again.
+        g.maybe_schedule_refresh(now, cfg.regex_refresh_min_interval);
         if changed_group {
             Self::rebalance(g, topics, now_ms, &mut out.persist);
         }
@@ -1095,11 +1251,7 @@ fn target_is_whole(g: &Group) -> bool {
             }
         }
     }
-    let subscribed: BTreeSet<&String> = g
-        .members
-        .values()
-        .flat_map(|m| m.rec.topics.iter())
-        .collect();
+    let subscribed = subscribed_names(g);
     g.rec
         .topics
         .iter()
@@ -1180,39 +1332,43 @@ fn choose_assignor(g: &Group) -> String {
 }
 
 /// The topics one member subscribes to: its names plus its regex's
-/// matches, as ids (topics that do not exist are left out).
+/// resolved matches, as ids (topics that do not exist are left out).
 fn member_topics(
     m: &MemberRecord,
     meta: &BTreeMap<String, TopicMeta>,
-    topics: &dyn TopicSource,
+    resolved: &BTreeMap<String, BTreeSet<String>>,
 ) -> BTreeSet<Uuid> {
-    let mut names: Vec<String> = m.topics.clone();
-    if let Some(r) = &m.regex {
-        names.extend(topics.matching(r).unwrap_or_default());
-    }
-    names
+    let matched = m
+        .regex
+        .as_ref()
+        .and_then(|r| resolved.get(r))
+        .into_iter()
+        .flatten();
+    m.topics
         .iter()
+        .chain(matched)
         .filter_map(|n| meta.get(n).map(|t| t.id))
         .collect()
 }
 
-/// The metadata of every topic the group subscribes to.
-fn subscribed_metadata(g: &Group, topics: &dyn TopicSource) -> BTreeMap<String, TopicMeta> {
-    let mut names: BTreeSet<String> = BTreeSet::new();
-    let mut regexes: BTreeSet<&str> = BTreeSet::new();
+/// The names the group subscribes to: literal names and what the resolved
+/// regexes matched (an unresolved regex adds nothing yet).
+fn subscribed_names(g: &Group) -> BTreeSet<&String> {
+    let mut names: BTreeSet<&String> = BTreeSet::new();
     for m in g.members.values() {
-        names.extend(m.rec.topics.iter().cloned());
-        if let Some(r) = &m.rec.regex {
-            regexes.insert(r);
+        names.extend(m.rec.topics.iter());
+        if let Some(matched) = m.rec.regex.as_ref().and_then(|r| g.rec.regexes.get(r)) {
+            names.extend(matched.iter());
         }
     }
-    // Each distinct regex once (members of a group usually share one).
-    for r in regexes {
-        names.extend(topics.matching(r).unwrap_or_default());
-    }
     names
+}
+
+/// The metadata of every topic the group subscribes to.
+fn subscribed_metadata(g: &Group, topics: &dyn TopicSource) -> BTreeMap<String, TopicMeta> {
+    subscribed_names(g)
         .into_iter()
-        .filter_map(|n| topics.topic(&n).map(|t| (n, t)))
+        .filter_map(|n| topics.topic(n).map(|t| (n.clone(), t)))
         .collect()
 }
 

@@ -21,8 +21,10 @@
 //!   when it completes, the waiting answers whose tickets it covers are
 //!   delivered — after checking the broker lease, so nothing is
 //!   acknowledged by a coordinator that may have been replaced.
-//! * **Timers**: session and rebalance deadlines call `tick` at
-//!   `next_deadline`; a periodic pass appends offset expiry tombstones.
+//! * **Timers**: session and rebalance deadlines, and KIP-848 regex
+//!   resolutions a heartbeat asked for, call `tick` at `next_deadline`
+//!   (its records go through the same append); a periodic pass appends
+//!   offset expiry tombstones.
 //!   Compaction runs between fsyncs when due.
 //! * **Failure**: a failed write or fsync poisons the log: waiting answers
 //!   get `Unavailable`, and the shard is reopened from its files after a

@@ -113,8 +113,9 @@ async fn metadata(b: &Arc<Broker>, r: MetadataRequest, v: i16) -> MetadataRespon
     resp
 }
 
-/// Each partition's leader and epoch, as the newest assignment grants them.
-fn partitions(b: &Broker, t: &TopicStamp) -> Vec<MetadataResponsePartition> {
+/// Each partition's leader and epoch, as the newest assignment grants them
+/// (also DescribeTopicPartitions').
+pub(crate) fn partitions(b: &Broker, t: &TopicStamp) -> Vec<MetadataResponsePartition> {
     let a = b.assignment();
     let entries = a
         .topics

@@ -28,6 +28,7 @@ pub mod admin;
 pub mod api_versions;
 pub(crate) mod authorized;
 pub mod describe_cluster;
+pub mod describe_topic_partitions;
 pub mod error;
 pub mod fetch;
 pub mod group;
@@ -36,6 +37,7 @@ pub mod list_offsets;
 pub mod metadata;
 pub mod offset_for_leader_epoch;
 pub mod produce;
+pub mod refused;
 pub mod txn;
 
 use crate::state::Broker;
@@ -161,6 +163,7 @@ routes! {
     OffsetForLeaderEpoch => offset_for_leader_epoch::handle,
     DescribeConfigs => admin::describe_configs::handle,
     DescribeCluster => describe_cluster::handle,
+    DescribeTopicPartitions => describe_topic_partitions::handle,
     FindCoordinator => group::find_coordinator::handle,
     DescribeClientQuotas => admin::client_quotas::describe,
     AlterClientQuotas => admin::client_quotas::alter,

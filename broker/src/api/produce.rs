@@ -2,6 +2,10 @@
 //! partition leader in request order (dispatch phase), then wait for the
 //! fsync that covers them (completion phase). acks=0 gets no response.
 //!
+//! A topic whose compression.type is not `producer` gets every batch in
+//! its codec: a batch sent with another one is rebuilt here, in the
+//! dispatch phase (see [`recompress`]), before the leader sees it.
+//!
 //! Version rules handled here: topics by id from v13; zstd batches only
 //! from v7 (KIP-110: older requests get UNSUPPORTED_COMPRESSION_TYPE for
 //! that partition, as Kafka answers); `log_start_offset` from v5.
@@ -25,7 +29,7 @@ use crate::state::{Broker, ProduceLimits};
 use futures::FutureExt;
 use kaas_actors::partition::leader::HandedOver;
 use kaas_actors::partition::messages::{AppendBatches, AppendTicket, PartitionError, Placed};
-use kaas_protocol::batch::validate_batches;
+use kaas_protocol::batch::{recompress_batches, validate_batches, Codec, MAX_DECOMPRESSED_BATCH};
 use kaas_protocol::kafka_protocol::messages::produce_response::{
     PartitionProduceResponse, TopicProduceResponse,
 };
@@ -143,6 +147,75 @@ fn log_append_time(
     (bytes::Bytes::from(buf), infos)
 }
 
+/// Rebuild the batches whose codec is not the topic's compression.type
+/// `codec` (Kafka's log validator does it at append). The work is on this
+/// connection's task, never in the partition leader (the single writer
+/// only appends bytes), and off the runtime's threads unless it is
+/// bounded by the input: a compressed batch may inflate to anything up to
+/// the cap, so it is always rebuilt on the blocking pool. The cap on the
+/// inflated records is what one uncompressed request could carry
+/// (--max-request-bytes), and max.message.bytes when the result is stored
+/// uncompressed; beyond it, and for a rebuilt batch over
+/// max.message.bytes, the answer is MESSAGE_TOO_LARGE (as Kafka checks the
+/// rebuilt batch against max.message.bytes). Rebuilds off the connection's
+/// task take one of `Broker::recompress_slots` (one per core), so their
+/// memory is at most cores x the cap.
+async fn recompress(
+    b: &Broker,
+    records: bytes::Bytes,
+    infos: Vec<BatchInfo>,
+    codec: Codec,
+    limits: &ProduceLimits,
+) -> Result<(bytes::Bytes, Vec<BatchInfo>), (ApiError, String)> {
+    if infos.iter().all(|i| i.compression() == codec.compression) {
+        return Ok((records, infos));
+    }
+    let max_message = usize::try_from(limits.max_message_bytes.max(0)).unwrap_or(usize::MAX);
+    let mut cap = b.args.max_request_bytes.min(MAX_DECOMPRESSED_BATCH);
+    if codec.compression == Compression::None {
+        cap = cap.min(max_message);
+    }
+    let inline = records.len() <= INLINE_RECOMPRESS_BYTES
+        && codec.compression != Compression::Gzip
+        && infos.iter().all(|i| i.compression() == Compression::None);
+    let work = move || recompress_batches(&records, infos, codec, cap);
+    let rebuilt = if inline {
+        work()
+    } else {
+        // One rebuild per core at a time: the rest wait here, so memory
+        // for rebuilds is bounded by cores x cap whatever the clients send.
+        let _slot = b.recompress_slots.acquire().await.map_err(|_| {
+            (
+                ApiError::from(ResponseError::UnknownServerError),
+                "recompression slots closed".to_owned(),
+            )
+        })?;
+        tokio::task::spawn_blocking(work).await.map_err(|e| {
+            (
+                ApiError::from(ResponseError::UnknownServerError),
+                format!("recompression task failed: {e}"),
+            )
+        })?
+    };
+    let (records, infos) = rebuilt.map_err(|e| (ApiError::from(&e), e.to_string()))?;
+    if let Some(i) = infos.iter().find(|i| i.len > max_message) {
+        return Err((
+            ResponseError::MessageTooLarge.into(),
+            format!(
+                "rebuilt batch of {} bytes is over max.message.bytes {max_message}",
+                i.len
+            ),
+        ));
+    }
+    Ok((records, infos))
+}
+
+/// Uncompressed input up to this size is compressed on the connection's
+/// own task (every connection shares one thread): the work is bounded by
+/// the input, under 0.1 ms for lz4, snappy and zstd at 16 KiB, cheaper
+/// than a hop to the blocking pool. gzip (about 20 MB/s) always hops.
+const INLINE_RECOMPRESS_BYTES: usize = 16 << 10;
+
 /// Dispatch phase: validate and enqueue every partition, in request order.
 pub async fn handle(b: &Arc<Broker>, v: i16, r: ProduceRequest) -> Reply<ProduceResponse> {
     let acks = r.acks;
@@ -212,6 +285,19 @@ pub async fn handle(b: &Arc<Broker>, v: i16, r: ProduceRequest) -> Reply<Produce
                 slots.push(fail(e));
                 continue;
             }
+            let (records, infos) = match limits.compression {
+                Some(codec) => match recompress(b, records, infos, codec, &limits).await {
+                    Ok(r) => r,
+                    Err((e, why)) => {
+                        if let Some(count) = super::warn_for_peer(b, "batch not recompressed") {
+                            tracing::warn!(peer = %super::peer_name(), topic = %leader.name, partition = pd.index, codec = ?codec.compression, error = %why, count, "batch not recompressed to the topic's compression.type");
+                        }
+                        slots.push(fail(e));
+                        continue;
+                    }
+                },
+                None => (records, infos),
+            };
             let (records, infos, append_time) = if limits.log_append_time {
                 let (r, i) = log_append_time(&records, infos, now_ms);
                 (r, i, now_ms)
@@ -473,6 +559,7 @@ mod tests {
             before_max_ms: 1000,
             after_max_ms: 500,
             log_append_time: false,
+            compression: None,
         };
         let now = 10_000;
         let at = |ts: i64, len: usize| BatchInfo {
@@ -508,6 +595,7 @@ mod tests {
             before_max_ms: i64::MAX,
             after_max_ms: i64::MAX,
             log_append_time: false,
+            compression: None,
         };
         assert_eq!(
             check_limits(&[at(0, 1 << 30), at(i64::MAX, 1)], &open, now),

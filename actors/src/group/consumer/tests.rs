@@ -28,6 +28,15 @@ impl FakeTopics {
     fn set_partitions(&self, name: &str, n: i32) {
         self.0.lock().unwrap().get_mut(name).unwrap().partitions = n;
     }
+    fn create(&self, name: &str, id: u8, partitions: i32) {
+        self.0.lock().unwrap().insert(
+            name.to_owned(),
+            TopicMeta {
+                id: Uuid::from_bytes([id; 16]),
+                partitions,
+            },
+        );
+    }
 }
 
 impl TopicSource for FakeTopics {
@@ -115,6 +124,10 @@ impl Fixture {
 
     fn group(&self) -> DescribedGroup {
         self.groups.describe("g").unwrap()
+    }
+
+    fn group_record(&self) -> GroupRecord {
+        self.groups.groups["g"].rec.clone()
     }
 
     /// No partition owned (or being revoked) by two members.
@@ -589,13 +602,33 @@ fn bad_requests_and_bounds() {
     assert_eq!(f.group().assignor, "range");
 }
 
+/// A member's join with literal names and a regex.
+fn join_regex(id: &str, topics: &[&str], regex: &str) -> ConsumerHeartbeat {
+    let mut r = join_req(id, topics);
+    r.regex = Some(regex.into());
+    r
+}
+
+/// The regex resolution runs after the heartbeat, from the tick (due at
+/// once here).
+fn resolve(f: &mut Fixture) {
+    assert_eq!(
+        f.groups.next_deadline(),
+        Some(f.clock.now()),
+        "a resolution is due now"
+    );
+    f.tick();
+}
+
 #[test]
 fn new_partitions_and_regex_subscriptions_rebalance() {
     let mut f = Fixture::new(2);
-    let mut r = join_req("a", &[]);
+    let mut r = join_regex("a", &[], "t.*");
     r.topics = Some(Vec::new());
-    r.regex = Some("t.*".into());
     let a = f.hb(r).unwrap();
+    assert_eq!(count(a.assignment.as_ref().unwrap()), 0, "not resolved yet");
+    resolve(&mut f);
+    let a = f.beat("a", a.member_epoch, &Assignment::new());
     assert_eq!(count(a.assignment.as_ref().unwrap()), 2);
     let e = f.group().epoch;
     f.topics.set_partitions("t", 5);
@@ -607,6 +640,179 @@ fn new_partitions_and_regex_subscriptions_rebalance() {
     );
     assert_eq!(count(a2.assignment.as_ref().unwrap()), 5);
     assert_eq!(a2.member_epoch, e + 1);
+}
+
+/// Kafka's order (librdkafka 0045 `resubscribe_with_regex`): the heartbeat
+/// that brings a new regex is answered from what the group knows, the
+/// literal topics; the regex is resolved afterwards, which bumps the group
+/// epoch, and the matches come with the next heartbeat.
+#[test]
+fn a_new_regex_is_resolved_after_the_heartbeat_literal_topics_first() {
+    let mut f = Fixture::new(2);
+    let a = f.hb(join_regex("a", &["u"], "t.*")).unwrap();
+    let first = a.assignment.clone().unwrap();
+    assert_eq!(first.keys().copied().collect::<Vec<_>>(), vec![tid(2)]);
+    assert_eq!(count(&first), 3, "the literal topic's partitions only");
+    let e = f.group().epoch;
+    assert!(f.group_record().regexes.is_empty());
+    resolve(&mut f);
+    assert_eq!(f.group().epoch, e + 1, "the resolution bumps the epoch");
+    let g = f.group_record();
+    assert_eq!(g.regexes["t.*"], BTreeSet::from(["t".to_owned()]));
+    assert!(
+        matches!(f.log.last(), Some(ConsumerRecord::Member { .. }))
+            && f.log
+                .iter()
+                .any(|r| matches!(r, ConsumerRecord::Group(g) if !g.regexes.is_empty())),
+        "the resolution is persisted with the group"
+    );
+    let a = f.beat("a", a.member_epoch, &first);
+    assert_eq!(a.member_epoch, e + 1);
+    assert_eq!(count(a.assignment.as_ref().unwrap()), 5);
+    // Nothing left to resolve: no deadline but the session.
+    assert_eq!(
+        f.groups.next_deadline(),
+        Some(f.clock.now() + ConsumerConfig::default().session_timeout)
+    );
+}
+
+/// A second member subscribing to a regex the group already resolved gets
+/// its matches at once (Kafka bumps the epoch for a resolved regex).
+#[test]
+fn an_already_resolved_regex_is_assigned_at_once() {
+    let mut f = Fixture::new(2);
+    let mut a = f.hb(join_regex("a", &[], "t.*")).unwrap();
+    resolve(&mut f);
+    a = f.beat("a", a.member_epoch, a.assignment.as_ref().unwrap());
+    assert_eq!(count(a.assignment.as_ref().unwrap()), 2);
+    // b changes from a literal subscription to the same regex.
+    let b = f.hb(join_req("b", &["u"])).unwrap();
+    let e = f.group().epoch;
+    let mut r = join_req("b", &[]);
+    r.member_epoch = b.member_epoch;
+    r.owned = b.assignment.clone();
+    r.regex = Some("t.*".into());
+    f.hb(r).unwrap();
+    assert_eq!(f.group().epoch, e + 1, "rebalanced by the heartbeat itself");
+    let target: usize = f.group().members.iter().map(|m| count(&m.target)).sum();
+    assert_eq!(target, 2, "t's partitions shared, u no longer subscribed");
+}
+
+/// A topic created later that matches: not seen by heartbeats within the
+/// refresh interval of the last resolution; the first heartbeat after it
+/// asks for a resolution, which assigns the new topic.
+#[test]
+fn a_topic_created_later_is_picked_up_by_the_periodic_refresh() {
+    let mut f = Fixture::new(2);
+    let a = f.hb(join_regex("a", &[], "t.*")).unwrap();
+    resolve(&mut f);
+    let mut a = f.beat("a", a.member_epoch, &Assignment::new());
+    f.topics.create("t2", 9, 4);
+    let e = f.group().epoch;
+    f.clock.advance(Duration::from_secs(5));
+    a = f.beat("a", a.member_epoch, a.assignment.as_ref().unwrap());
+    assert_eq!(
+        f.group().epoch,
+        e,
+        "within the interval nothing is resolved"
+    );
+    assert!(f.groups.next_deadline() > Some(f.clock.now()));
+    f.clock.advance(Duration::from_secs(5));
+    a = f.beat("a", a.member_epoch, a.assignment.as_ref().unwrap());
+    assert_eq!(f.group().epoch, e);
+    resolve(&mut f);
+    assert_eq!(f.group().epoch, e + 1);
+    a = f.beat("a", a.member_epoch, a.assignment.as_ref().unwrap());
+    assert_eq!(count(a.assignment.as_ref().unwrap()), 6);
+    // A refresh that finds the same topics changes nothing.
+    f.clock.advance(Duration::from_secs(10));
+    let logged = f.log.len();
+    f.beat("a", a.member_epoch, a.assignment.as_ref().unwrap());
+    resolve(&mut f);
+    assert_eq!(f.group().epoch, e + 1);
+    assert_eq!(f.log.len(), logged, "no records");
+}
+
+/// A second new regex within the refresh interval of the last resolution
+/// waits for it (Kafka batches the group's resolutions), then is resolved
+/// without another heartbeat.
+#[test]
+fn a_new_regex_within_the_interval_is_resolved_when_it_ends() {
+    let mut f = Fixture::new(2);
+    let a = f.hb(join_regex("a", &[], "t.*")).unwrap();
+    resolve(&mut f);
+    f.clock.advance(Duration::from_secs(3));
+    f.hb(join_regex("b", &[], "o.*")).unwrap();
+    let due = f.groups.next_deadline();
+    assert_eq!(due, Some(f.clock.now() + Duration::from_secs(7)));
+    f.clock.advance(Duration::from_secs(7));
+    let e = f.group().epoch;
+    f.tick();
+    assert_eq!(f.group().epoch, e + 1);
+    assert_eq!(
+        f.group_record().regexes["o.*"],
+        BTreeSet::from(["other".to_owned()])
+    );
+    drop(a);
+}
+
+/// The last subscriber gone, the resolution goes too (Kafka's tombstone):
+/// subscribing again resolves it again, after the heartbeat (0045
+/// unsubscribes and subscribes to the regex and a literal topic).
+#[test]
+fn a_regex_nobody_subscribes_to_is_forgotten() {
+    let mut f = Fixture::new(2);
+    let a = f.hb(join_regex("a", &[], "t.*")).unwrap();
+    resolve(&mut f);
+    f.hb(ConsumerHeartbeat {
+        group_id: "g".into(),
+        member_id: "a".into(),
+        member_epoch: a.member_epoch,
+        ..Default::default()
+    })
+    .unwrap();
+    f.hb(ConsumerHeartbeat {
+        group_id: "g".into(),
+        member_id: "a".into(),
+        member_epoch: -1,
+        ..Default::default()
+    })
+    .unwrap();
+    assert!(f.group_record().regexes.is_empty());
+    assert_eq!(f.groups.next_deadline(), None);
+    let a = f.hb(join_regex("a", &["u"], "t.*")).unwrap();
+    assert_eq!(count(a.assignment.as_ref().unwrap()), 3, "u only");
+    resolve(&mut f);
+    let a = f.beat("a", a.member_epoch, a.assignment.as_ref().unwrap());
+    assert_eq!(count(a.assignment.as_ref().unwrap()), 5);
+}
+
+/// The resolutions are part of the group record: a new owner assigns the
+/// same topics (a heartbeat does not drop the regex's matches) and
+/// resolves again at the first heartbeat, which changes nothing.
+#[test]
+fn resolutions_survive_a_takeover() {
+    let mut f = Fixture::new(2);
+    let a = f.hb(join_regex("a", &["u"], "t.*")).unwrap();
+    resolve(&mut f);
+    let a = f.beat("a", a.member_epoch, a.assignment.as_ref().unwrap());
+    assert_eq!(count(a.assignment.as_ref().unwrap()), 5);
+    let mut durable = StoredGroups::new();
+    for r in &f.log {
+        apply(&mut durable, r);
+    }
+    let state = ShardState {
+        consumer: durable,
+        ..ShardState::default()
+    };
+    f.groups = ConsumerGroups::load(&state, ConsumerConfig::default(), f.clock.clone());
+    let e = f.group().epoch;
+    let logged = f.log.len();
+    let again = f.beat("a", a.member_epoch, a.assignment.as_ref().unwrap());
+    assert_eq!(again.assignment, a.assignment);
+    resolve(&mut f);
+    assert_eq!(f.group().epoch, e);
+    assert_eq!(f.log.len(), logged);
 }
 
 #[test]

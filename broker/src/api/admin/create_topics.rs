@@ -3,13 +3,21 @@
 //! the client's next request finds one.
 //!
 //! kaas keeps one copy on the shared volume: replication factor 1 or -1
-//! only, no manual replica assignment.
+//! only. A manual replica assignment is checked as Kafka's controller
+//! checks it (`ReplicationControlManager.createTopic`: replication factor
+//! and partition count -1, each partition once, 0..n-1, every broker
+//! registered, no broker twice, the same count everywhere) and may then
+//! name one broker per partition (more → INVALID_REPLICATION_FACTOR, as a
+//! replication factor above 1). The broker named is validated, not
+//! honoured: which broker leads a partition is the controller's placement
+//! (see `kaas_actors::cluster::balance`), which keeps no preferred replica.
 
 use crate::api::admin::{topic_entries, Mutations};
 use crate::api::error::ApiError;
-use crate::api::{await_topic_ready, s, Reply};
+use crate::api::{await_topic_ready, live_brokers, s, Reply};
 use crate::state::Broker;
 use kaas_actors::topic::CreateTopic;
+use kaas_protocol::kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kaas_protocol::kafka_protocol::messages::create_topics_response::{
     CreatableTopicConfigs, CreatableTopicResult,
 };
@@ -59,30 +67,26 @@ async fn create_topics(b: &Arc<Broker>, r: CreateTopicsRequest, v: i16) -> Creat
         tr.name = t.name.clone();
         tr.num_partitions = -1;
         tr.replication_factor = -1;
-        let partitions = if t.num_partitions == -1 {
-            b.args.default_partitions
-        } else {
-            t.num_partitions
-        };
         let fail = |tr: &mut CreatableTopicResult, e: ApiError, msg: Option<String>| {
             tr.error_code = e.code();
             tr.error_message = msg.as_deref().map(s);
         };
-        if !t.assignments.is_empty() {
-            fail(
-                &mut tr,
-                ResponseError::InvalidRequest.into(),
-                Some("manual replica assignment is not supported".into()),
-            );
+        let counted = if !t.assignments.is_empty() {
+            let registered: Vec<i32> = live_brokers(b).0.into_iter().map(|x| x.0).collect();
+            manual_partitions(&t, &registered, |id| active(b, id))
         } else if !matches!(t.replication_factor, -1 | 1) {
-            fail(
-                &mut tr,
-                ResponseError::InvalidReplicationFactor.into(),
-                Some(
-                    "kaas keeps one copy on the shared volume: use replication factor 1 or -1"
-                        .into(),
-                ),
-            );
+            Err(Refusal(
+                ResponseError::InvalidReplicationFactor,
+                "kaas keeps one copy on the shared volume: use replication factor 1 or -1".into(),
+            ))
+        } else if t.num_partitions == -1 {
+            Ok(b.args.default_partitions)
+        } else {
+            Ok(t.num_partitions)
+        };
+        let partitions = counted.as_ref().copied().unwrap_or(0);
+        if let Err(Refusal(e, msg)) = counted {
+            fail(&mut tr, e.into(), Some(msg));
         } else if let Err(e) = budget.admit(partitions).and_then(|()| {
             if r.validate_only {
                 Ok(())
@@ -148,9 +152,193 @@ async fn create_topics(b: &Arc<Broker>, r: CreateTopicsRequest, v: i16) -> Creat
     resp
 }
 
+/// A refused assignment: the error and Kafka's sentence for it.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct Refusal(pub ResponseError, pub String);
+
+/// Whether broker `id` may take a partition now: not standing still (it
+/// has fenced itself, see `Shared::silent`), and this broker only under a
+/// valid lease — Kafka's "fenced or in controlled shutdown".
+pub(super) fn active(b: &Broker, id: i32) -> bool {
+    !b.shared.is_silent(id) && (id != b.args.broker_id || b.shared.lease.valid())
+}
+
+/// The partition count of a CreateTopics topic with a manual assignment,
+/// checked in the order of Kafka's `ReplicationControlManager.createTopic`;
+/// `registered` lists the brokers the assignment may name.
+fn manual_partitions(
+    t: &CreatableTopic,
+    registered: &[i32],
+    active: impl Fn(i32) -> bool,
+) -> Result<i32, Refusal> {
+    let invalid = |m: &str| Refusal(ResponseError::InvalidRequest, m.into());
+    if t.replication_factor != -1 {
+        return Err(invalid(
+            "A manual partition assignment was specified, but replication factor was not set to -1.",
+        ));
+    }
+    if t.num_partitions != -1 {
+        return Err(invalid(
+            "A manual partition assignment was specified, but numPartitions was not set to -1.",
+        ));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    let mut replicas_each = None;
+    for a in &t.assignments {
+        let p = a.partition_index;
+        if !seen.insert(p) {
+            return Err(Refusal(
+                ResponseError::InvalidReplicaAssignment,
+                format!("Found multiple manual partition assignments for partition {p}"),
+            ));
+        }
+        let ids: Vec<i32> = a.broker_ids.iter().map(|x| x.0).collect();
+        check_replicas(&ids, registered, replicas_each)?;
+        replicas_each = Some(ids.len());
+        if ids.len() > 1 {
+            return Err(Refusal(
+                ResponseError::InvalidReplicationFactor,
+                format!(
+                    "kaas keeps one copy on the shared volume: partition {p} names {} brokers, \
+                     name one",
+                    ids.len()
+                ),
+            ));
+        }
+        if !ids.iter().any(|&id| active(id)) {
+            return Err(Refusal(
+                ResponseError::InvalidReplicaAssignment,
+                format!(
+                    "All brokers specified in the manual partition assignment for partition {p} \
+                     are fenced or in controlled shutdown."
+                ),
+            ));
+        }
+    }
+    // The indices seen are distinct: they are 0..n-1 exactly when the
+    // largest is n-1 and the smallest 0.
+    let n = seen.len();
+    if seen.first() != Some(&0) || seen.last().map(|&l| l as usize) != Some(n - 1) {
+        return Err(Refusal(
+            ResponseError::InvalidReplicaAssignment,
+            "partitions should be a consecutive 0-based integer sequence".into(),
+        ));
+    }
+    i32::try_from(n).map_err(|_| invalid("too many partitions"))
+}
+
+/// Kafka's `validateManualPartitionAssignment` for one partition's
+/// replicas: not empty, every broker registered, none twice, and as many
+/// as `replicas_each` (the other partitions') when that is known.
+pub(super) fn check_replicas(
+    ids: &[i32],
+    registered: &[i32],
+    replicas_each: Option<usize>,
+) -> Result<(), Refusal> {
+    let bad = |m: String| Err(Refusal(ResponseError::InvalidReplicaAssignment, m));
+    if ids.is_empty() {
+        return bad("The manual partition assignment includes an empty replica list.".into());
+    }
+    let mut sorted = ids.to_vec();
+    sorted.sort_unstable();
+    let mut prev = None;
+    for &id in &sorted {
+        if !registered.contains(&id) {
+            return bad(format!(
+                "The manual partition assignment includes broker {id}, but no such broker is \
+                 registered."
+            ));
+        }
+        if prev == Some(id) {
+            return bad(format!(
+                "The manual partition assignment includes the broker {id} more than once."
+            ));
+        }
+        prev = Some(id);
+    }
+    match replicas_each {
+        Some(n) if n != ids.len() => bad(format!(
+            "The manual partition assignment includes a partition with {} replica(s), but this \
+             is not consistent with previous partitions, which have {n} replica(s).",
+            ids.len()
+        )),
+        _ => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kaas_protocol::kafka_protocol::messages::create_topics_request::CreatableReplicaAssignment;
+    use kaas_protocol::kafka_protocol::messages::BrokerId;
+
+    fn topic(partitions: i32, rf: i16, lists: &[(i32, &[i32])]) -> CreatableTopic {
+        let mut t = CreatableTopic::default();
+        t.num_partitions = partitions;
+        t.replication_factor = rf;
+        t.assignments = lists
+            .iter()
+            .map(|(p, ids)| {
+                let mut a = CreatableReplicaAssignment::default();
+                a.partition_index = *p;
+                a.broker_ids = ids.iter().map(|&i| BrokerId(i)).collect();
+                a
+            })
+            .collect();
+        t
+    }
+
+    fn code(t: &CreatableTopic, registered: &[i32]) -> Result<i32, ResponseError> {
+        manual_partitions(t, registered, |_| true).map_err(|r| r.0)
+    }
+
+    #[test]
+    fn one_live_broker_per_partition_is_accepted() {
+        assert_eq!(code(&topic(-1, -1, &[(0, &[0]), (1, &[0])]), &[0]), Ok(2));
+        // In any order, naming any registered broker.
+        assert_eq!(
+            code(&topic(-1, -1, &[(2, &[1]), (0, &[0]), (1, &[1])]), &[0, 1]),
+            Ok(3)
+        );
+    }
+
+    #[test]
+    fn kafkas_refusals_in_kafkas_order() {
+        use ResponseError::*;
+        let cases: &[(CreatableTopic, ResponseError)] = &[
+            (topic(-1, 1, &[(0, &[0])]), InvalidRequest),
+            (topic(1, -1, &[(0, &[0])]), InvalidRequest),
+            (
+                topic(-1, -1, &[(0, &[0]), (0, &[0])]),
+                InvalidReplicaAssignment,
+            ),
+            (topic(-1, -1, &[(0, &[])]), InvalidReplicaAssignment),
+            (topic(-1, -1, &[(0, &[7])]), InvalidReplicaAssignment),
+            (topic(-1, -1, &[(0, &[0, 0])]), InvalidReplicaAssignment),
+            (
+                topic(-1, -1, &[(0, &[0]), (1, &[0, 1])]),
+                InvalidReplicaAssignment,
+            ),
+            (
+                topic(-1, -1, &[(0, &[0]), (2, &[0])]),
+                InvalidReplicaAssignment,
+            ),
+            (topic(-1, -1, &[(1, &[0])]), InvalidReplicaAssignment),
+            (topic(-1, -1, &[(-1, &[0])]), InvalidReplicaAssignment),
+            // Both brokers registered: what Kafka would accept, kaas cannot
+            // keep (one copy), as with a replication factor of 2.
+            (topic(-1, -1, &[(0, &[0, 1])]), InvalidReplicationFactor),
+        ];
+        for (t, want) in cases {
+            assert_eq!(code(t, &[0, 1]), Err(*want), "{:?}", t.assignments);
+        }
+    }
+
+    #[test]
+    fn a_fenced_broker_cannot_take_a_partition() {
+        let r = manual_partitions(&topic(-1, -1, &[(0, &[1])]), &[0, 1], |id| id == 0);
+        assert_eq!(r.unwrap_err().0, ResponseError::InvalidReplicaAssignment);
+    }
 
     fn full() -> CreatableTopicResult {
         let mut tr = CreatableTopicResult::default();

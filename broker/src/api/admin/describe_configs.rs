@@ -88,12 +88,17 @@ fn broker_resource(me: i32, name: &str) -> Result<(), (ResponseError, String)> {
 }
 
 /// One entry on the wire: synonyms only when asked (v1+), documentation
-/// only when asked (v3+); config_type (v3+) always.
+/// only when asked (v3+); config_type (v3+) always. v0 (sarama 1.x sends
+/// it whatever its configured version) has `is_default` in place of the
+/// source: true for an entry at its default, as the field is documented.
+/// (Kafka 3.x brokers left it false for every entry, a bug a client
+/// cannot rely on either way.)
 fn to_wire(e: Entry, synonyms: bool, doc: bool, v: i16) -> DescribeConfigsResourceResult {
     let mut c = DescribeConfigsResourceResult::default();
     c.name = s(&e.name);
     c.value = Some(s(&e.value));
     c.read_only = e.read_only;
+    c.is_default = v == 0 && e.source == super::DEFAULT_CONFIG;
     c.config_source = e.source;
     c.is_sensitive = false;
     c.documentation = None;

@@ -70,6 +70,9 @@ fn topic_default(b: &Broker, key: &str) -> (String, &'static str) {
     match key {
         "cleanup.policy" => ("delete".into(), "delete"),
         "compression.type" => ("producer".into(), "producer"),
+        "compression.gzip.level" => ("-1".into(), "-1"),
+        "compression.lz4.level" => ("9".into(), "9"),
+        "compression.zstd.level" => ("3".into(), "3"),
         "max.message.bytes" => (a.message_max_bytes.to_string(), "1048588"),
         "message.timestamp.after.max.ms" | "message.timestamp.before.max.ms" => {
             (i64::MAX.to_string(), "9223372036854775807")

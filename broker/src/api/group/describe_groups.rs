@@ -1,6 +1,7 @@
 //! DescribeGroups (key 15): each group's state, protocol and members (with
 //! their subscription and assignment bytes), from its coordinator. An
-//! unknown group is `Dead` with no error, as in Kafka. A KIP-848 consumer
+//! unknown group is `Dead` with no error up to v5, and from v6 (KIP-1043)
+//! `Dead` with GROUP_ID_NOT_FOUND and a message, as in Kafka. A KIP-848 consumer
 //! group is shown with protocol type `consumer`, its state and members.
 //! From v3, the group's authorized operations when asked (`authorized`: no
 //! authorizer, so every operation a group supports), for a group answered
@@ -11,12 +12,14 @@ use super::super::{authorized, s, Reply};
 use super::ask;
 use crate::state::Broker;
 use futures::FutureExt;
+use kaas_actors::group::classic::GroupState;
 use kaas_actors::group::messages::DescribeGroupsRequest as Describe;
 use kaas_actors::group::messages::{ConsumerDescribed, DescribeConsumerGroups as DescribeConsumer};
 use kaas_protocol::kafka_protocol::messages::describe_groups_response::{
     DescribedGroup, DescribedGroupMember,
 };
 use kaas_protocol::kafka_protocol::messages::{DescribeGroupsRequest, DescribeGroupsResponse};
+use kaas_protocol::kafka_protocol::ResponseError;
 use std::sync::Arc;
 
 /// Ask each group's coordinator.
@@ -68,6 +71,11 @@ pub async fn handle(
                     Ok(mut found) => {
                         if let Some((_, state, rec)) = found.pop() {
                             g.group_state = s(state.kafka_name());
+                            if v >= 6 && state == GroupState::Dead && rec.is_none() {
+                                // KIP-1043: from v6 an unknown group is an error.
+                                g.error_code = ResponseError::GroupIdNotFound.code();
+                                g.error_message = Some(s(&format!("Group {name} not found.")));
+                            }
                             if let Some(rec) = rec {
                                 g.protocol_type = s(rec.protocol_type.as_deref().unwrap_or(""));
                                 g.protocol_data = s(rec.protocol.as_deref().unwrap_or(""));

@@ -17,7 +17,7 @@ use crate::protocol::{
     Encodable, Encoder, HeaderVersion, Message, StrBytes, VersionRange,
 };
 
-/// Valid versions: 2-7
+/// Valid versions: 0-7
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct CreatableReplicaAssignment {
@@ -69,7 +69,7 @@ impl CreatableReplicaAssignment {
 #[cfg(feature = "client")]
 impl Encodable for CreatableReplicaAssignment {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 2 || version > 7 {
+        if version < 0 || version > 7 {
             bail!("specified version not supported by this message type");
         }
         types::Int32.encode(buf, &self.partition_index)?;
@@ -119,7 +119,7 @@ impl Encodable for CreatableReplicaAssignment {
 #[cfg(feature = "broker")]
 impl Decodable for CreatableReplicaAssignment {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 2 || version > 7 {
+        if version < 0 || version > 7 {
             bail!("specified version not supported by this message type");
         }
         let partition_index = types::Int32.decode(buf)?;
@@ -157,11 +157,11 @@ impl Default for CreatableReplicaAssignment {
 }
 
 impl Message for CreatableReplicaAssignment {
-    const VERSIONS: VersionRange = VersionRange { min: 2, max: 7 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 7 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
-/// Valid versions: 2-7
+/// Valid versions: 0-7
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct CreatableTopic {
@@ -255,7 +255,7 @@ impl CreatableTopic {
 #[cfg(feature = "client")]
 impl Encodable for CreatableTopic {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 2 || version > 7 {
+        if version < 0 || version > 7 {
             bail!("specified version not supported by this message type");
         }
         if version >= 5 {
@@ -330,7 +330,7 @@ impl Encodable for CreatableTopic {
 #[cfg(feature = "broker")]
 impl Decodable for CreatableTopic {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 2 || version > 7 {
+        if version < 0 || version > 7 {
             bail!("specified version not supported by this message type");
         }
         let name = if version >= 5 {
@@ -385,11 +385,11 @@ impl Default for CreatableTopic {
 }
 
 impl Message for CreatableTopic {
-    const VERSIONS: VersionRange = VersionRange { min: 2, max: 7 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 7 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
-/// Valid versions: 2-7
+/// Valid versions: 0-7
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct CreatableTopicConfig {
@@ -441,7 +441,7 @@ impl CreatableTopicConfig {
 #[cfg(feature = "client")]
 impl Encodable for CreatableTopicConfig {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 2 || version > 7 {
+        if version < 0 || version > 7 {
             bail!("specified version not supported by this message type");
         }
         if version >= 5 {
@@ -499,7 +499,7 @@ impl Encodable for CreatableTopicConfig {
 #[cfg(feature = "broker")]
 impl Decodable for CreatableTopicConfig {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 2 || version > 7 {
+        if version < 0 || version > 7 {
             bail!("specified version not supported by this message type");
         }
         let name = if version >= 5 {
@@ -541,11 +541,11 @@ impl Default for CreatableTopicConfig {
 }
 
 impl Message for CreatableTopicConfig {
-    const VERSIONS: VersionRange = VersionRange { min: 2, max: 7 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 7 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
-/// Valid versions: 2-7
+/// Valid versions: 0-7
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct CreateTopicsRequest {
@@ -611,7 +611,7 @@ impl CreateTopicsRequest {
 #[cfg(feature = "client")]
 impl Encodable for CreateTopicsRequest {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 2 || version > 7 {
+        if version < 0 || version > 7 {
             bail!("specified version not supported by this message type");
         }
         if version >= 5 {
@@ -620,7 +620,11 @@ impl Encodable for CreateTopicsRequest {
             types::Array(types::Struct { version }).encode(buf, &self.topics)?;
         }
         types::Int32.encode(buf, &self.timeout_ms)?;
-        types::Boolean.encode(buf, &self.validate_only)?;
+        if version >= 1 {
+            types::Boolean.encode(buf, &self.validate_only)?;
+        } else if self.validate_only {
+            bail!("A field is set that is not available on the selected protocol version");
+        }
         if version >= 5 {
             let num_tagged_fields = self.unknown_tagged_fields.len();
             if num_tagged_fields > std::u32::MAX as usize {
@@ -644,7 +648,9 @@ impl Encodable for CreateTopicsRequest {
             total_size += types::Array(types::Struct { version }).compute_size(&self.topics)?;
         }
         total_size += types::Int32.compute_size(&self.timeout_ms)?;
-        total_size += types::Boolean.compute_size(&self.validate_only)?;
+        if version >= 1 {
+            total_size += types::Boolean.compute_size(&self.validate_only)?;
+        }
         if version >= 5 {
             let num_tagged_fields = self.unknown_tagged_fields.len();
             if num_tagged_fields > std::u32::MAX as usize {
@@ -664,7 +670,7 @@ impl Encodable for CreateTopicsRequest {
 #[cfg(feature = "broker")]
 impl Decodable for CreateTopicsRequest {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 2 || version > 7 {
+        if version < 0 || version > 7 {
             bail!("specified version not supported by this message type");
         }
         let topics = if version >= 5 {
@@ -673,7 +679,11 @@ impl Decodable for CreateTopicsRequest {
             types::Array(types::Struct { version }).decode(buf)?
         };
         let timeout_ms = types::Int32.decode(buf)?;
-        let validate_only = types::Boolean.decode(buf)?;
+        let validate_only = if version >= 1 {
+            types::Boolean.decode(buf)?
+        } else {
+            false
+        };
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 5 {
             let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
@@ -705,7 +715,7 @@ impl Default for CreateTopicsRequest {
 }
 
 impl Message for CreateTopicsRequest {
-    const VERSIONS: VersionRange = VersionRange { min: 2, max: 7 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 7 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 

@@ -17,7 +17,7 @@ use crate::protocol::{
     Encodable, Encoder, HeaderVersion, Message, StrBytes, VersionRange,
 };
 
-/// Valid versions: 2-7
+/// Valid versions: 0-7
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct CreatableTopicConfigs {
@@ -111,7 +111,7 @@ impl CreatableTopicConfigs {
 #[cfg(feature = "broker")]
 impl Encodable for CreatableTopicConfigs {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 2 || version > 7 {
+        if version < 0 || version > 7 {
             bail!("specified version not supported by this message type");
         }
         if version >= 5 {
@@ -221,7 +221,7 @@ impl Encodable for CreatableTopicConfigs {
 #[cfg(feature = "client")]
 impl Decodable for CreatableTopicConfigs {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 2 || version > 7 {
+        if version < 0 || version > 7 {
             bail!("specified version not supported by this message type");
         }
         let name = if version >= 5 {
@@ -284,11 +284,11 @@ impl Default for CreatableTopicConfigs {
 }
 
 impl Message for CreatableTopicConfigs {
-    const VERSIONS: VersionRange = VersionRange { min: 2, max: 7 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 7 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
-/// Valid versions: 2-7
+/// Valid versions: 0-7
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct CreatableTopicResult {
@@ -424,7 +424,7 @@ impl CreatableTopicResult {
 #[cfg(feature = "broker")]
 impl Encodable for CreatableTopicResult {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 2 || version > 7 {
+        if version < 0 || version > 7 {
             bail!("specified version not supported by this message type");
         }
         if version >= 5 {
@@ -438,7 +438,7 @@ impl Encodable for CreatableTopicResult {
         types::Int16.encode(buf, &self.error_code)?;
         if version >= 5 {
             types::CompactString.encode(buf, &self.error_message)?;
-        } else {
+        } else if version >= 1 {
             types::String.encode(buf, &self.error_message)?;
         }
         if version >= 5 {
@@ -492,7 +492,7 @@ impl Encodable for CreatableTopicResult {
         total_size += types::Int16.compute_size(&self.error_code)?;
         if version >= 5 {
             total_size += types::CompactString.compute_size(&self.error_message)?;
-        } else {
+        } else if version >= 1 {
             total_size += types::String.compute_size(&self.error_message)?;
         }
         if version >= 5 {
@@ -539,7 +539,7 @@ impl Encodable for CreatableTopicResult {
 #[cfg(feature = "client")]
 impl Decodable for CreatableTopicResult {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 2 || version > 7 {
+        if version < 0 || version > 7 {
             bail!("specified version not supported by this message type");
         }
         let name = if version >= 5 {
@@ -555,8 +555,10 @@ impl Decodable for CreatableTopicResult {
         let error_code = types::Int16.decode(buf)?;
         let error_message = if version >= 5 {
             types::CompactString.decode(buf)?
-        } else {
+        } else if version >= 1 {
             types::String.decode(buf)?
+        } else {
+            None
         };
         let mut topic_config_error_code = 0;
         let num_partitions = if version >= 5 {
@@ -622,11 +624,11 @@ impl Default for CreatableTopicResult {
 }
 
 impl Message for CreatableTopicResult {
-    const VERSIONS: VersionRange = VersionRange { min: 2, max: 7 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 7 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
-/// Valid versions: 2-7
+/// Valid versions: 0-7
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct CreateTopicsResponse {
@@ -678,10 +680,12 @@ impl CreateTopicsResponse {
 #[cfg(feature = "broker")]
 impl Encodable for CreateTopicsResponse {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 2 || version > 7 {
+        if version < 0 || version > 7 {
             bail!("specified version not supported by this message type");
         }
-        types::Int32.encode(buf, &self.throttle_time_ms)?;
+        if version >= 2 {
+            types::Int32.encode(buf, &self.throttle_time_ms)?;
+        }
         if version >= 5 {
             types::CompactArray(types::Struct { version }).encode(buf, &self.topics)?;
         } else {
@@ -703,7 +707,9 @@ impl Encodable for CreateTopicsResponse {
     }
     fn compute_size(&self, version: i16) -> Result<usize> {
         let mut total_size = 0;
-        total_size += types::Int32.compute_size(&self.throttle_time_ms)?;
+        if version >= 2 {
+            total_size += types::Int32.compute_size(&self.throttle_time_ms)?;
+        }
         if version >= 5 {
             total_size +=
                 types::CompactArray(types::Struct { version }).compute_size(&self.topics)?;
@@ -729,10 +735,14 @@ impl Encodable for CreateTopicsResponse {
 #[cfg(feature = "client")]
 impl Decodable for CreateTopicsResponse {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 2 || version > 7 {
+        if version < 0 || version > 7 {
             bail!("specified version not supported by this message type");
         }
-        let throttle_time_ms = types::Int32.decode(buf)?;
+        let throttle_time_ms = if version >= 2 {
+            types::Int32.decode(buf)?
+        } else {
+            0
+        };
         let topics = if version >= 5 {
             types::CompactArray(types::Struct { version }).decode(buf)?
         } else {
@@ -767,7 +777,7 @@ impl Default for CreateTopicsResponse {
 }
 
 impl Message for CreateTopicsResponse {
-    const VERSIONS: VersionRange = VersionRange { min: 2, max: 7 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 7 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 

@@ -17,24 +17,29 @@ use crate::protocol::{
     Encodable, Encoder, HeaderVersion, Message, StrBytes, VersionRange,
 };
 
-/// Valid versions: 1-4
+/// Valid versions: 0-4
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct DescribeConfigsResourceResult {
     /// The configuration name.
     ///
-    /// Supported API versions: 1-4
+    /// Supported API versions: 0-4
     pub name: StrBytes,
 
     /// The configuration value.
     ///
-    /// Supported API versions: 1-4
+    /// Supported API versions: 0-4
     pub value: Option<StrBytes>,
 
     /// True if the configuration is read-only.
     ///
-    /// Supported API versions: 1-4
+    /// Supported API versions: 0-4
     pub read_only: bool,
+
+    /// True if the configuration is not set.
+    ///
+    /// Supported API versions: 0
+    pub is_default: bool,
 
     /// The configuration source.
     ///
@@ -43,7 +48,7 @@ pub struct DescribeConfigsResourceResult {
 
     /// True if this configuration is sensitive.
     ///
-    /// Supported API versions: 1-4
+    /// Supported API versions: 0-4
     pub is_sensitive: bool,
 
     /// The synonyms for this configuration key.
@@ -70,7 +75,7 @@ impl DescribeConfigsResourceResult {
     ///
     /// The configuration name.
     ///
-    /// Supported API versions: 1-4
+    /// Supported API versions: 0-4
     pub fn with_name(mut self, value: StrBytes) -> Self {
         self.name = value;
         self
@@ -79,7 +84,7 @@ impl DescribeConfigsResourceResult {
     ///
     /// The configuration value.
     ///
-    /// Supported API versions: 1-4
+    /// Supported API versions: 0-4
     pub fn with_value(mut self, value: Option<StrBytes>) -> Self {
         self.value = value;
         self
@@ -88,9 +93,18 @@ impl DescribeConfigsResourceResult {
     ///
     /// True if the configuration is read-only.
     ///
-    /// Supported API versions: 1-4
+    /// Supported API versions: 0-4
     pub fn with_read_only(mut self, value: bool) -> Self {
         self.read_only = value;
+        self
+    }
+    /// Sets `is_default` to the passed value.
+    ///
+    /// True if the configuration is not set.
+    ///
+    /// Supported API versions: 0
+    pub fn with_is_default(mut self, value: bool) -> Self {
+        self.is_default = value;
         self
     }
     /// Sets `config_source` to the passed value.
@@ -106,7 +120,7 @@ impl DescribeConfigsResourceResult {
     ///
     /// True if this configuration is sensitive.
     ///
-    /// Supported API versions: 1-4
+    /// Supported API versions: 0-4
     pub fn with_is_sensitive(mut self, value: bool) -> Self {
         self.is_sensitive = value;
         self
@@ -153,7 +167,7 @@ impl DescribeConfigsResourceResult {
 #[cfg(feature = "broker")]
 impl Encodable for DescribeConfigsResourceResult {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 1 || version > 4 {
+        if version < 0 || version > 4 {
             bail!("specified version not supported by this message type");
         }
         if version >= 4 {
@@ -167,11 +181,16 @@ impl Encodable for DescribeConfigsResourceResult {
             types::String.encode(buf, &self.value)?;
         }
         types::Boolean.encode(buf, &self.read_only)?;
-        types::Int8.encode(buf, &self.config_source)?;
+        if version == 0 {
+            types::Boolean.encode(buf, &self.is_default)?;
+        }
+        if version >= 1 {
+            types::Int8.encode(buf, &self.config_source)?;
+        }
         types::Boolean.encode(buf, &self.is_sensitive)?;
         if version >= 4 {
             types::CompactArray(types::Struct { version }).encode(buf, &self.synonyms)?;
-        } else {
+        } else if version >= 1 {
             types::Array(types::Struct { version }).encode(buf, &self.synonyms)?;
         }
         if version >= 3 {
@@ -211,12 +230,17 @@ impl Encodable for DescribeConfigsResourceResult {
             total_size += types::String.compute_size(&self.value)?;
         }
         total_size += types::Boolean.compute_size(&self.read_only)?;
-        total_size += types::Int8.compute_size(&self.config_source)?;
+        if version == 0 {
+            total_size += types::Boolean.compute_size(&self.is_default)?;
+        }
+        if version >= 1 {
+            total_size += types::Int8.compute_size(&self.config_source)?;
+        }
         total_size += types::Boolean.compute_size(&self.is_sensitive)?;
         if version >= 4 {
             total_size +=
                 types::CompactArray(types::Struct { version }).compute_size(&self.synonyms)?;
-        } else {
+        } else if version >= 1 {
             total_size += types::Array(types::Struct { version }).compute_size(&self.synonyms)?;
         }
         if version >= 3 {
@@ -248,7 +272,7 @@ impl Encodable for DescribeConfigsResourceResult {
 #[cfg(feature = "client")]
 impl Decodable for DescribeConfigsResourceResult {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 1 || version > 4 {
+        if version < 0 || version > 4 {
             bail!("specified version not supported by this message type");
         }
         let name = if version >= 4 {
@@ -262,12 +286,23 @@ impl Decodable for DescribeConfigsResourceResult {
             types::String.decode(buf)?
         };
         let read_only = types::Boolean.decode(buf)?;
-        let config_source = types::Int8.decode(buf)?;
+        let is_default = if version == 0 {
+            types::Boolean.decode(buf)?
+        } else {
+            false
+        };
+        let config_source = if version >= 1 {
+            types::Int8.decode(buf)?
+        } else {
+            -1
+        };
         let is_sensitive = types::Boolean.decode(buf)?;
         let synonyms = if version >= 4 {
             types::CompactArray(types::Struct { version }).decode(buf)?
-        } else {
+        } else if version >= 1 {
             types::Array(types::Struct { version }).decode(buf)?
+        } else {
+            Default::default()
         };
         let config_type = if version >= 3 {
             types::Int8.decode(buf)?
@@ -297,6 +332,7 @@ impl Decodable for DescribeConfigsResourceResult {
             name,
             value,
             read_only,
+            is_default,
             config_source,
             is_sensitive,
             synonyms,
@@ -313,6 +349,7 @@ impl Default for DescribeConfigsResourceResult {
             name: Default::default(),
             value: Some(Default::default()),
             read_only: false,
+            is_default: false,
             config_source: -1,
             is_sensitive: false,
             synonyms: Default::default(),
@@ -324,22 +361,22 @@ impl Default for DescribeConfigsResourceResult {
 }
 
 impl Message for DescribeConfigsResourceResult {
-    const VERSIONS: VersionRange = VersionRange { min: 1, max: 4 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 4 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
-/// Valid versions: 1-4
+/// Valid versions: 0-4
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct DescribeConfigsResponse {
     /// The duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota.
     ///
-    /// Supported API versions: 1-4
+    /// Supported API versions: 0-4
     pub throttle_time_ms: i32,
 
     /// The results for each resource.
     ///
-    /// Supported API versions: 1-4
+    /// Supported API versions: 0-4
     pub results: Vec<DescribeConfigsResult>,
 
     /// Other tagged fields
@@ -351,7 +388,7 @@ impl DescribeConfigsResponse {
     ///
     /// The duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota.
     ///
-    /// Supported API versions: 1-4
+    /// Supported API versions: 0-4
     pub fn with_throttle_time_ms(mut self, value: i32) -> Self {
         self.throttle_time_ms = value;
         self
@@ -360,7 +397,7 @@ impl DescribeConfigsResponse {
     ///
     /// The results for each resource.
     ///
-    /// Supported API versions: 1-4
+    /// Supported API versions: 0-4
     pub fn with_results(mut self, value: Vec<DescribeConfigsResult>) -> Self {
         self.results = value;
         self
@@ -380,7 +417,7 @@ impl DescribeConfigsResponse {
 #[cfg(feature = "broker")]
 impl Encodable for DescribeConfigsResponse {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 1 || version > 4 {
+        if version < 0 || version > 4 {
             bail!("specified version not supported by this message type");
         }
         types::Int32.encode(buf, &self.throttle_time_ms)?;
@@ -431,7 +468,7 @@ impl Encodable for DescribeConfigsResponse {
 #[cfg(feature = "client")]
 impl Decodable for DescribeConfigsResponse {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 1 || version > 4 {
+        if version < 0 || version > 4 {
             bail!("specified version not supported by this message type");
         }
         let throttle_time_ms = types::Int32.decode(buf)?;
@@ -469,37 +506,37 @@ impl Default for DescribeConfigsResponse {
 }
 
 impl Message for DescribeConfigsResponse {
-    const VERSIONS: VersionRange = VersionRange { min: 1, max: 4 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 4 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
-/// Valid versions: 1-4
+/// Valid versions: 0-4
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct DescribeConfigsResult {
     /// The error code, or 0 if we were able to successfully describe the configurations.
     ///
-    /// Supported API versions: 1-4
+    /// Supported API versions: 0-4
     pub error_code: i16,
 
     /// The error message, or null if we were able to successfully describe the configurations.
     ///
-    /// Supported API versions: 1-4
+    /// Supported API versions: 0-4
     pub error_message: Option<StrBytes>,
 
     /// The resource type.
     ///
-    /// Supported API versions: 1-4
+    /// Supported API versions: 0-4
     pub resource_type: i8,
 
     /// The resource name.
     ///
-    /// Supported API versions: 1-4
+    /// Supported API versions: 0-4
     pub resource_name: StrBytes,
 
     /// Each listed configuration.
     ///
-    /// Supported API versions: 1-4
+    /// Supported API versions: 0-4
     pub configs: Vec<DescribeConfigsResourceResult>,
 
     /// Other tagged fields
@@ -511,7 +548,7 @@ impl DescribeConfigsResult {
     ///
     /// The error code, or 0 if we were able to successfully describe the configurations.
     ///
-    /// Supported API versions: 1-4
+    /// Supported API versions: 0-4
     pub fn with_error_code(mut self, value: i16) -> Self {
         self.error_code = value;
         self
@@ -520,7 +557,7 @@ impl DescribeConfigsResult {
     ///
     /// The error message, or null if we were able to successfully describe the configurations.
     ///
-    /// Supported API versions: 1-4
+    /// Supported API versions: 0-4
     pub fn with_error_message(mut self, value: Option<StrBytes>) -> Self {
         self.error_message = value;
         self
@@ -529,7 +566,7 @@ impl DescribeConfigsResult {
     ///
     /// The resource type.
     ///
-    /// Supported API versions: 1-4
+    /// Supported API versions: 0-4
     pub fn with_resource_type(mut self, value: i8) -> Self {
         self.resource_type = value;
         self
@@ -538,7 +575,7 @@ impl DescribeConfigsResult {
     ///
     /// The resource name.
     ///
-    /// Supported API versions: 1-4
+    /// Supported API versions: 0-4
     pub fn with_resource_name(mut self, value: StrBytes) -> Self {
         self.resource_name = value;
         self
@@ -547,7 +584,7 @@ impl DescribeConfigsResult {
     ///
     /// Each listed configuration.
     ///
-    /// Supported API versions: 1-4
+    /// Supported API versions: 0-4
     pub fn with_configs(mut self, value: Vec<DescribeConfigsResourceResult>) -> Self {
         self.configs = value;
         self
@@ -567,7 +604,7 @@ impl DescribeConfigsResult {
 #[cfg(feature = "broker")]
 impl Encodable for DescribeConfigsResult {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 1 || version > 4 {
+        if version < 0 || version > 4 {
             bail!("specified version not supported by this message type");
         }
         types::Int16.encode(buf, &self.error_code)?;
@@ -640,7 +677,7 @@ impl Encodable for DescribeConfigsResult {
 #[cfg(feature = "client")]
 impl Decodable for DescribeConfigsResult {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 1 || version > 4 {
+        if version < 0 || version > 4 {
             bail!("specified version not supported by this message type");
         }
         let error_code = types::Int16.decode(buf)?;
@@ -695,27 +732,27 @@ impl Default for DescribeConfigsResult {
 }
 
 impl Message for DescribeConfigsResult {
-    const VERSIONS: VersionRange = VersionRange { min: 1, max: 4 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 4 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
-/// Valid versions: 1-4
+/// Valid versions: 0-4
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct DescribeConfigsSynonym {
     /// The synonym name.
     ///
-    /// Supported API versions: 1-4
+    /// Supported API versions: 0-4
     pub name: StrBytes,
 
     /// The synonym value.
     ///
-    /// Supported API versions: 1-4
+    /// Supported API versions: 0-4
     pub value: Option<StrBytes>,
 
     /// The synonym source.
     ///
-    /// Supported API versions: 1-4
+    /// Supported API versions: 0-4
     pub source: i8,
 
     /// Other tagged fields
@@ -727,7 +764,7 @@ impl DescribeConfigsSynonym {
     ///
     /// The synonym name.
     ///
-    /// Supported API versions: 1-4
+    /// Supported API versions: 0-4
     pub fn with_name(mut self, value: StrBytes) -> Self {
         self.name = value;
         self
@@ -736,7 +773,7 @@ impl DescribeConfigsSynonym {
     ///
     /// The synonym value.
     ///
-    /// Supported API versions: 1-4
+    /// Supported API versions: 0-4
     pub fn with_value(mut self, value: Option<StrBytes>) -> Self {
         self.value = value;
         self
@@ -745,7 +782,7 @@ impl DescribeConfigsSynonym {
     ///
     /// The synonym source.
     ///
-    /// Supported API versions: 1-4
+    /// Supported API versions: 0-4
     pub fn with_source(mut self, value: i8) -> Self {
         self.source = value;
         self
@@ -765,7 +802,7 @@ impl DescribeConfigsSynonym {
 #[cfg(feature = "broker")]
 impl Encodable for DescribeConfigsSynonym {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 1 || version > 4 {
+        if version < 0 || version > 4 {
             bail!("specified version not supported by this message type");
         }
         if version >= 4 {
@@ -825,7 +862,7 @@ impl Encodable for DescribeConfigsSynonym {
 #[cfg(feature = "client")]
 impl Decodable for DescribeConfigsSynonym {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 1 || version > 4 {
+        if version < 0 || version > 4 {
             bail!("specified version not supported by this message type");
         }
         let name = if version >= 4 {
@@ -870,7 +907,7 @@ impl Default for DescribeConfigsSynonym {
 }
 
 impl Message for DescribeConfigsSynonym {
-    const VERSIONS: VersionRange = VersionRange { min: 1, max: 4 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 4 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
