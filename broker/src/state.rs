@@ -95,7 +95,7 @@ pub struct Broker {
     /// Batches rebuilt to a topic's compression.type at once (one per
     /// core): each may hold up to its decompression cap, so this bounds
     /// the memory rebuilds take (see `api::produce`).
-    pub recompress_slots: tokio::sync::Semaphore,
+    pub recompress_slots: Arc<tokio::sync::Semaphore>,
     /// Clients already named in a refused-version WARN (see
     /// [`crate::api::refused`]).
     pub refused_clients: crate::api::refused::RefusedClients,
@@ -194,9 +194,9 @@ impl Broker {
                 std::time::Instant::now(),
             )),
             peer_warnings: crate::limits::PeerWarnings::new(Duration::from_secs(10)),
-            recompress_slots: tokio::sync::Semaphore::new(
+            recompress_slots: Arc::new(tokio::sync::Semaphore::new(
                 std::thread::available_parallelism().map_or(2, |n| n.get()),
-            ),
+            )),
             refused_clients: Default::default(),
             fetch_sessions: Default::default(),
             inflight: Arc::new(crate::conn::ByteBudget::new(

@@ -73,7 +73,8 @@ pub struct SubstrateCheckArgs {
     #[arg(long, default_value_t = 10, requires = "peer")]
     pub visibility_rounds: usize,
     /// Per-round bound of the visibility probes, in milliseconds: a change
-    /// not seen by then counts as "not seen".
+    /// not seen by then counts as "not seen" (at most 25,000: a worker's
+    /// reply is awaited 30 s).
     #[arg(long, default_value_t = 10_000, requires = "peer")]
     pub visibility_deadline_ms: u64,
 }
@@ -104,7 +105,12 @@ pub fn run(args: &SubstrateCheckArgs) -> anyhow::Result<i32> {
         p.proof_timeout = Duration::from_millis(args.peer_timeout_ms);
         p.rounds = args.peer_rounds.max(1);
         p.visibility_rounds = args.visibility_rounds.max(1);
-        p.deadline = Duration::from_millis(args.visibility_deadline_ms.max(1));
+        // A worker's reply is awaited at most REPLY_TIMEOUT: a round that
+        // waits longer would be taken for a hung mount, not "not seen".
+        let most = kaas_volume::substrate::worker::REPLY_TIMEOUT
+            .saturating_sub(Duration::from_secs(5))
+            .as_millis() as u64;
+        p.deadline = Duration::from_millis(args.visibility_deadline_ms.clamp(1, most));
         opts.peer = Some(p);
     }
 

@@ -166,12 +166,17 @@ async fn recompress(
     infos: Vec<BatchInfo>,
     codec: Codec,
     limits: &ProduceLimits,
+    request_left: usize,
 ) -> Result<(bytes::Bytes, Vec<BatchInfo>), (ApiError, String)> {
     if infos.iter().all(|i| i.compression() == codec.compression) {
         return Ok((records, infos));
     }
     let max_message = usize::try_from(limits.max_message_bytes.max(0)).unwrap_or(usize::MAX);
-    let mut cap = b.args.max_request_bytes.min(MAX_DECOMPRESSED_BATCH);
+    let mut cap = b
+        .args
+        .max_request_bytes
+        .min(MAX_DECOMPRESSED_BATCH)
+        .min(request_left);
     if codec.compression == Compression::None {
         cap = cap.min(max_message);
     }
@@ -184,13 +189,25 @@ async fn recompress(
     } else {
         // One rebuild per core at a time: the rest wait here, so memory
         // for rebuilds is bounded by cores x cap whatever the clients send.
-        let _slot = b.recompress_slots.acquire().await.map_err(|_| {
-            (
-                ApiError::from(ResponseError::UnknownServerError),
-                "recompression slots closed".to_owned(),
-            )
-        })?;
-        tokio::task::spawn_blocking(work).await.map_err(|e| {
+        // The permit moves into the task: it is held while the work runs,
+        // even if this future is dropped.
+        let slot = b
+            .recompress_slots
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| {
+                (
+                    ApiError::from(ResponseError::UnknownServerError),
+                    "recompression slots closed".to_owned(),
+                )
+            })?;
+        tokio::task::spawn_blocking(move || {
+            let _slot = slot;
+            work()
+        })
+        .await
+        .map_err(|e| {
             (
                 ApiError::from(ResponseError::UnknownServerError),
                 format!("recompression task failed: {e}"),
@@ -233,6 +250,11 @@ pub async fn handle(b: &Arc<Broker>, v: i16, r: ProduceRequest) -> Reply<Produce
     let refuse_all = refuse_all(&r);
     let txn_id: Option<String> = r.transactional_id.as_ref().map(|t| t.0.to_string());
     let mut topics: Vec<(TopicProduceResponse, Vec<Slot>)> = Vec::new();
+    // Batches rebuilt to a topic's codec: at most what one uncompressed
+    // request could carry, over the whole request, and what they grew by
+    // is held in the broker's in-flight budget until the answer.
+    let mut rebuild_left = b.args.max_request_bytes;
+    let mut grown_charges: Vec<crate::conn::Charge> = Vec::new();
     for td in r.topic_data {
         let mut tr = TopicProduceResponse::default();
         tr.name = td.name.clone();
@@ -285,17 +307,47 @@ pub async fn handle(b: &Arc<Broker>, v: i16, r: ProduceRequest) -> Reply<Produce
                 slots.push(fail(e));
                 continue;
             }
+            let sent_len = records.len();
             let (records, infos) = match limits.compression {
-                Some(codec) => match recompress(b, records, infos, codec, &limits).await {
-                    Ok(r) => r,
-                    Err((e, why)) => {
-                        if let Some(count) = super::warn_for_peer(b, "batch not recompressed") {
-                            tracing::warn!(peer = %super::peer_name(), topic = %leader.name, partition = pd.index, codec = ?codec.compression, error = %why, count, "batch not recompressed to the topic's compression.type");
+                Some(codec) => {
+                    match recompress(b, records, infos, codec, &limits, rebuild_left).await {
+                        Ok((rebuilt, infos)) if rebuilt.len() > sent_len => {
+                            // What a rebuild added is held like the request's
+                            // own bytes (the in-flight budget, until answered),
+                            // is taken from what one request may rebuild, and
+                            // must fit the volume's reserve.
+                            let grown = rebuilt.len() - sent_len;
+                            rebuild_left = rebuild_left.saturating_sub(rebuilt.len());
+                            if !b.reserve.admit(grown as u64) {
+                                slots.push(fail(ResponseError::KafkaStorageError.into()));
+                                continue;
+                            }
+                            // The rebuilt header carries the records' true
+                            // maximum timestamp: check the topic's bounds on it.
+                            if let Err(e) = check_limits(&infos, &limits, now_ms) {
+                                slots.push(fail(e));
+                                continue;
+                            }
+                            grown_charges.push(b.inflight.charge(grown));
+                            (rebuilt, infos)
                         }
-                        slots.push(fail(e));
-                        continue;
+                        Ok((rebuilt, infos)) => {
+                            rebuild_left = rebuild_left.saturating_sub(rebuilt.len());
+                            if let Err(e) = check_limits(&infos, &limits, now_ms) {
+                                slots.push(fail(e));
+                                continue;
+                            }
+                            (rebuilt, infos)
+                        }
+                        Err((e, why)) => {
+                            if let Some(count) = super::warn_for_peer(b, "batch not recompressed") {
+                                tracing::warn!(peer = %super::peer_name(), topic = %leader.name, partition = pd.index, codec = ?codec.compression, error = %why, count, "batch not recompressed to the topic's compression.type");
+                            }
+                            slots.push(fail(e));
+                            continue;
+                        }
                     }
-                },
+                }
                 None => (records, infos),
             };
             let (records, infos, append_time) = if limits.log_append_time {
@@ -388,6 +440,7 @@ pub async fn handle(b: &Arc<Broker>, v: i16, r: ProduceRequest) -> Reply<Produce
     Reply::Later(
         complete(topics, timeout, v)
             .map(move |mut resp| {
+                drop(grown_charges);
                 resp.throttle_time_ms = throttle_ms;
                 resp
             })

@@ -198,6 +198,14 @@ fn decompress(
         Compression::Zstd => {
             let mut d = zstd::stream::read::Decoder::with_buffer(payload)
                 .map_err(|e| corrupt(format!("zstd: {e}")))?;
+            // A frame header may declare a window up to the library's
+            // default maximum (128 MiB), allocated before any output: no
+            // larger than the cap needs, but never below 8 MiB, which
+            // streaming compressors (the Java client's) use whatever the
+            // content size.
+            let window_log = usize::BITS - limit.max(1).saturating_sub(1).leading_zeros();
+            d.window_log_max(window_log.clamp(23, 27))
+                .map_err(|e| corrupt(format!("zstd: {e}")))?;
             read_capped(&mut d, "zstd")?
         }
         Compression::Snappy => snappy_decompress(payload, limit)?,
@@ -271,7 +279,10 @@ fn snappy_xerial(raw: &[u8]) -> Result<Vec<u8>, BatchError> {
 /// Rebuilds every batch of one partition's validated produce payload
 /// whose codec is not `target`'s (see [`recompress`]) and returns the new
 /// payload with its batches' infos. A payload with nothing to rebuild is
-/// returned as it is, without a copy.
+/// returned as it is, without a copy. `max_decompressed` bounds each
+/// batch's inflated records and also the rebuilt payload as a whole (its
+/// batches together), so many small bombs in one payload cannot add up
+/// past it.
 pub fn recompress_batches(
     records: &Bytes,
     infos: Vec<BatchInfo>,
@@ -293,7 +304,13 @@ pub fn recompress_batches(
             rebuilt.push(BatchInfo { pos, ..info });
             continue;
         }
-        out.extend_from_slice(&recompress(batch, target, max_decompressed)?);
+        let left = max_decompressed.saturating_sub(pos);
+        out.extend_from_slice(&recompress(batch, target, left)?);
+        if out.len() > max_decompressed {
+            return Err(BatchError::TooLarge(format!(
+                "rebuilt batches over {max_decompressed} bytes"
+            )));
+        }
         let b = &out[pos..];
         rebuilt.push(BatchInfo {
             pos,
@@ -579,6 +596,27 @@ mod tests {
             "the zstd batch is copied as it is"
         );
         assert!(got.iter().all(|i| i.compression() == Compression::Zstd));
+    }
+
+    /// Catches: a cap applied per batch only, so a payload of many batches,
+    /// each under it, rebuilds to many times the cap (gzip of zeros
+    /// inflates ~1000x, so 1 MiB of request became gigabytes).
+    #[test]
+    fn the_cap_bounds_a_payloads_batches_together() {
+        let one = |value: usize| Record {
+            value: Some(Bytes::from(vec![0u8; value])),
+            ..records(1).remove(0)
+        };
+        let batch = encode(&[one(300 << 10)], Compression::Gzip);
+        assert!(batch.len() < 4 << 10, "{}", batch.len());
+        let eight: Bytes = vec![batch; 8].concat().into();
+        let infos = validate_batches(&eight).unwrap();
+        let to = Codec::new(Compression::None);
+        // Each batch alone fits 1 MiB; all eight rebuilt do not.
+        let e = recompress_batches(&eight, infos.clone(), to, 1 << 20).unwrap_err();
+        assert_eq!(e.kafka_error_code(), 10, "{e}");
+        let (out, _) = recompress_batches(&eight, infos, to, 4 << 20).unwrap();
+        assert!(out.len() > 8 * (300 << 10));
     }
 
     #[test]
