@@ -288,6 +288,21 @@ type Queued = (
     Option<Instant>,
 );
 
+/// Queue an answer already encoded (no handler ran): the ApiVersions
+/// fallback, a refused version. Err when the writer is gone.
+fn queue_ready(
+    tx: &mpsc::UnboundedSender<Queued>,
+    resp: bytes::Bytes,
+    held: [Charge; 2],
+) -> Result<(), ()> {
+    tx.send((
+        futures::future::ready(Some(vec![Part::Bytes(resp)])).boxed(),
+        held,
+        None,
+    ))
+    .map_err(|_| ())
+}
+
 /// Why an answer was not written whole.
 #[derive(Debug, thiserror::Error)]
 enum WriteError {
@@ -678,14 +693,7 @@ pub async fn serve(b: Arc<Broker>, sock: TcpStream, peer: std::net::SocketAddr, 
                 Err(RequestError::UnsupportedVersion { header }) if header.api_key == 18 => {
                     // KIP-511: answer ApiVersions v0 with the table.
                     let resp = kaas_protocol::api_versions_fallback_response(header.correlation_id);
-                    if tx
-                        .send((
-                            futures::future::ready(Some(vec![Part::Bytes(resp)])).boxed(),
-                            held,
-                            None,
-                        ))
-                        .is_err()
-                    {
+                    if queue_ready(&tx, resp, held).is_err() {
                         return;
                     }
                     continue;
@@ -697,14 +705,7 @@ pub async fn serve(b: Arc<Broker>, sock: TcpStream, peer: std::net::SocketAddr, 
                         .and_then(|r| kaas_protocol::encode_response(&header, &r).ok());
                     warn_refused(&b, peer, &header, software.as_deref(), answer.is_some());
                     let Some(resp) = answer else { return };
-                    if tx
-                        .send((
-                            futures::future::ready(Some(vec![Part::Bytes(resp)])).boxed(),
-                            held,
-                            None,
-                        ))
-                        .is_err()
-                    {
+                    if queue_ready(&tx, resp, held).is_err() {
                         return;
                     }
                     continue;

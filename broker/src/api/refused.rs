@@ -7,8 +7,8 @@
 //! so the client sees a bare disconnect and, typically, retries. kaas does
 //! better where the protocol lets it: when the crate can decode the request
 //! and encode the response at that version (a version of an api we serve,
-//! inside the crate's range but outside ours: Metadata v13, DescribeGroups
-//! v6), the response carries UNSUPPORTED_VERSION in its error fields and the
+//! inside the crate's range but outside ours: DescribeCluster v2, EndTxn
+//! v5, TxnOffsetCommit v5…), the response carries UNSUPPORTED_VERSION in its error fields and the
 //! connection stays open. Below the crate's range (the versions Kafka 4.0
 //! removed, KIP-896, except those kaas serves again: OffsetCommit v0-1,
 //! OffsetFetch v0) the response cannot be encoded, and the connection is
@@ -20,14 +20,9 @@ use kaas_protocol::kafka_protocol::messages::{
     add_partitions_to_txn_response::AddPartitionsToTxnResponse,
     alter_partition_reassignments_response::AlterPartitionReassignmentsResponse,
     describe_cluster_response::DescribeClusterResponse,
-    describe_groups_response::{DescribeGroupsResponse, DescribedGroup},
     end_txn_response::EndTxnResponse,
     init_producer_id_response::InitProducerIdResponse,
     list_transactions_response::ListTransactionsResponse,
-    metadata_response::{MetadataResponse, MetadataResponseTopic},
-    offset_commit_response::{
-        OffsetCommitResponse, OffsetCommitResponsePartition, OffsetCommitResponseTopic,
-    },
     txn_offset_commit_response::{
         TxnOffsetCommitResponse, TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
     },
@@ -52,42 +47,6 @@ const MESSAGE: &str = "The version of API is not supported.";
 /// checks that against `versions::SUPPORTED`).
 pub fn answer(v: i16, body: RequestKind) -> Option<ResponseKind> {
     Some(match body {
-        RequestKind::Metadata(r) => {
-            let mut resp = MetadataResponse::default();
-            if v >= 13 {
-                resp.error_code = CODE;
-            }
-            resp.topics = r
-                .topics
-                .unwrap_or_default()
-                .into_iter()
-                .map(|t| {
-                    let mut rt = MetadataResponseTopic::default();
-                    rt.error_code = CODE;
-                    rt.name = Some(t.name.unwrap_or_default());
-                    rt.topic_id = t.topic_id;
-                    rt
-                })
-                .collect();
-            ResponseKind::Metadata(resp)
-        }
-        RequestKind::DescribeGroups(r) => {
-            let mut resp = DescribeGroupsResponse::default();
-            resp.groups = r
-                .groups
-                .into_iter()
-                .map(|g| {
-                    let mut dg = DescribedGroup::default();
-                    dg.group_id = g;
-                    dg.error_code = CODE;
-                    if v >= 6 {
-                        dg.error_message = Some(s(MESSAGE));
-                    }
-                    dg
-                })
-                .collect();
-            ResponseKind::DescribeGroups(resp)
-        }
         RequestKind::DescribeCluster(_) => {
             let mut resp = DescribeClusterResponse::default();
             resp.error_code = CODE;
@@ -150,29 +109,6 @@ pub fn answer(v: i16, body: RequestKind) -> Option<ResponseKind> {
                 .collect();
             ResponseKind::TxnOffsetCommit(resp)
         }
-        RequestKind::OffsetCommit(r) => {
-            let mut resp = OffsetCommitResponse::default();
-            resp.topics = r
-                .topics
-                .into_iter()
-                .map(|t| {
-                    let mut rt = OffsetCommitResponseTopic::default();
-                    rt.name = t.name;
-                    rt.partitions = t
-                        .partitions
-                        .iter()
-                        .map(|p| {
-                            let mut rp = OffsetCommitResponsePartition::default();
-                            rp.partition_index = p.partition_index;
-                            rp.error_code = CODE;
-                            rp
-                        })
-                        .collect();
-                    rt
-                })
-                .collect();
-            ResponseKind::OffsetCommit(resp)
-        }
         _ => return None,
     })
 }
@@ -225,15 +161,6 @@ mod tests {
         use kaas_protocol::kafka_protocol::protocol::StrBytes;
         let name = || TopicName(StrBytes::from_static_str("t"));
         Some(match k {
-            ApiKey::Metadata => {
-                RequestKind::Metadata(MetadataRequest::default().with_topics(Some(vec![
-                    metadata_request::MetadataRequestTopic::default().with_name(Some(name())),
-                ])))
-            }
-            ApiKey::DescribeGroups => RequestKind::DescribeGroups(
-                DescribeGroupsRequest::default()
-                    .with_groups(vec![GroupId(StrBytes::from_static_str("g"))]),
-            ),
             ApiKey::DescribeCluster => {
                 RequestKind::DescribeCluster(DescribeClusterRequest::default())
             }
@@ -280,12 +207,6 @@ mod tests {
     /// and reading the fields `answer` sets.
     fn codes(resp: &ResponseKind) -> Vec<i16> {
         match resp {
-            ResponseKind::Metadata(r) => {
-                let mut c: Vec<i16> = r.topics.iter().map(|t| t.error_code).collect();
-                c.push(r.error_code);
-                c
-            }
-            ResponseKind::DescribeGroups(r) => r.groups.iter().map(|g| g.error_code).collect(),
             ResponseKind::DescribeCluster(r) => vec![r.error_code],
             ResponseKind::AddPartitionsToTxn(r) => vec![r.error_code],
             ResponseKind::AddOffsetsToTxn(r) => vec![r.error_code],
@@ -294,11 +215,6 @@ mod tests {
             ResponseKind::ListTransactions(r) => vec![r.error_code],
             ResponseKind::AlterPartitionReassignments(r) => vec![r.error_code],
             ResponseKind::TxnOffsetCommit(r) => r
-                .topics
-                .iter()
-                .flat_map(|t| t.partitions.iter().map(|p| p.error_code))
-                .collect(),
-            ResponseKind::OffsetCommit(r) => r
                 .topics
                 .iter()
                 .flat_map(|t| t.partitions.iter().map(|p| p.error_code))
@@ -337,13 +253,7 @@ mod tests {
                 let back = ResponseKind::decode(k, &mut buf.freeze(), v).unwrap();
                 let codes = codes(&back);
                 assert!(!codes.is_empty(), "{k:?} v{v}");
-                // Metadata below v13 has no top-level code (decodes as 0).
-                let nested = if k == ApiKey::Metadata && v < 13 {
-                    &codes[..codes.len() - 1]
-                } else {
-                    &codes[..]
-                };
-                assert!(nested.iter().all(|c| *c == CODE), "{k:?} v{v}: {codes:?}");
+                assert!(codes.iter().all(|c| *c == CODE), "{k:?} v{v}: {codes:?}");
                 checked += 1;
             }
         }
