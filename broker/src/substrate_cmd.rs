@@ -161,6 +161,10 @@ pub fn run_worker(args: &SubstrateWorkerArgs) -> anyhow::Result<i32> {
     Ok(0)
 }
 
+/// How many times the start-up gate runs a check that fails with an I/O
+/// error (not a verdict) before the broker gives up.
+const STARTUP_CHECK_ATTEMPTS: u32 = 5;
+
 /// Start-up gate: the quick check on each directory (data and cluster; the
 /// same mount twice is checked twice, which is cheap). Refuses to start on
 /// a disqualified mount unless `allow_disqualified`, in which case it logs
@@ -169,8 +173,11 @@ pub fn startup_gate(dirs: &[&Path], allow_disqualified: bool) -> anyhow::Result<
     let mut out = Vec::with_capacity(dirs.len());
     for dir in dirs {
         // An I/O error is not a verdict: re-drive the check a few times (a
-        // volume can hiccup, a reply can be lost) before giving up.
+        // volume can hiccup, a reply can be lost, another client's fresh
+        // directory can take a moment to show on this one: seen once on
+        // GlusterFS) before giving up, backing off 0.2 s → 1.6 s (~3 s).
         let mut attempt = 0;
+        let mut backoff = std::time::Duration::from_millis(200);
         let report = loop {
             attempt += 1;
             match substrate::quick_check(&RealFs, dir) {
@@ -182,9 +189,10 @@ pub fn startup_gate(dirs: &[&Path], allow_disqualified: bool) -> anyhow::Result<
                     tracing::error!(dir = %dir.display(), error = %e, "volume full: start-up substrate check skipped; starting so that reads, retention and deletes can run");
                     break None;
                 }
-                Err(e) if attempt < 3 => {
+                Err(e) if attempt < STARTUP_CHECK_ATTEMPTS => {
                     tracing::warn!(dir = %dir.display(), attempt, error = %e, "substrate check failed; retrying");
-                    std::thread::sleep(std::time::Duration::from_millis(200));
+                    std::thread::sleep(backoff);
+                    backoff *= 2;
                 }
                 Err(e) => {
                     return Err(anyhow::Error::new(e))

@@ -31,6 +31,17 @@ If no FUSE mount can be made here the weakfs variant is skipped with the
 reason, never passed. Mounts are unmounted in teardown (fusermount3 -u, then
 umount -l), also after a kill -9 of the broker.
 
+Real shared filesystems: substrates "glusterfs" and "cephfs" put the data
+dirs on a volume of that filesystem, started once per session by
+tests/substrates/<name>.sh (daemons from Debian's packages, loopback only)
+and taken down at the end. Every broker gets its own FUSE client of the
+volume (a "host"); a cluster's brokers share one directory of it through
+their different clients, a lone broker gets a private one; the test's
+directory is removed and the clients unmounted in teardown. A volume that
+cannot start is skipped with the reason, unless the substrate is named in
+KAAS_E2E_REQUIRE_SUBSTRATES (comma-separated; .ci/run sets
+"glusterfs,cephfs"), which makes it a failure.
+
 Helpers: create_topic(), wait_topic_ready(), producer_conf(), consume_all(),
 produce_and_check(), assert_healthy().
 """
@@ -263,7 +274,8 @@ class Broker:
 # substrates
 # ---------------------------------------------------------------------------
 
-SUBSTRATES = ("local", "weakfs")
+REAL_SUBSTRATES = ("glusterfs", "cephfs")
+SUBSTRATES = ("local", "weakfs", *REAL_SUBSTRATES)
 DEFAULT_WEAKFS_ARGS = "--nfs --actimeo-ms 3000 --lost-reply-prob 0"
 
 
@@ -379,6 +391,104 @@ class WeakMount:
         assert not _is_mount(self.mountpoint), f"could not unmount {self.mountpoint}"
 
 
+def _unavailable(kind: str, why: str):
+    """Skip a test whose substrate cannot be made here, or fail it when
+    the substrate is required (KAAS_E2E_REQUIRE_SUBSTRATES)."""
+    required = {s.strip() for s in os.environ.get("KAAS_E2E_REQUIRE_SUBSTRATES", "").split(",")}
+    msg = f"{kind} substrate unavailable: {why}"
+    if kind in required:
+        pytest.fail(msg + " (required by KAAS_E2E_REQUIRE_SUBSTRATES)", pytrace=False)
+    pytest.skip(msg)
+
+
+class RealMount:
+    """One FUSE client of a real volume, mounted at `path`: one "host"."""
+
+    def __init__(self, volume: "RealVolume", path: Path):
+        self.volume = volume
+        self.path = Path(path)
+
+    def unmount(self) -> None:
+        self.volume.run("umount", str(self.path), timeout=60)
+
+
+class RealVolume:
+    """One volume of a real shared filesystem for the whole session,
+    started by tests/substrates/<kind>.sh on first use."""
+
+    UP_TIMEOUT = 240.0
+
+    def __init__(self, kind: str, state: Path):
+        self.kind = kind
+        self.state = Path(state)
+        self.script = REPO / "tests" / "substrates" / f"{kind}.sh"
+        self.error: str | None = None
+        self.is_up = False
+        self.clients = 0
+
+    def run(self, *args: str, timeout: float) -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", str(self.script), *args], capture_output=True,
+                              text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+    def _why(self, what: str, r: subprocess.CompletedProcess) -> str:
+        tail = "\n".join((r.stdout + r.stderr).strip().splitlines()[-15:])
+        return f"`{self.script.name} {what}` exited {r.returncode}:\n{tail}"
+
+    def ensure_up(self) -> None:
+        if self.error is None and not self.is_up:
+            try:
+                r = self.run("up", str(self.state), timeout=self.UP_TIMEOUT)
+                if r.returncode == 0:
+                    self.is_up = True
+                else:
+                    self.error = self._why("up", r)
+            except subprocess.TimeoutExpired:
+                self.error = f"`{self.script.name} up` did not finish within {self.UP_TIMEOUT}s"
+            if not self.is_up:
+                self.down()
+        if self.error is not None:
+            _unavailable(self.kind, self.error)
+
+    def mount(self, path: Path) -> RealMount:
+        self.ensure_up()
+        self.clients += 1
+        try:
+            r = self.run("mount", str(self.state), str(path), timeout=120)
+        except subprocess.TimeoutExpired:
+            _unavailable(self.kind, f"mounting a client at {path} took over 120 s")
+        if r.returncode != 0:
+            _unavailable(self.kind, self._why("mount", r))
+        return RealMount(self, path)
+
+    def down(self) -> None:
+        try:
+            self.run("down", str(self.state), timeout=180)
+        finally:
+            self.is_up = False
+
+
+@pytest.fixture(scope="session")
+def real_volumes(tmp_path_factory):
+    """kind -> RealVolume, each started on first use and taken down at the
+    end of the session."""
+    vols = {k: RealVolume(k, tmp_path_factory.mktemp(f"substrate-{k}") / "state")
+            for k in REAL_SUBSTRATES}
+    yield vols
+    for v in vols.values():
+        if v.is_up:
+            v.down()
+
+
+def _remove_tree(path: Path, timeout: float = 120.0) -> None:
+    """rm -rf through a FUSE client, bounded (a hung filesystem must not
+    hang the teardown)."""
+    try:
+        subprocess.run(["rm", "-rf", "--one-file-system", str(path)], timeout=timeout,
+                       capture_output=True)
+    except subprocess.TimeoutExpired:
+        pass
+
+
 SEGMENT_RE = re.compile(r"^(\d{20})-e(\d+)\.log$")
 
 
@@ -401,7 +511,7 @@ def segment_files(partition_dir: Path) -> list[tuple[int, int, Path]]:
 def pytest_configure(config):
     config.addinivalue_line("markers", "broker_args(*args): extra CLI args for the `broker` fixture")
     config.addinivalue_line("markers", "substrates(*names): run the test once per substrate "
-                            "(local, weakfs); ids [local]/[weakfs]")
+                            "(local, weakfs, glusterfs, cephfs); ids [local]/[weakfs]/...")
     config.addinivalue_line("markers", "slow: takes more than ~20 s")
     config.addinivalue_line("markers", "needs_txn_partition: needs the partition side of "
                             "transactions; skipped unless WriteTxnMarkers is advertised")
@@ -500,8 +610,15 @@ def substrate(request) -> str:
 @pytest.fixture
 def broker_factory(request, tmp_path, substrate):
     made: list[Broker] = []
-    mounts: list[WeakMount] = []
+    mounts: list[WeakMount | RealMount] = []
     request.node._kaas_brokers = made
+    volume: RealVolume | None = None
+    test_dir: str | None = None  # this test's directory on a real volume
+    if substrate in REAL_SUBSTRATES:
+        volume = request.getfixturevalue("real_volumes")[substrate]
+        volume.ensure_up()
+        test_dir = re.sub(r"[^A-Za-z0-9._-]", "-", request.node.name)[:60] + \
+            "-" + uuid.uuid4().hex[:8]
 
     def make(extra_args: list[str] | None = None, start: bool = True,
              backing: Path | None = None, weakfs_args: list[str] | None = None,
@@ -511,6 +628,14 @@ def broker_factory(request, tmp_path, substrate):
         dir; pass the same path to several brokers to share a volume)."""
         idx = len(made)
         kw.setdefault("name", f"broker{idx}")
+        if volume is not None:
+            # A client of its own; the data dir is in the test's directory
+            # of the volume: the shared one (`backing`'s name) or private.
+            mnt = tmp_path / kw["name"] / "mnt"
+            mnt.mkdir(parents=True, exist_ok=True)
+            mounts.append(volume.mount(mnt))
+            rel = Path(backing).name if backing else f"{kw['name']}-private"
+            kw["data_dir"] = mnt / test_dir / rel / "data"
         b = Broker(tmp_path / kw["name"], extra_args=extra_args, **kw)
         made.append(b)
         if substrate == "weakfs":
@@ -539,7 +664,7 @@ def broker_factory(request, tmp_path, substrate):
         out = []
         for i in range(n):
             name = f"broker{len(made)}"
-            if substrate == "weakfs":
+            if substrate == "weakfs" or volume is not None:
                 b = make(extra_args, start=False, backing=shared, broker_id=i, name=name,
                          weakfs_args=weakfs_args)
             else:
@@ -562,6 +687,8 @@ def broker_factory(request, tmp_path, substrate):
         try:
             for b in made:
                 b.stop()
+            if volume is not None and mounts:
+                _remove_tree(mounts[0].path / test_dir)
         finally:
             for m in mounts:
                 m.unmount()

@@ -27,6 +27,7 @@ from cluster import (FAST, GRACE_MS, LEASE_MS, Ledger, bootstrap, check_ledger, 
                      controller_id, create_everywhere, leaders, metadata, wait_leaders)
 
 
+@pytest.mark.substrates("glusterfs", "cephfs")
 def test_failover_kill9_leader_then_controller(broker_factory, topic_name):
     """kill -9 a non-controller leader, then the controller, then restart
     both, all under acks=all load: no acknowledged record is lost, offsets
@@ -139,6 +140,7 @@ def test_election_race_one_controller_per_epoch(broker_factory):
             b.sigterm()
 
 
+@pytest.mark.substrates("glusterfs")
 def test_rolling_restart_with_sigterm_hands_off(broker_factory, topic_name):
     """SIGTERM each broker in turn under load: each exits 0 after handing its
     partitions off; the producer sees only retriable errors (none surface),

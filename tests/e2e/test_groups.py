@@ -292,6 +292,7 @@ def find_coordinator(addr, group: str):
         return r.i16(), r.i32(), r.string(), r.i32()
 
 
+@pytest.mark.substrates("glusterfs")
 def test_coordinator_takeover_after_kill9_keeps_every_acknowledged_commit(broker_factory,
                                                                             topic_name):
     """Three brokers; a group commits after every record; kill -9 the

@@ -92,6 +92,7 @@ class Background:
             t.join(30)
 
 
+@pytest.mark.substrates("cephfs")
 def test_delete_and_recreate_under_load_starts_a_new_incarnation(broker_factory, topic_name):
     """Delete a topic while a producer and a consumer are active on it in a
     3-broker cluster, re-create it under the same name at once, produce with

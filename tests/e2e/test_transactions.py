@@ -522,6 +522,7 @@ def test_commit_and_abort_seen_by_read_committed(broker, topic_name):
 @pytest.mark.needs_txn_partition
 @pytest.mark.slow
 @pytest.mark.timeout(240)
+@pytest.mark.substrates("cephfs")
 def test_consume_transform_produce_exactly_once_through_coordinator_kill9(broker_factory,
                                                                           topic_name):
     """Three brokers: copy `in` to `out` in transactions (offsets committed

@@ -292,9 +292,16 @@ impl<'a> Scratch<'a> {
     /// file, after sweeping stale scratch directories of earlier runs.
     pub fn create(fs: &'a dyn Fs, dir: &Path) -> Result<Self, SubstrateError> {
         if !fs.is_dir(dir) {
+            // Say why: the lookup's own error, a missing name, or another
+            // kind of file (is_dir alone folds all three into "no").
+            let source = match fs.lookup(dir) {
+                Err(e) => e,
+                Ok(false) => io::Error::new(io::ErrorKind::NotFound, "no such directory"),
+                Ok(true) => io::Error::new(io::ErrorKind::NotFound, "not a directory"),
+            };
             return Err(SubstrateError::Dir {
                 path: dir.to_path_buf(),
-                source: io::Error::new(io::ErrorKind::NotFound, "not a directory"),
+                source,
             });
         }
         let name = format!(
