@@ -19,8 +19,12 @@
 Every acknowledged record is read back at the end (zero loss is checked,
 not assumed). Lease settings are the broker defaults unless --broker-args.
 
+With --data-dirs D0,D1,D2 broker i keeps its data in Di instead (e.g. the
+same directory of a shared volume reached through three clients, one per
+"host": bench/substrates.py); they are not removed afterwards.
+
 Usage: python3 bench/failover.py [--runs 10] [--kill both|leader|controller] [--no-rolling]
-                                 [--broker-args "--lease-ms 3000"]
+                                 [--broker-args "--lease-ms 3000"] [--data-dirs D0,D1,D2]
 """
 
 from __future__ import annotations
@@ -200,10 +204,16 @@ def main():
     ap.add_argument("--no-rolling", action="store_true", help="skip the rolling restart")
     ap.add_argument("--keep", action="store_true",
                     help="keep the brokers' logs and data even when every run met its target")
+    ap.add_argument("--data-dirs", default="", metavar="D0,D1,D2",
+                    help="each broker's data directory (default: one directory for all "
+                         "three in the temp dir)")
     a = ap.parse_args()
+    dirs = [Path(d) for d in a.data_dirs.split(",")] if a.data_dirs else []
+    if dirs and len(dirs) != 3:
+        ap.error("--data-dirs takes three directories, comma-separated")
     work = Path(tempfile.mkdtemp(prefix="kaas-failover-", dir=os.environ.get("BENCH_DIR")))
-    data = work / "data"
-    brokers = [Broker(i, data, work, shlex.split(a.broker_args)) for i in range(3)]
+    dirs = dirs or [work / "data"] * 3
+    brokers = [Broker(i, dirs[i], work, shlex.split(a.broker_args)) for i in range(3)]
     for b in brokers:
         b.start()
     for b in brokers:

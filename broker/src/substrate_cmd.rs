@@ -77,6 +77,10 @@ pub struct SubstrateCheckArgs {
     /// reply is awaited 30 s).
     #[arg(long, default_value_t = 10_000, requires = "peer")]
     pub visibility_deadline_ms: u64,
+    /// How long the heartbeat-style replace under a reading peer runs
+    /// (`cross-renewal`), in milliseconds (at most 20,000).
+    #[arg(long, default_value_t = 10_000, requires = "peer")]
+    pub renewal_ms: u64,
 }
 
 /// `kaas substrate-worker <role> <args>...` (hidden; started by the check).
@@ -105,6 +109,7 @@ pub fn run(args: &SubstrateCheckArgs) -> anyhow::Result<i32> {
         p.proof_timeout = Duration::from_millis(args.peer_timeout_ms);
         p.rounds = args.peer_rounds.max(1);
         p.visibility_rounds = args.visibility_rounds.max(1);
+        p.renewal = Duration::from_millis(args.renewal_ms.clamp(100, 20_000));
         // A worker's reply is awaited at most REPLY_TIMEOUT: a round that
         // waits longer would be taken for a hung mount, not "not seen".
         let most = kaas_volume::substrate::worker::REPLY_TIMEOUT

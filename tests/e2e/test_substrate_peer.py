@@ -6,19 +6,21 @@ how long another client's negative lookups and listings stay stale. The
 pairs below are honest (every access revalidates), NFS-like stale
 (`actimeo` 2 s with negative lookup caching: allowed by the contract,
 measured), and close-to-open broken (`--no-close-to-open`: default
-GlusterFS, which must be refused); and a DIR2 that is another volume."""
+GlusterFS, which must be refused); and a DIR2 that is another volume.
+Then two clients of a real GlusterFS and CephFS volume (tests/substrates)."""
 
 import json
 import subprocess
+import uuid
 from pathlib import Path
 
 import pytest
 
-from conftest import WeakMount, kaas_bin
+from conftest import WeakMount, _remove_tree, kaas_bin
 
 # Keep the single-mount probes short: this file is about the cross-mount ones.
 FAST = ["--large-file-mib", "4", "--rename-race-ms", "300", "--excl-rounds", "20",
-        "--peer-rounds", "8"]
+        "--peer-rounds", "8", "--renewal-ms", "2000"]
 
 
 @pytest.fixture
@@ -75,6 +77,10 @@ def test_two_honest_mounts_are_usable_and_measured(weak_pair):
         assert v["p99_ms"] < 1000, v
     assert report["peer"]["suggested_lease_ms"] >= 3000
     assert "3 x" in report["peer"]["lease_rule"]
+    # The writer's side: a heartbeat-style replace while the peer reads.
+    ren = report["peer"]["renewal"]
+    assert ren["rounds"] >= 3 and ren["peer_reads"] > 0 and ren["peer_errors"] == 0, ren
+    assert c["cross-renewal"]["status"] == "pass", c["cross-renewal"]
 
 
 def test_stale_negative_lookups_and_listings_are_measured(weak_pair):
@@ -124,3 +130,32 @@ def test_a_peer_on_another_volume_is_refused(tmp_path):
     assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
     assert f"{b} is not the same volume as {a}" in r.stdout, r.stdout
     assert not [p for p in a.iterdir()], "scratch directory left behind"
+
+
+@pytest.mark.parametrize("kind", ["glusterfs", "cephfs"])
+def test_two_clients_of_a_real_volume(kind, real_volumes, tmp_path):
+    """Two FUSE clients of the session's GlusterFS (tuned) or CephFS
+    (tick 0.5) volume: usable, close-to-open and exclusive create hold
+    across them, and every figure is measured."""
+    vol = real_volumes[kind]
+    mounts = [vol.mount(tmp_path / name) for name in ("a", "b")]
+    sub = f"peer-check-{uuid.uuid4().hex[:8]}"
+    try:
+        (mounts[0].path / sub).mkdir()
+        rc, doc = check(mounts[0].path / sub, mounts[1].path / sub, "--visibility-rounds", "5")
+        assert rc == 0 and doc["usable"], doc
+        (report,) = doc["reports"]
+        c = checks_of(report)
+        for prop in ("peer", "cross-close-to-open", "cross-exclusive-create", "cross-rename",
+                     "cross-negative-lookup", "cross-listing", "cross-renewal"):
+            assert c[prop]["status"] == "pass", c[prop]
+        vis = visibility_of(report)
+        for v in vis.values():
+            assert v["rounds"] == 5 and v["not_seen"] == 0, v
+        ren = report["peer"]["renewal"]
+        assert ren["rounds"] >= 3 and ren["peer_reads"] > 0 and ren["peer_errors"] == 0, ren
+        assert report["peer"]["suggested_lease_ms"] >= 3000
+    finally:
+        _remove_tree(mounts[0].path / sub)
+        for m in mounts:
+            m.unmount()

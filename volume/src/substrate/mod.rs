@@ -715,24 +715,26 @@ fn peer_checks(
             .collect();
         peer::cross_checks(fs, ours, &mut reader, &mut racers, opts, &hint)
     };
-    let (visibility, fsync_p99) = match run() {
+    let (visibility, fsync_p99, renewal) = match run() {
         Ok(r) => {
             checks.extend(r.checks);
-            (r.visibility, r.fsync_p99)
+            (r.visibility, r.fsync_p99, Some(r.renewal))
         }
         Err(e) => {
             let mut c = Check::errored("cross-mount", &e);
             c.elapsed_ms = t.elapsed().as_millis() as u64;
             checks.push(c);
-            (Vec::new(), Duration::ZERO)
+            (Vec::new(), Duration::ZERO, None)
         }
     };
+    let renew = peer::renewal_p99(renewal.as_ref(), fsync_p99);
     let summary = peer::PeerSummary {
         dir: opts.dir.clone(),
         mount: peer_mount,
         marker_ms: marker.as_millis() as u64,
-        suggested_lease_ms: peer::suggest_lease(&visibility, fsync_p99),
+        suggested_lease_ms: peer::suggest_lease(&visibility, renew),
         fsync_p99_ms: fsync_p99.as_secs_f64() * 1e3,
+        renewal,
         visibility,
         lease_rule: peer::LEASE_RULE,
     };

@@ -281,6 +281,7 @@ fn quick_peer_opts(dir: &Path) -> peer::PeerOptions {
     o.visibility_rounds = 3;
     o.deadline = Duration::from_millis(200);
     o.proof_timeout = Duration::from_millis(300);
+    o.renewal = Duration::from_millis(600);
     o
 }
 
@@ -362,10 +363,22 @@ fn cross_checks_pass_on_one_honest_directory_and_measure_visibility() {
             "cross-exclusive-create",
             "cross-rename",
             "cross-negative-lookup",
-            "cross-listing"
+            "cross-listing",
+            "cross-renewal"
         ]
     );
     assert_eq!(r.visibility.len(), 3);
+    // The heartbeat-style replace ran for its 600 ms, 100 ms apart (the
+    // in-process peer reads before it, not during: it answers
+    // synchronously).
+    assert!((3..=6).contains(&r.renewal.rounds), "{:?}", r.renewal);
+    assert!(r.renewal.peer_reads > 0, "{:?}", r.renewal);
+    assert_eq!(r.renewal.peer_errors, 0, "{:?}", r.renewal);
+    assert!(
+        r.checks[5].evidence.contains("rename, dir fsync"),
+        "{:?}",
+        r.checks[5]
+    );
     for v in &r.visibility {
         assert_eq!((v.rounds, v.not_seen), (3, 0), "{v:?}");
         assert!(v.max_ms < 200.0, "{v:?}");
@@ -472,4 +485,39 @@ fn visibility_percentiles_and_the_lease_rule() {
     assert_eq!(peer::suggest_lease(&[seen], ms(20)), 6100);
     assert_eq!(peer::suggest_lease(&[stale], ms(20)), 30_100);
     assert!(peer::LEASE_RULE.contains("3 x"));
+}
+
+#[test]
+fn a_slow_renewal_under_a_reading_peer_sets_the_lease() {
+    // Default-tick CephFS (issue 28): every visibility p99 under 0.5 s, but
+    // a heartbeat's rename while the others read the record took 4.9 s.
+    let ms = Duration::from_millis;
+    let vis = peer::Visibility::from_samples("cross-rename", &[Some(ms(440))], ms(10_000));
+    let slow: Vec<Duration> = [20, 30, 4900, 25].into_iter().map(ms).collect();
+    let r = peer::Renewal::from_samples(&slow, 200, 0);
+    assert_eq!((r.rounds, r.max_ms, r.p99_ms), (4, 4900.0, 4900.0));
+    let renew = peer::renewal_p99(Some(&r), ms(2));
+    assert_eq!(renew, ms(4900));
+    // 3 x (440 + 4900) = 16020 -> 16100, where the fsync alone said 3000.
+    assert_eq!(
+        peer::suggest_lease(std::slice::from_ref(&vis), renew),
+        16_100
+    );
+    assert_eq!(peer::suggest_lease(&[vis], ms(2)), 3000);
+    // Never below the bare fsync; without the probe, the fsync.
+    let fast = peer::Renewal::from_samples(&[ms(1)], 10, 0);
+    assert_eq!(peer::renewal_p99(Some(&fast), ms(5)), ms(5));
+    assert_eq!(peer::renewal_p99(None, ms(5)), ms(5));
+    assert!(r.to_string().contains("max 4900.0 ms over 4 rounds"), "{r}");
+    let c = peer::renewal_check(&r);
+    assert_eq!(
+        (c.property, c.status),
+        ("cross-renewal", Status::Warn),
+        "{c:?}"
+    );
+    assert!(c.evidence.contains("mds tick interval"), "{c:?}");
+    let c = peer::renewal_check(&fast);
+    assert_eq!(c.status, Status::Pass, "{c:?}");
+    let c = peer::renewal_check(&peer::Renewal::from_samples(&[ms(1)], 10, 2));
+    assert_eq!(c.status, Status::Warn, "{c:?}");
 }
