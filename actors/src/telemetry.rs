@@ -183,6 +183,9 @@ pub struct Telemetry {
     /// Heartbeats that completed after the lease had already ended, or
     /// failed: each one lapsed (or risked) this broker's membership.
     pub heartbeat_failures: AtomicU64,
+    /// Heartbeats that renewed the lease with less than a third of it left
+    /// (`cluster::membership::LATE_BEAT_FRACTION`): the warning before a lapse.
+    pub heartbeat_late: AtomicU64,
     /// The last minutes, for the dashboard's sparklines.
     pub series: rates::Series,
 }
@@ -352,6 +355,11 @@ impl Telemetry {
             out,
             "# HELP kaas_heartbeat_failures_total Heartbeats that failed or completed after the lease ended.\n# TYPE kaas_heartbeat_failures_total counter\nkaas_heartbeat_failures_total {}",
             self.heartbeat_failures.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP kaas_heartbeat_late_total Heartbeats that renewed the lease with less than a third of it left.\n# TYPE kaas_heartbeat_late_total counter\nkaas_heartbeat_late_total {}",
+            self.heartbeat_late.load(Ordering::Relaxed)
         );
         let _ = writeln!(
             out,

@@ -6,6 +6,7 @@ The heartbeat's own latency under that load is read from
 `kaas_heartbeat_seconds` and must stay well inside the lease."""
 
 import re
+import signal
 import time
 
 from confluent_kafka import Producer
@@ -47,6 +48,7 @@ def test_broker_keeps_its_lease_under_cpu_fsync_and_connection_stress(broker_fac
     for bad in ("lease lapsed", "heartbeat completed after the lease ended", "heartbeat write failed"):
         assert bad not in log, f"{bad!r} under stress\n" + b.log_tail()
     assert failed_after == failed_before == 0
+    assert late_beats(b.metrics(timeout=10)) == 0, "a heartbeat landed late under stress"
     beats = after[-1][1] - (before[-1][1] if before else 0)
     assert beats >= STRESS_S // 2, f"only {beats} heartbeats observed in {STRESS_S}s"
     p99 = quantile_bound(before, after, 0.99)
@@ -56,3 +58,34 @@ def test_broker_keeps_its_lease_under_cpu_fsync_and_connection_stress(broker_fac
     assert b.alive()
     assert not re.search(r"partition leader open .*epoch=2", log), "a partition changed epoch under stress"
     b.assert_no_panic()
+
+
+def late_beats(metrics_text: str) -> int:
+    for line in metrics_text.splitlines():
+        if line.startswith("kaas_heartbeat_late_total "):
+            return int(float(line.rsplit(" ", 1)[1]))
+    raise AssertionError("kaas_heartbeat_late_total not exported")
+
+
+def test_a_heartbeat_landing_with_under_a_third_of_the_lease_left_is_warned_before_any_lapse(broker):
+    """A broker held still for 2.2 s of its 3 s lease (SIGSTOP: a slow
+    volume or a stalled host looks the same from inside): its next
+    heartbeat still renews the lease, with 0.3-0.8 s left, so it is counted
+    late and warned — and nothing lapses."""
+    m = broker.metrics(timeout=10)
+    assert late_beats(m) == 0
+    _, failed_before = heartbeat_histogram(m)
+    time.sleep(1.0)  # a few on-time beats first
+    broker.proc.send_signal(signal.SIGSTOP)
+    try:
+        time.sleep(2.2)
+    finally:
+        broker.proc.send_signal(signal.SIGCONT)
+    time.sleep(1.0)
+    m = broker.metrics(timeout=10)
+    assert late_beats(m) >= 1, m
+    assert heartbeat_histogram(m)[1] == failed_before == 0
+    log = broker.log_text()
+    assert "heartbeat landed with less than a third of the lease left" in log, broker.log_tail()
+    assert "lease lapsed" not in log, broker.log_tail()
+    assert broker.alive()

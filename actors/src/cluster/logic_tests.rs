@@ -105,6 +105,33 @@ fn the_lease_lapses_when_heartbeats_stop_being_written() {
 }
 
 #[test]
+fn a_heartbeat_that_lands_with_under_a_third_of_the_lease_left_is_late() {
+    let d = tempfile::tempdir().unwrap();
+    let clock = FakeClock::new();
+    let s = shared(d.path(), 1, 11, &clock);
+    let mut m = beat(real(), &s);
+    assert_eq!(m.late_beats(), 0, "the first beat renews nothing");
+    // On time: half a second into a 3 s lease, 2.5 s left.
+    for _ in 0..5 {
+        clock.advance(TIMING.heartbeat);
+        assert_eq!(m.beat(), BeatOutcome::Written { lease_valid: true });
+    }
+    assert_eq!(m.late_beats(), 0);
+    // A volume that makes renewals land 2.2 s apart: 0.8 s left, under
+    // a third of the lease, each time; still valid, so counted and not
+    // failed.
+    for i in 1..=3 {
+        clock.advance(Duration::from_millis(2200));
+        assert_eq!(m.beat(), BeatOutcome::Written { lease_valid: true });
+        assert_eq!(m.late_beats(), i);
+    }
+    // Exactly a third left is not late.
+    clock.advance(TIMING.lease - TIMING.lease / 3);
+    assert_eq!(m.beat(), BeatOutcome::Written { lease_valid: true });
+    assert_eq!(m.late_beats(), 3);
+}
+
+#[test]
 fn a_spent_incarnation_is_replaced_only_after_the_watcher_fenced_it() {
     let d = tempfile::tempdir().unwrap();
     let clock = FakeClock::new();

@@ -377,7 +377,23 @@ pub struct MembershipState {
     last_beat: Option<Duration>,
     /// Whether the stall was already logged.
     stall_logged: bool,
+    /// Renewals that landed with less than [`LATE_BEAT_FRACTION`] of the
+    /// lease left, all told, and how many since the last warning (and
+    /// when that was).
+    late_beats: u64,
+    late_unlogged: u64,
+    late_logged_at: Option<Duration>,
 }
+
+/// A renewal that lands with less than this fraction of the lease left
+/// is late: the substrate (or this host) is slower than the lease allows,
+/// and one more such delay lapses it. Warned and counted before anything
+/// lapses.
+pub const LATE_BEAT_FRACTION: u32 = 3;
+
+/// At most one late-heartbeat warning per this long (the count since the
+/// last one is in it).
+const LATE_BEAT_LOG_EVERY: Duration = Duration::from_secs(30);
 
 impl MembershipState {
     /// State after [`join`] wrote heartbeat `seq`.
@@ -394,6 +410,47 @@ impl MembershipState {
             stalled_for: (Duration::ZERO, Duration::ZERO),
             last_beat: None,
             stall_logged: false,
+            late_beats: 0,
+            late_unlogged: 0,
+            late_logged_at: None,
+        }
+    }
+
+    /// Renewals so far that landed with less than a
+    /// [`LATE_BEAT_FRACTION`]th of the lease left.
+    pub fn late_beats(&self) -> u64 {
+        self.late_beats
+    }
+
+    /// A renewal landed at `now` with `left` of the lease it renewed:
+    /// count and (rate-limited) warn when that is under a
+    /// [`LATE_BEAT_FRACTION`]th of the lease.
+    fn note_headroom(&mut self, left: Duration, took: Duration, now: Duration) {
+        let length = self.shared.lease.length;
+        if left >= length / LATE_BEAT_FRACTION {
+            return;
+        }
+        self.late_beats += 1;
+        self.late_unlogged += 1;
+        crate::telemetry::global()
+            .heartbeat_late
+            .fetch_add(1, Ordering::Relaxed);
+        if self
+            .late_logged_at
+            .is_none_or(|at| now.saturating_sub(at) >= LATE_BEAT_LOG_EVERY)
+        {
+            tracing::warn!(
+                broker_id = self.shared.broker_id,
+                left_ms = left.as_millis() as u64,
+                heartbeat_ms = took.as_millis() as u64,
+                lease_ms = length.as_millis() as u64,
+                late_since_last_warning = self.late_unlogged,
+                "heartbeat landed with less than a third of the lease left: the volume (or this host) \
+                 is slower than the lease allows; one more such delay lapses it \
+                 (kaas substrate-check --peer suggests a lease)"
+            );
+            self.late_logged_at = Some(now);
+            self.late_unlogged = 0;
         }
     }
 
@@ -528,10 +585,17 @@ impl MembershipState {
             Ok(()) => {
                 *self.shared.written.lock().unwrap() = Some(rec);
                 self.failures = 0;
+                // What was left of the lease this renewal extends (zero
+                // for the first beat of an incarnation: nothing granted).
+                let granted = lease.valid_for(inc);
+                let left = lease.remaining();
                 let now = clock.now();
                 let t = crate::telemetry::global();
                 t.heartbeat_seconds.observe(now.saturating_sub(started));
                 let lease_valid = lease.renewed(inc, started, now);
+                if granted && lease_valid {
+                    self.note_headroom(left, now.saturating_sub(started), now);
+                }
                 // Re-read: a controlled shutdown may have revoked the lease
                 // while this write was in flight.
                 let leaving = leaving || lease.revoked();
