@@ -45,7 +45,7 @@ export KAAS_BIN="${KAAS_BIN:-$TARGET_DIR/release/kaas}"
 section "e2e tests (pytest tests/e2e, KAAS_BIN=$KAAS_BIN)"
 t0=$SECONDS
 set +e
-python3 -m pytest -q -rfE tests/e2e "$@"
+python3 -m pytest -q -rfE --durations=30 tests/e2e "$@"
 rc=$?
 set -e
 echo "---- e2e: pytest exit $rc ($((SECONDS - t0)) s)"
