@@ -409,12 +409,16 @@ class RealMount:
         self.path = Path(path)
 
     def unmount(self) -> None:
-        self.volume.run("umount", str(self.path), timeout=60)
+        r = self.volume.run("umount", str(self.path), timeout=60)
+        assert r.returncode == 0 and not _is_mount(self.path), \
+            f"could not unmount {self.path}: {self.volume._why('umount', r)}"
 
 
 class RealVolume:
     """One volume of a real shared filesystem for the whole session,
-    started by tests/substrates/<kind>.sh on first use."""
+    started by tests/substrates/<kind>.sh once collection shows a test
+    needs it (outside every test's timeout; lazily otherwise), and taken
+    down when the session finishes."""
 
     UP_TIMEOUT = 240.0
 
@@ -424,6 +428,7 @@ class RealVolume:
         self.script = REPO / "tests" / "substrates" / f"{kind}.sh"
         self.error: str | None = None
         self.is_up = False
+        self.attempted = False  # `up` ran (fully or not): `down` is owed
         self.clients = 0
 
     def run(self, *args: str, timeout: float) -> subprocess.CompletedProcess:
@@ -434,18 +439,33 @@ class RealVolume:
         tail = "\n".join((r.stdout + r.stderr).strip().splitlines()[-15:])
         return f"`{self.script.name} {what}` exited {r.returncode}:\n{tail}"
 
+    def start(self) -> None:
+        """Run `up` once; a failure is remembered in `error` (its logs
+        copied beside the state directory, which `down` removes)."""
+        if self.error is not None or self.is_up:
+            return
+        self.attempted = True
+        try:
+            r = self.run("up", str(self.state), timeout=self.UP_TIMEOUT)
+            if r.returncode == 0:
+                self.is_up = True
+            else:
+                self.error = self._why("up", r)
+        except subprocess.TimeoutExpired:
+            self.error = f"`{self.script.name} up` did not finish within {self.UP_TIMEOUT}s"
+        except BaseException:
+            # A test timeout or ^C inside `up`: take down what it started.
+            self.down()
+            raise
+        if not self.is_up:
+            kept = self.state.parent / f"{self.kind}-failed-logs"
+            if (self.state / "log").is_dir():
+                shutil.copytree(self.state / "log", kept, dirs_exist_ok=True)
+                self.error += f"\n(logs kept in {kept})"
+            self.down()
+
     def ensure_up(self) -> None:
-        if self.error is None and not self.is_up:
-            try:
-                r = self.run("up", str(self.state), timeout=self.UP_TIMEOUT)
-                if r.returncode == 0:
-                    self.is_up = True
-                else:
-                    self.error = self._why("up", r)
-            except subprocess.TimeoutExpired:
-                self.error = f"`{self.script.name} up` did not finish within {self.UP_TIMEOUT}s"
-            if not self.is_up:
-                self.down()
+        self.start()
         if self.error is not None:
             _unavailable(self.kind, self.error)
 
@@ -460,23 +480,57 @@ class RealVolume:
             _unavailable(self.kind, self._why("mount", r))
         return RealMount(self, path)
 
-    def down(self) -> None:
+    def down(self) -> subprocess.CompletedProcess | None:
         try:
-            self.run("down", str(self.state), timeout=180)
+            return self.run("down", str(self.state), timeout=180)
         finally:
             self.is_up = False
 
 
+_real_volumes: dict[str, RealVolume] = {}
+
+
+def _real_volume(kind: str) -> RealVolume:
+    if kind not in _real_volumes:
+        import tempfile
+        base = Path(tempfile.mkdtemp(prefix=f"kaas-{kind}-"))
+        _real_volumes[kind] = RealVolume(kind, base / "state")
+    return _real_volumes[kind]
+
+
+def pytest_collection_finish(session):
+    """Start the real volumes the selected tests need now, outside every
+    test's timeout (CephFS's `up` alone takes ~15 s, up to its 240 s bound)."""
+    kinds = set()
+    for item in session.items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        kinds.update(v for k, v in params.items()
+                     if k in ("substrate", "kind") and v in REAL_SUBSTRATES)
+    for kind in sorted(kinds):
+        _real_volume(kind).start()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Take every volume down whose `up` ran (outside every test's
+    timeout), each on its own; a `down` that left something behind is said."""
+    for v in _real_volumes.values():
+        if not v.attempted:
+            continue
+        try:
+            r = v.down()
+            if r is not None and r.returncode != 0:
+                print(f"\nWARNING: {v._why('down', r)}", flush=True)
+        except Exception as e:  # noqa: BLE001 - one volume's failure must not keep the next up
+            print(f"\nWARNING: taking the {v.kind} volume down failed: {e!r}", flush=True)
+        if v.error is None:  # a failed `up` keeps its logs (named in the skip)
+            shutil.rmtree(v.state.parent, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
-def real_volumes(tmp_path_factory):
-    """kind -> RealVolume, each started on first use and taken down at the
-    end of the session."""
-    vols = {k: RealVolume(k, tmp_path_factory.mktemp(f"substrate-{k}") / "state")
-            for k in REAL_SUBSTRATES}
-    yield vols
-    for v in vols.values():
-        if v.is_up:
-            v.down()
+def real_volumes():
+    """kind -> RealVolume: started when collection saw a test needing it,
+    else on first use; taken down when the session finishes."""
+    return {k: _real_volume(k) for k in REAL_SUBSTRATES}
 
 
 def _remove_tree(path: Path, timeout: float = 120.0) -> None:
@@ -629,6 +683,7 @@ def broker_factory(request, tmp_path, substrate):
         idx = len(made)
         kw.setdefault("name", f"broker{idx}")
         if volume is not None:
+            assert "data_dir" not in kw, "a data_dir is not chosen by the test on a real volume"
             # A client of its own; the data dir is in the test's directory
             # of the volume: the shared one (`backing`'s name) or private.
             mnt = tmp_path / kw["name"] / "mnt"
@@ -690,8 +745,13 @@ def broker_factory(request, tmp_path, substrate):
             if volume is not None and mounts:
                 _remove_tree(mounts[0].path / test_dir)
         finally:
-            for m in mounts:
-                m.unmount()
+            failed = []
+            for m in mounts:  # every one, whatever the others do
+                try:
+                    m.unmount()
+                except Exception as e:  # noqa: BLE001
+                    failed.append(f"{m.mountpoint if isinstance(m, WeakMount) else m.path}: {e}")
+            assert not failed, "mounts left behind: " + "; ".join(failed)
     for b in made:
         b.assert_no_panic()
 

@@ -9,6 +9,8 @@ import re
 import signal
 import time
 
+import pytest
+
 from confluent_kafka import Producer
 
 from conftest import create_topic, producer_conf
@@ -67,18 +69,19 @@ def late_beats(metrics_text: str) -> int:
     raise AssertionError("kaas_heartbeat_late_total not exported")
 
 
+@pytest.mark.broker_args("--lease-ms", "6000")
 def test_a_heartbeat_landing_with_under_a_third_of_the_lease_left_is_warned_before_any_lapse(broker):
-    """A broker held still for 2.2 s of its 3 s lease (SIGSTOP: a slow
+    """A broker held still for 4.5 s of a 6 s lease (SIGSTOP: a slow
     volume or a stalled host looks the same from inside): its next
-    heartbeat still renews the lease, with 0.3-0.8 s left, so it is counted
-    late and warned — and nothing lapses."""
+    heartbeat still renews the lease, with 1.0-1.5 s left (under the 2 s
+    third), so it is counted late and warned — and nothing lapses."""
     m = broker.metrics(timeout=10)
     assert late_beats(m) == 0
     _, failed_before = heartbeat_histogram(m)
     time.sleep(1.0)  # a few on-time beats first
     broker.proc.send_signal(signal.SIGSTOP)
     try:
-        time.sleep(2.2)
+        time.sleep(4.5)
     finally:
         broker.proc.send_signal(signal.SIGCONT)
     time.sleep(1.0)

@@ -138,9 +138,11 @@ def test_two_clients_of_a_real_volume(kind, real_volumes, tmp_path):
     (tick 0.5) volume: usable, close-to-open and exclusive create hold
     across them, and every figure is measured."""
     vol = real_volumes[kind]
-    mounts = [vol.mount(tmp_path / name) for name in ("a", "b")]
+    mounts = []
     sub = f"peer-check-{uuid.uuid4().hex[:8]}"
     try:
+        for name in ("a", "b"):
+            mounts.append(vol.mount(tmp_path / name))
         (mounts[0].path / sub).mkdir()
         rc, doc = check(mounts[0].path / sub, mounts[1].path / sub, "--visibility-rounds", "5")
         assert rc == 0 and doc["usable"], doc
@@ -156,6 +158,7 @@ def test_two_clients_of_a_real_volume(kind, real_volumes, tmp_path):
         assert ren["rounds"] >= 3 and ren["peer_reads"] > 0 and ren["peer_errors"] == 0, ren
         assert report["peer"]["suggested_lease_ms"] >= 3000
     finally:
-        _remove_tree(mounts[0].path / sub)
+        if mounts:
+            _remove_tree(mounts[0].path / sub)
         for m in mounts:
             m.unmount()

@@ -38,11 +38,15 @@ usage() {
 }
 
 # set_state DIR: the paths of the cluster kept in DIR.
+MARKER=.kaas-cephfs-state
+
 set_state() {
     [ -n "$1" ] || usage
     STATE="$(abs "$1")"
     STATE="${STATE%/}"
     [ -n "$STATE" ] || die "refusing STATE=/"
+    # mountinfo escapes whitespace, so such paths never look mounted.
+    [[ "$STATE" != *[[:space:]]* ]] || die "STATE must not contain whitespace: '$STATE'"
     CONF="$STATE/ceph.conf"
     RUN="$STATE/run"
     LOG="$STATE/log"
@@ -119,8 +123,8 @@ alive() {
 }
 
 # stop_pids WAIT_S PID...: SIGTERM them all at once, wait up to WAIT_S
-# seconds for all to go, then SIGKILL whatever is left. (common.sh's
-# kill_pidfile does one process at a time; a stopping MDS alone takes ~8 s.)
+# seconds for all to go, then SIGKILL whatever is left (all at once: one
+# at a time, a stopping MDS alone would take ~8 s).
 stop_pids() {
     local wait_s="$1" pid left i
     shift
@@ -237,20 +241,28 @@ cmd_up() {
     local pid f fsid osd_uuid osd_id
     command -v ceph-mon ceph-mgr ceph-osd ceph-mds ceph-fuse ceph monmaptool ceph-authtool uuidgen \
         >/dev/null 2>&1 || die "Ceph is not installed (need ceph-mon ceph-mgr ceph-osd ceph-mds ceph-fuse ceph monmaptool ceph-authtool uuidgen)"
-    case "$PORTS" in
-        [0-9]*-[0-9]*) ;;
-        *) die "KAAS_CEPH_PORTS must be MIN-MAX, not '$PORTS'" ;;
-    esac
+    [[ "$PORTS" =~ ^[0-9]+-[0-9]+$ ]] || die "KAAS_CEPH_PORTS must be MIN-MAX, not '$PORTS'"
+    [[ "$MON_PORT" =~ ^[0-9]+$ ]] || die "KAAS_CEPH_MON_PORT must be a port number, not '$MON_PORT'"
+    # Another cluster's mon on our port would answer our CLI calls (no auth).
+    if timeout 5 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$1"' _ "$MON_PORT" 2>/dev/null; then
+        die "port $MON_PORT is taken (another Ceph mon?); set KAAS_CEPH_MON_PORT"
+    fi
     for f in "$RUN"/*.pid; do
         pid="$(pidfile_pid "$f")"
         [ -z "$pid" ] || die "$STATE already holds a running cluster ($(basename "$f" .pid) is pid $pid)"
     done
     [ ! -e "$CONF" ] || die "$STATE already holds a cluster (stopped); run '$PROG down $STATE' first"
+    if [ -d "$STATE" ] && [ -n "$(ls -A "$STATE" 2>/dev/null)" ]; then
+        die "$STATE is not empty; give a new or empty directory"
+    fi
     # Not fatal: the daemons then run without admin sockets (they log it).
     [ $((${#RUN} + 24)) -le 107 ] ||
         echo "$PROG: note: $RUN is too long for admin sockets (107-byte limit); daemons run without them" >&2
 
-    mkdir -p "$STATE" "$RUN" "$LOG" "$STATE/mon/a" "$STATE/mgr/x" "$STATE/mds/a" "$STATE/crash"
+    mkdir -p "$STATE"
+    # 'down' removes only a directory that carries this marker.
+    : >"$STATE/$MARKER"
+    mkdir -p "$RUN" "$LOG" "$STATE/mon/a" "$STATE/mgr/x" "$STATE/mds/a" "$STATE/crash"
     fsid="$(uuidgen)"
     write_conf "$fsid"
 
@@ -377,6 +389,11 @@ cmd_down() {
     set_state "${1:-}"
     local mnt f pids pid left i failed=0
     [ -e "$STATE" ] || return 0
+    # Ours: the marker, or (a state from before the marker) our ceph.conf.
+    if [ ! -f "$STATE/$MARKER" ] && ! grep -qs "^mds tick interval" "$CONF" &&
+        [ -n "$(ls -A "$STATE" 2>/dev/null)" ]; then
+        die "$STATE is not a cephfs.sh state directory (no $MARKER); not removing it"
+    fi
 
     # Clients first, while the MDS is still there to close their sessions;
     # a client whose ceph-fuse died leaves a dead mount that umount_one clears.

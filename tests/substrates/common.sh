@@ -35,21 +35,6 @@ umount_one() {
     ! is_mounted "$mnt"
 }
 
-# kill_pidfile FILE [WAIT_S]: SIGTERM the process whose pid FILE holds, wait
-# up to WAIT_S (default 10) seconds for it to go, then SIGKILL it.
-kill_pidfile() {
-    local f="$1" wait_s="${2:-10}" pid i
-    [ -s "$f" ] || return 0
-    pid="$(tr -dc '0-9' < "$f")"
-    [ -n "$pid" ] || return 0
-    kill -TERM "$pid" 2>/dev/null || return 0
-    for ((i = 0; i < wait_s * 10; i++)); do
-        kill -0 "$pid" 2>/dev/null || return 0
-        sleep 0.1
-    done
-    kill -KILL "$pid" 2>/dev/null || true
-}
-
 # wait_for SECONDS WHAT CMD...: run CMD until it succeeds or SECONDS pass.
 wait_for() {
     local secs="$1" what="$2" deadline

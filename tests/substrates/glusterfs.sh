@@ -383,9 +383,11 @@ cmd_mount() {
     is_mounted "$mnt" && die "$mnt is already a mount point"
     mkdir -p "$mnt" 2>/dev/null || die "cannot create mount point $mnt"
     # Reserve a fresh client number atomically (noclobber create of its pid file).
+    [ -d "$st/run" ] && [ -w "$st/run" ] || die "$st/run is missing or not writable"
     n=1
     until (set -C && : >"$st/run/client-$n.pid") 2>/dev/null; do
         n=$((n + 1))
+        [ "$n" -le 1000 ] || die "cannot reserve a client pid file in $st/run"
     done
     pf="$st/run/client-$n.pid"
     # Record it before the client exists so that 'down' unmounts it even if

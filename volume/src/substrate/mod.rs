@@ -297,7 +297,7 @@ impl<'a> Scratch<'a> {
             let source = match fs.lookup(dir) {
                 Err(e) => e,
                 Ok(false) => io::Error::new(io::ErrorKind::NotFound, "no such directory"),
-                Ok(true) => io::Error::new(io::ErrorKind::NotFound, "not a directory"),
+                Ok(true) => io::Error::new(io::ErrorKind::NotADirectory, "not a directory"),
             };
             return Err(SubstrateError::Dir {
                 path: dir.to_path_buf(),

@@ -975,7 +975,9 @@ fn watched_renewal(
     }
     stopped.map_err(SubstrateError::io("create", &stop))?;
     let (reads, errors) = match answer.split_whitespace().collect::<Vec<_>>().as_slice() {
-        ["watched", r, e] => (r.parse().unwrap_or(0), e.parse().unwrap_or(0)),
+        ["watched", r, e] if r.parse::<u64>().is_ok() && e.parse::<u64>().is_ok() => {
+            (r.parse().unwrap_or(0), e.parse().unwrap_or(0))
+        }
         _ => {
             return Err(SubstrateError::Worker(format!(
                 "cross-renewal: the peer answered {answer:?}"

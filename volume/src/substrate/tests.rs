@@ -371,7 +371,7 @@ fn cross_checks_pass_on_one_honest_directory_and_measure_visibility() {
     // The heartbeat-style replace ran for its 600 ms, 100 ms apart (the
     // in-process peer reads before it, not during: it answers
     // synchronously).
-    assert!((3..=6).contains(&r.renewal.rounds), "{:?}", r.renewal);
+    assert!((2..=6).contains(&r.renewal.rounds), "{:?}", r.renewal);
     assert!(r.renewal.peer_reads > 0, "{:?}", r.renewal);
     assert_eq!(r.renewal.peer_errors, 0, "{:?}", r.renewal);
     assert!(
