@@ -501,6 +501,8 @@ def _real_volume(kind: str) -> RealVolume:
 def pytest_collection_finish(session):
     """Start the real volumes the selected tests need now, outside every
     test's timeout (CephFS's `up` alone takes ~15 s, up to its 240 s bound)."""
+    if session.config.option.collectonly:
+        return
     kinds = set()
     for item in session.items:
         params = getattr(getattr(item, "callspec", None), "params", {})
