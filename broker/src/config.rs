@@ -150,7 +150,9 @@ pub struct BrokerArgs {
     #[arg(long, env = "KAAS_CONN_INFLIGHT_BYTES", default_value_t = 32 << 20, value_parser = clap::value_parser!(u64).range(1..))]
     pub conn_inflight_bytes: u64,
     /// The same bound over every connection of the broker (Kafka's
-    /// queued.max.request.bytes): at the limit no connection is read.
+    /// queued.max.request.bytes), frames being read included: a frame is
+    /// charged its whole size once its length arrives and read only when
+    /// that fits (frames over 1 MiB: within seven eighths of it).
     #[arg(long, env = "KAAS_BROKER_INFLIGHT_BYTES", default_value_t = 256 << 20, value_parser = clap::value_parser!(u64).range(1..))]
     pub broker_inflight_bytes: u64,
     /// Consumer lag in `/metrics`: at most this many groups (those with

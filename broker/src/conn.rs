@@ -9,12 +9,18 @@
 //! [`ByteBudget`] (`--conn-inflight-bytes`) and to the broker's
 //! (`--broker-inflight-bytes`) until its answer is written, and an answer
 //! is charged its own bytes while it is being written. The reader reads the
-//! next frame only while both are below their limits, so a connection whose
-//! answers are not being taken stops being read (TCP back-pressure to the
-//! client), and a slow fsync releases every small request queued behind it
-//! at once (librdkafka's defaults send many one-record requests). A
-//! connection holds at most its limit, plus one frame being read, plus one
-//! answer being written. The writer never waits on a budget (the bytes it
+//! next frame only while the connection is below its limit, so a
+//! connection whose answers are not being taken stops being read (TCP
+//! back-pressure to the client), and a slow fsync releases every small
+//! request queued behind it at once (librdkafka's defaults send many
+//! one-record requests). A connection holds at most its limit, plus one
+//! frame being read, plus one answer being written. A frame being read is
+//! charged to the broker's budget before its bytes are read
+//! ([`FrameReader`]: its whole size once its length prefix is in), so the
+//! frames being read over every connection hold at most that budget,
+//! whatever clients declare and however slowly they send it; the last
+//! eighth of it is kept for frames of at most [`SMALL_FRAME`], so large
+//! frames that never finish cannot stop small requests being read. The writer never waits on a budget (the bytes it
 //! releases are what the readers wait for), and an answer the client takes
 //! none of for `--request-timeout-ms` closes the connection, so a client
 //! that never reads cannot hold the broker's budget for ever.
@@ -39,9 +45,10 @@
 
 use crate::api::{self, Dispatched};
 use crate::state::Broker;
+use bytes::BufMut;
 use bytes::Bytes;
 use futures::future::BoxFuture;
-use futures::{FutureExt, StreamExt};
+use futures::FutureExt;
 use kaas_actors::partition::reader::FileRange;
 use kaas_protocol::kafka_protocol::messages::RequestKind;
 use kaas_protocol::{
@@ -56,7 +63,7 @@ use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, Notify};
-use tokio_util::codec::FramedRead;
+use tokio_util::codec::Decoder;
 
 /// What a request costs beyond its frame while it is outstanding: its
 /// queued completion future and the answer's small allocations. Also what
@@ -148,6 +155,45 @@ impl ByteBudget {
         }
     }
 
+    /// Grow `charge` (one of this budget's) to `to` bytes, waiting until
+    /// the rest of the budget (what is held besides `charge`) plus `to` fits
+    /// in `cap`, or in `to` alone when `to` is larger than `cap` (then it
+    /// waits until `charge` is all that is held). Never holds more than it
+    /// was admitted for, so the bytes it admits stay within `cap`. Cancel
+    /// safe: `charge` grows in one step or not at all.
+    pub async fn admit(self: &Arc<Self>, charge: &mut Charge, to: usize, cap: usize) {
+        debug_assert!(Arc::ptr_eq(&charge.budget, self));
+        let cap = cap.max(to);
+        loop {
+            let freed = self.freed.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            let mut used = self.used();
+            loop {
+                if charge.n >= to {
+                    return;
+                }
+                let others = used.saturating_sub(charge.n);
+                if others + to > cap {
+                    break;
+                }
+                match self.used.compare_exchange_weak(
+                    used,
+                    others + to,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => {
+                        charge.n = to;
+                        return;
+                    }
+                    Err(now) => used = now,
+                }
+            }
+            freed.await;
+        }
+    }
+
     /// Wait until fewer than `limit` bytes are held.
     pub async fn below_limit(&self) {
         loop {
@@ -176,12 +222,98 @@ impl Charge {
     pub fn bytes(&self) -> usize {
         self.n
     }
+
+    /// Give back all but `n` bytes (nothing when it holds `n` or fewer).
+    pub fn shrink_to(&mut self, n: usize) {
+        if n < self.n {
+            self.budget.used.fetch_sub(self.n - n, Ordering::AcqRel);
+            self.n = n;
+            self.budget.freed.notify_waiters();
+        }
+    }
 }
 
 impl Drop for Charge {
     fn drop(&mut self) {
         self.budget.used.fetch_sub(self.n, Ordering::AcqRel);
         self.budget.freed.notify_waiters();
+    }
+}
+
+/// The most a read may take before the length of the frame it reads is
+/// known (between frames, and through an oversized Produce, whose bytes are
+/// dropped as they arrive). What a connection waiting to be admitted holds
+/// at most: 10,000 connections hold 80 MiB, within the eighth of the
+/// broker's budget kept for small frames at the defaults.
+pub const PREFIX_READ: usize = 8 * 1024;
+
+/// Frames up to this size (prefix included) may use the whole broker
+/// budget; larger ones only the first seven eighths of it, so requests a
+/// client sends whole and small (a heartbeat, a produce of a few records)
+/// are still read while large frames that arrive slowly, or never finish,
+/// hold the rest.
+pub const SMALL_FRAME: usize = 1 << 20;
+
+/// Frames cut from a socket whose bytes are charged to the broker's budget
+/// as they are read, before anything is read: a frame's whole size once
+/// its prefix is in (small ones against the whole budget, large ones
+/// against seven eighths of it, one larger than that only when nothing
+/// else is held), and [`PREFIX_READ`] bytes while its length is unknown.
+/// So the frames being read hold at most the budget, however many
+/// connections send how much of whatever they declare, and a frame that
+/// was admitted is never stopped half way for want of budget (the budget
+/// is not spent by frames that all wait for more of it).
+struct FrameReader {
+    rd: tokio::net::tcp::OwnedReadHalf,
+    codec: FrameCodec,
+    buf: bytes::BytesMut,
+    /// What `buf` holds and may still read into, in the broker's budget.
+    room: Charge,
+}
+
+impl FrameReader {
+    fn new(rd: tokio::net::tcp::OwnedReadHalf, max_frame: usize, budget: &Arc<ByteBudget>) -> Self {
+        Self {
+            rd,
+            codec: FrameCodec::new(max_frame),
+            buf: bytes::BytesMut::new(),
+            room: budget.charge(0),
+        }
+    }
+
+    /// Bytes read and not yet cut into a frame.
+    fn buffered(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// The next frame; None at the end of the stream. Cancel safe.
+    async fn next(&mut self) -> Option<Result<Frame, FrameError>> {
+        use tokio::io::AsyncReadExt;
+        loop {
+            match self.codec.decode(&mut self.buf) {
+                Ok(Some(frame)) => {
+                    // The frame is charged as a request from here on.
+                    self.room.shrink_to(self.buf.len());
+                    return Some(Ok(frame));
+                }
+                Ok(None) => {}
+                Err(e) => return Some(Err(e)),
+            }
+            let budget = self.room.budget.clone();
+            let limit = budget.limit();
+            let (to, cap) = match self.codec.frame_at_head(&self.buf) {
+                Some(whole) if whole <= SMALL_FRAME => (whole, limit),
+                Some(whole) => (whole, limit - limit / 8),
+                None => (self.buf.len() + PREFIX_READ, limit),
+            };
+            budget.admit(&mut self.room, to, cap).await;
+            let room = self.room.bytes().saturating_sub(self.buf.len()).max(1);
+            match self.rd.read_buf(&mut (&mut self.buf).limit(room)).await {
+                Ok(0) => return None,
+                Ok(_) => {}
+                Err(e) => return Some(Err(FrameError::Io(e))),
+            }
+        }
     }
 }
 
@@ -193,7 +325,7 @@ fn charge_both(conn: &Arc<ByteBudget>, broker: &Arc<ByteBudget>, n: usize) -> [C
 /// The broker's in-flight bytes in Prometheus text.
 pub fn prometheus(b: &Broker) -> String {
     format!(
-        "# HELP kaas_inflight_bytes Bytes held by requests not yet answered and answers not yet written, over all connections.\n# TYPE kaas_inflight_bytes gauge\nkaas_inflight_bytes {}\n# HELP kaas_inflight_bytes_limit --broker-inflight-bytes: no connection is read while kaas_inflight_bytes is at it.\n# TYPE kaas_inflight_bytes_limit gauge\nkaas_inflight_bytes_limit {}\n",
+        "# HELP kaas_inflight_bytes Bytes held by frames being read (their whole declared size), requests not yet answered and answers not yet written, over all connections.\n# TYPE kaas_inflight_bytes gauge\nkaas_inflight_bytes {}\n# HELP kaas_inflight_bytes_limit --broker-inflight-bytes: a frame is read only once its size fits under it (frames over 1 MiB: under seven eighths of it).\n# TYPE kaas_inflight_bytes_limit gauge\nkaas_inflight_bytes_limit {}\n",
         b.inflight.used(),
         b.inflight.limit()
     ) + &format!(
@@ -558,7 +690,7 @@ fn warn_refused(
 pub async fn serve(b: Arc<Broker>, sock: TcpStream, peer: std::net::SocketAddr, slot: Slot) {
     let _ = sock.set_nodelay(true);
     let (rd, mut wr) = sock.into_split();
-    let mut frames = FramedRead::new(rd, FrameCodec::new(b.args.max_request_bytes));
+    let mut frames = FrameReader::new(rd, b.args.max_request_bytes, &b.inflight);
     // Unbounded in count: the byte budgets bound it (every queued request
     // holds at least REQUEST_OVERHEAD of them).
     let (tx, mut rx) = mpsc::unbounded_channel::<Queued>();
@@ -607,13 +739,11 @@ pub async fn serve(b: Arc<Broker>, sock: TcpStream, peer: std::net::SocketAddr, 
         // ApiVersions v3+ (KIP-511), for the refused-version log line.
         let mut software: Option<String> = None;
         loop {
-            // Read nothing more while this connection, or the broker, holds
-            // its limit of unanswered requests and unwritten answers.
+            // Read nothing more while this connection holds its limit of
+            // unanswered requests and unwritten answers (the broker's
+            // budget admits each read: `FrameReader`).
             tokio::select! {
-                _ = async {
-                    conn_budget.below_limit().await;
-                    broker_budget.below_limit().await;
-                } => {}
+                _ = conn_budget.below_limit() => {}
                 _ = tx.closed() => return,
                 _ = slot.evict.notified() => {
                     tracing::debug!(%peer, idle_ms = slot.idle().as_millis() as u64, "idle connection evicted for a new one");
@@ -630,11 +760,11 @@ pub async fn serve(b: Arc<Broker>, sock: TcpStream, peer: std::net::SocketAddr, 
             let next = match next {
                 Ok(n) => n,
                 Err(_) => {
-                    if !frames.read_buffer().is_empty() {
+                    if frames.buffered() > 0 {
                         if let Some(count) =
                             b.peer_warnings.hit(peer.ip(), "stalled", Instant::now())
                         {
-                            tracing::warn!(%peer, buffered = frames.read_buffer().len(), count, "incomplete request stalled; closing connection");
+                            tracing::warn!(%peer, buffered = frames.buffered(), count, "incomplete request stalled; closing connection");
                         }
                         return;
                     }
@@ -829,6 +959,64 @@ mod tests {
             .await
             .expect("woken by the release")
             .unwrap();
+        assert_eq!(b.used(), 0);
+    }
+
+    #[tokio::test]
+    async fn admission_holds_within_the_cap_and_waits_for_room() {
+        let b = Arc::new(ByteBudget::new(100));
+        let mut a = b.charge(0);
+        b.admit(&mut a, 60, 100)
+            .now_or_never()
+            .expect("60 of 100 free");
+        assert_eq!((a.bytes(), b.used()), (60, 60));
+        // Growing a charge counts what it already holds.
+        b.admit(&mut a, 90, 100)
+            .now_or_never()
+            .expect("30 more fit");
+        assert_eq!(b.used(), 90);
+        let mut c = b.charge(0);
+        assert!(
+            b.admit(&mut c, 20, 100).now_or_never().is_none(),
+            "90 + 20 > 100: waits"
+        );
+        assert_eq!(b.used(), 90, "a waiting admission holds nothing");
+        let waiting = tokio::spawn({
+            let b = b.clone();
+            async move {
+                let mut c = b.charge(0);
+                b.admit(&mut c, 20, 100).await;
+                c
+            }
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished());
+        a.shrink_to(50);
+        let c = tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("woken by the shrink")
+            .unwrap();
+        assert_eq!((c.bytes(), b.used()), (20, 70));
+        // A lower cap keeps room above it for others.
+        let mut d = b.charge(0);
+        assert!(
+            b.admit(&mut d, 20, 80).now_or_never().is_none(),
+            "70 + 20 > 80"
+        );
+        b.admit(&mut d, 10, 80)
+            .now_or_never()
+            .expect("70 + 10 <= 80");
+        // Larger than the cap: admitted only when nothing else is held.
+        drop((a, c));
+        let mut e = b.charge(0);
+        assert!(
+            b.admit(&mut e, 150, 100).now_or_never().is_none(),
+            "d holds 10"
+        );
+        drop(d);
+        b.admit(&mut e, 150, 100).now_or_never().expect("alone");
+        assert_eq!(b.used(), 150);
+        drop(e);
         assert_eq!(b.used(), 0);
     }
 

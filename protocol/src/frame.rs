@@ -179,6 +179,24 @@ impl FrameCodec {
     pub fn max_frame(&self) -> usize {
         self.max_frame
     }
+
+    /// The whole size (prefix included) of the frame `buf` starts with,
+    /// once its prefix has arrived and the frame is one this codec will
+    /// keep whole; None before the prefix, for a length it refuses, and
+    /// while an oversized Produce is being read through (its bytes are
+    /// dropped as they arrive). What a reader reserves before reading the
+    /// rest of a frame.
+    pub fn frame_at_head(&self, buf: &[u8]) -> Option<usize> {
+        if self.discard.is_some() {
+            return None;
+        }
+        let prefix = buf.get(..SIZE_PREFIX_LEN)?;
+        let len = i32::from_be_bytes([prefix[0], prefix[1], prefix[2], prefix[3]]);
+        let len = usize::try_from(len).ok()?;
+        (MIN_REQUEST_LEN..=self.max_frame)
+            .contains(&len)
+            .then_some(SIZE_PREFIX_LEN + len)
+    }
 }
 
 impl Decoder for FrameCodec {
@@ -296,6 +314,25 @@ mod tests {
         buf.extend_from_slice(&framed(&[9; 10])[7..]);
         assert_eq!(codec.decode(&mut buf).unwrap().unwrap().whole().len(), 10);
         assert!(buf.is_empty());
+    }
+
+    #[test]
+    fn the_frame_at_head_is_known_once_its_prefix_is() {
+        let codec = FrameCodec::new(100);
+        assert_eq!(codec.frame_at_head(&[0, 0, 0]), None, "prefix incomplete");
+        assert_eq!(codec.frame_at_head(&framed(&[1; 10])[..4]), Some(14));
+        assert_eq!(codec.frame_at_head(&framed(&[1; 100])), Some(104));
+        assert_eq!(
+            codec.frame_at_head(&framed(&[1; 101])[..4]),
+            None,
+            "over the limit"
+        );
+        assert_eq!(codec.frame_at_head(&framed(&[1; 7])), None, "too short");
+        assert_eq!(
+            codec.frame_at_head(&(-1i32).to_be_bytes()),
+            None,
+            "negative"
+        );
     }
 
     #[test]

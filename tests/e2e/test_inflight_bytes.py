@@ -127,3 +127,159 @@ def test_unread_fetch_answers_stay_within_the_broker_budget(broker):
         for s in socks:
             s.close()
     broker.assert_no_panic()
+
+
+# ---------------------------------------------------------------------------
+# Frames being read (issue 30, item 1)
+# ---------------------------------------------------------------------------
+
+READ_LIMIT = 32 << 20
+READ_MAX_FRAME = 16 << 20
+
+
+class Canary:
+    """A producer sending one record every 100 ms (acks=all) on its own
+    thread; what each acknowledgement took (to within the 100 ms poll)."""
+
+    def __init__(self, bootstrap: str, topic: str):
+        import threading
+
+        from confluent_kafka import Producer
+        self.p = Producer({"bootstrap.servers": bootstrap, "acks": "all",
+                           "linger.ms": 0, "message.timeout.ms": 30_000})
+        self.topic = topic
+        self.took: list[float] = []
+        self.failed: list[str] = []
+        self.stop = threading.Event()
+        self.t = threading.Thread(target=self.run, daemon=True)
+        self.t.start()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            t0 = time.monotonic()
+
+            def done(err, _msg, t0=t0):
+                if err is None:
+                    self.took.append(time.monotonic() - t0)
+                else:
+                    self.failed.append(str(err))
+            self.p.produce(self.topic, b"canary", on_delivery=done)
+            self.p.poll(0)
+            self.stop.wait(0.1)
+        self.p.flush(30)
+
+    def finish(self) -> tuple[list[float], list[str]]:
+        self.stop.set()
+        self.t.join(60)
+        return self.took, self.failed
+
+
+def sample_peak(broker, seconds: float) -> tuple[int, int]:
+    """Peak RSS and peak kaas_inflight_bytes over `seconds`."""
+    rss = charged = 0
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        rss = max(rss, rss_bytes(broker.pid))
+        charged = max(charged, inflight(broker))
+        time.sleep(0.1)
+    return rss, charged
+
+
+def open_frames(broker, n: int, declared: int) -> list[socket.socket]:
+    """`n` connections, each having sent the prefix and header of a Produce
+    frame declaring `declared` body bytes."""
+    socks = []
+    for i in range(n):
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 << 10)
+        s.connect(broker.addr)
+        s.sendall(declared.to_bytes(4, "big") + kw.request_header(0, 9, 1000 + i))
+        s.setblocking(False)
+        socks.append(s)
+    return socks
+
+
+def push(socks: list[socket.socket], each: int, seconds: float, quiet: float) -> int:
+    """Send up to `each` bytes more on every socket, round robin, without
+    blocking, for at most `seconds`, stopping once no socket took a byte
+    for `quiet` seconds; the bytes sent in all."""
+    left = {s: each for s in socks}
+    chunk = b"\0" * (64 << 10)
+    sent = 0
+    end = time.monotonic() + seconds
+    last = time.monotonic()
+    while left and time.monotonic() < end and time.monotonic() - last < quiet:
+        progressed = False
+        for s in list(left):
+            try:
+                n = s.send(chunk[:left[s]])
+            except BlockingIOError:
+                continue
+            except OSError:
+                del left[s]
+                continue
+            sent += n
+            progressed = True
+            last = time.monotonic()
+            left[s] -= n
+            if left[s] == 0:
+                del left[s]
+        if not progressed:
+            time.sleep(0.05)
+    return sent
+
+
+@pytest.mark.broker_args("--broker-inflight-bytes", str(READ_LIMIT),
+                         "--max-request-bytes", str(READ_MAX_FRAME),
+                         "--request-timeout-ms", "60000")
+def test_frames_being_read_are_charged_to_the_broker_budget(broker):
+    """The issue's attacks, scaled to a 32 MiB budget: 60 connections each
+    sending 4 MiB of an 8 MiB frame and stopping there, then 8 connections
+    each sending a whole 15 MiB frame at once. Before, every byte of them
+    was buffered outside any budget (RSS grew by what they sent; the gauge
+    stayed at 0); now the frames being read hold at most the budget (plus
+    one frame), a canary producer keeps being acknowledged throughout, and
+    every whole frame is read in the end."""
+    from conftest import create_topic
+    create_topic(broker.bootstrap, "canary", 1)
+    canary = Canary(broker.bootstrap, "canary")
+    time.sleep(2)
+    base = rss_bytes(broker.pid)
+    stuck = open_frames(broker, 60, 8 << 20)
+    whole: list[socket.socket] = []
+    try:
+        # Before, the broker read all 240 MiB; now it stops reading most of
+        # the connections, and the kernel's socket buffers take a little.
+        sent = push(stuck, 4 << 20, 30, quiet=1.5)
+        assert sent >= READ_LIMIT // 2, f"only {sent >> 20} MiB sent: the test did not attack"
+        rss, charged = sample_peak(broker, 3)
+        assert charged >= READ_LIMIT // 2, (
+            f"{charged >> 20} MiB charged while {sent >> 20} MiB of unfinished frames "
+            f"were sent: frames being read are not charged to the budget")
+        assert charged <= READ_LIMIT + READ_MAX_FRAME, f"{charged >> 20} MiB charged"
+        assert rss - base <= 2 * READ_LIMIT, (
+            f"{sent >> 20} MiB of unfinished frames grew the broker by "
+            f"{(rss - base) >> 20} MiB (budget {READ_LIMIT >> 20} MiB)")
+        # Whole frames, larger than the small-frame bound, are read one or
+        # two at a time behind the stuck ones... which hold the budget
+        # until their request timeout: close them, and every whole frame
+        # goes through.
+        body = 15 << 20
+        whole = open_frames(broker, 8, body)
+        for s in stuck:
+            s.close()
+        stuck = []
+        header = len(kw.request_header(0, 9, 0))
+        pushed = push(whole, body - header, 90, quiet=10)
+        assert pushed == 8 * (body - header), (
+            f"{pushed >> 20} of {8 * (body - header) >> 20} MiB of whole frames read")
+        rss, charged = sample_peak(broker, 1)
+        assert rss - base <= 2 * READ_LIMIT, f"grew by {(rss - base) >> 20} MiB"
+    finally:
+        for s in stuck + whole:
+            s.close()
+        took, failed = canary.finish()
+    assert not failed, failed[:3]
+    assert len(took) >= 20, f"only {len(took)} canary records acknowledged"
+    assert max(took) < 5, f"a canary record took {max(took):.1f} s to be acknowledged"
+    broker.assert_no_panic()
