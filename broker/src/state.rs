@@ -593,6 +593,7 @@ impl Broker {
                 incarnation: inc,
             }),
             binding: self.binding.clone(),
+            park_max: kaas_actors::partition::leader::PARK_MAX,
             on_fenced: Some({
                 let shared = self.shared.clone();
                 let topic = topic.to_owned();

@@ -107,7 +107,16 @@ pub struct LeaderSpec {
     /// higher epoch on disk: with the epoch found and, if known, the leader
     /// that claimed it, so the broker can ask for a grant above it.
     pub on_fenced: Option<OnFenced>,
+    /// The longest a write waits for the partition's open before it is
+    /// answered with the retriable "recovering" error (and then never
+    /// applied): an open that is quick serves the write, one that is slow
+    /// (thousands of partitions opening at once) sends the client back to
+    /// retry instead of holding its request. [`PARK_MAX`] in the broker.
+    pub park_max: Duration,
 }
+
+/// [`LeaderSpec::park_max`] in the broker.
+pub const PARK_MAX: Duration = Duration::from_millis(500);
 
 /// See [`LeaderSpec::on_fenced`].
 #[derive(Clone)]
@@ -358,7 +367,7 @@ pub struct PartitionLeader {
     /// applied (or failed) as soon as it returns, so a client sees the same
     /// answer it would have had the open run inline, never "recovering" for
     /// a partition that is about to serve. Bounded by [`MAX_PARKED`].
-    parked: VecDeque<(Parked, oneshot::Sender<AppendResult>)>,
+    parked: VecDeque<(Parked, ParkedReply)>,
     /// Transaction verifications in flight (KIP-890 part 1); in memory
     /// only: a new leader verifies again.
     verifications: TxnVerifications,
@@ -371,6 +380,39 @@ enum Parked {
 }
 
 type AppendResult = Result<AppendTicket, PartitionError>;
+
+/// Where a parked write's answer goes: taken by the leader when it applies
+/// the write, or by the caller when it stops waiting ([`LeaderSpec::park_max`]),
+/// whichever comes first, under one lock: a write the caller was told
+/// failed is never applied, and one the leader applied is answered.
+type ParkedReply = Arc<Mutex<Option<oneshot::Sender<AppendResult>>>>;
+
+impl PartitionLeader {
+    /// Hold `msg` until the open in flight returns, at most `park_max`;
+    /// then (if the leader has not taken it) answer `err` and drop it.
+    fn park(&mut self, msg: Parked) -> ResponseFuture<AppendResult> {
+        if self.parked.len() >= MAX_PARKED {
+            // Writes whose callers stopped waiting hold no place.
+            self.parked.retain(|(_, r)| r.lock().unwrap().is_some());
+        }
+        let err = self.unavailable();
+        if self.parked.len() >= MAX_PARKED {
+            return Box::pin(async move { Err(err) });
+        }
+        let (tx, mut rx) = oneshot::channel();
+        let reply: ParkedReply = Arc::new(Mutex::new(Some(tx)));
+        self.parked.push_back((msg, reply.clone()));
+        let patience = self.spec.park_max;
+        Box::pin(async move {
+            match actix_rt::time::timeout(patience, &mut rx).await {
+                Ok(r) => r.unwrap_or(Err(err)),
+                Err(_) if reply.lock().unwrap().take().is_some() => Err(err),
+                // The leader took it just now: its answer is on the way.
+                Err(_) => rx.await.unwrap_or(Err(err)),
+            }
+        })
+    }
+}
 
 /// Appends held while a partition opens (the mailbox capacity): beyond it
 /// the client gets the retriable "recovering" storage error.
@@ -838,8 +880,10 @@ impl Supervised for PartitionLeader {
         self.stats.restarted();
         *self.reader.write().unwrap() = None;
         let err = self.unavailable();
-        for (_, tx) in self.parked.drain(..) {
-            let _ = tx.send(Err(err.clone()));
+        for (_, reply) in self.parked.drain(..) {
+            if let Some(tx) = reply.lock().unwrap().take() {
+                let _ = tx.send(Err(err.clone()));
+            }
         }
         self.gate().reset(err);
     }
@@ -848,7 +892,12 @@ impl Supervised for PartitionLeader {
 impl PartitionLeader {
     /// Apply (or, if the open failed, fail) the appends parked during it.
     fn unpark(&mut self, ctx: &mut Context<Self>) {
-        for (msg, tx) in std::mem::take(&mut self.parked) {
+        for (msg, reply) in std::mem::take(&mut self.parked) {
+            // Taken before it is applied: a caller that gave up is never
+            // written for.
+            let Some(tx) = reply.lock().unwrap().take() else {
+                continue;
+            };
             let r = match msg {
                 Parked::Append(m) => self.append(m, ctx),
                 Parked::Marker(m) => self.marker(m, ctx),
@@ -942,11 +991,8 @@ impl Handler<AppendBatches> for PartitionLeader {
     type Result = ResponseFuture<AppendResult>;
 
     fn handle(&mut self, msg: AppendBatches, ctx: &mut Context<Self>) -> Self::Result {
-        if self.opening && !self.stopping && self.parked.len() < MAX_PARKED {
-            let (tx, rx) = oneshot::channel();
-            self.parked.push_back((Parked::Append(msg), tx));
-            let err = self.unavailable();
-            return Box::pin(async move { rx.await.unwrap_or(Err(err)) });
+        if self.opening && !self.stopping {
+            return self.park(Parked::Append(msg));
         }
         let r = self.append(msg, ctx);
         Box::pin(async move { r })
@@ -957,11 +1003,8 @@ impl Handler<WriteTxnMarker> for PartitionLeader {
     type Result = ResponseFuture<AppendResult>;
 
     fn handle(&mut self, msg: WriteTxnMarker, ctx: &mut Context<Self>) -> Self::Result {
-        if self.opening && !self.stopping && self.parked.len() < MAX_PARKED {
-            let (tx, rx) = oneshot::channel();
-            self.parked.push_back((Parked::Marker(msg), tx));
-            let err = self.unavailable();
-            return Box::pin(async move { rx.await.unwrap_or(Err(err)) });
+        if self.opening && !self.stopping {
+            return self.park(Parked::Marker(msg));
         }
         let r = self.marker(msg, ctx);
         Box::pin(async move { r })
@@ -1204,6 +1247,7 @@ mod tests {
             owner: None,
             binding: None,
             on_fenced: None,
+            park_max: Duration::from_secs(30),
         }
     }
 
@@ -1297,6 +1341,40 @@ mod tests {
             "the append waited for the open, then landed"
         );
         assert!(t0.elapsed() >= delay, "stop waited for the open in flight");
+        arbiter.stop();
+    }
+
+    /// Catches: a write held for as long as the open takes (18 s behind
+    /// 10,000 partitions opening), or one answered "recovering" and then
+    /// applied anyway when the open returns (a duplicate on the client's
+    /// retry).
+    #[actix_rt::test]
+    async fn a_write_parked_past_park_max_is_refused_and_never_applied() {
+        let d = tempfile::tempdir().unwrap();
+        let delay = Duration::from_millis(1500);
+        let fs: SharedFs = Arc::new(SlowFs(delay, Default::default(), Default::default()));
+        let arbiter = actix::Arbiter::new();
+        let mut s = spec(d.path(), "slow");
+        s.park_max = Duration::from_millis(200);
+        let h = PartitionLeader::start(s, fs, &arbiter.handle());
+        let t0 = Instant::now();
+        let refused = produce(&h).await;
+        assert!(
+            matches!(&refused, Err(PartitionError::Storage(m)) if m.contains("recovering")),
+            "{refused:?}"
+        );
+        assert!(t0.elapsed() < delay, "answered before the open returned");
+        let mut hw = refused;
+        while hw.is_err() && t0.elapsed() < delay * 4 {
+            actix_rt::time::sleep(Duration::from_millis(50)).await;
+            hw = produce(&h).await;
+        }
+        assert_eq!(
+            hw,
+            Ok(1),
+            "the refused write was not applied after the open"
+        );
+        h.addr.send(StopLeader).await.unwrap();
         arbiter.stop();
     }
 
