@@ -96,6 +96,16 @@ pub enum EncodeError {
     TooLarge(usize),
 }
 
+/// `s` on one line (a decoder's message may end with a newline, which
+/// broke the fields logged after it onto a line of their own).
+fn one_line(s: &str) -> String {
+    s.split(['\n', '\r'])
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// Parses one frame body (without its size prefix) into header and request.
 pub fn parse_request(frame: Bytes) -> Result<ParsedRequest, RequestError> {
     let (header, key, pos) = match parse_header(&frame) {
@@ -154,7 +164,7 @@ fn decode_body(
     }));
     match decoded {
         Ok(Ok(body)) => Ok(ParsedRequest { header, body }),
-        Ok(Err(e)) => Err((header, format!("{e:#}"))),
+        Ok(Err(e)) => Err((header, one_line(&format!("{e:#}")))),
         Err(_) => Err((header, "request decoder panicked".to_owned())),
     }
 }
@@ -355,7 +365,7 @@ pub fn encode_response(header: &RequestHeader, body: &ResponseKind) -> Result<By
         .map_err(|e| EncodeError::Body {
             api_key: header.api_key,
             version: header.api_version,
-            reason: format!("{e:#}"),
+            reason: one_line(&format!("{e:#}")),
         })?;
     let len = buf.len() - 4;
     let len_i32 = i32::try_from(len).map_err(|_| EncodeError::TooLarge(len))?;
@@ -679,7 +689,16 @@ mod tests {
             let err = parse_request(frame.slice(..cut)).unwrap_err();
             assert!(matches!(err, RequestError::Malformed { .. }), "cut {cut}");
             assert_eq!(err.correlation_id(), Some(1234), "cut {cut}");
+            // Logged with fields after it: one line.
+            let text = err.to_string();
+            assert!(!text.contains(['\n', '\r']), "cut {cut}: {text:?}");
         }
+    }
+
+    #[test]
+    fn a_reason_is_kept_on_one_line() {
+        assert_eq!(one_line("a: b\n"), "a: b");
+        assert_eq!(one_line("x\r\n  y\n\nz"), "x y z");
     }
 
     #[test]

@@ -396,7 +396,13 @@ impl ControllerState {
         self.claim = None;
         self.bell.listed_at = None;
         if let Some(l) = self.leading.take() {
-            tracing::warn!(epoch = l.epoch, why, "stepping down as controller");
+            // A controlled shutdown is the expected way out: INFO. Any
+            // other reason (a lapsed lease, a newer controller) is WARN.
+            if self.resigned {
+                tracing::info!(epoch = l.epoch, why, "stepping down as controller");
+            } else {
+                tracing::warn!(epoch = l.epoch, why, "stepping down as controller");
+            }
         }
     }
 
