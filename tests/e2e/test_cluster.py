@@ -39,10 +39,18 @@ def test_failover_kill9_leader_then_controller(broker_factory, topic_name):
         led.wait_acks(300)
         ctl = controller_id(bs)
         victim = next(b for b in bs if b.broker_id != ctl and b.broker_id in leaders(bs, topic_name).values())
+        led_by_victim = sum(1 for l in leaders(bs, topic_name).values() if l == victim.broker_id)
         victim.kill9()
         t0 = time.monotonic()
         live = {b.broker_id for b in bs if b.alive()}
         wait_leaders(bs, topic_name, 6, live)
+        # The controller names the broker it lost and what moves.
+        lost = [line for line in by_id[ctl].log_text().splitlines()
+                if "broker lost (lease expired)" in line
+                and re.search(rf"\bbroker={victim.broker_id}\b", line)]
+        assert lost, by_id[ctl].log_tail()
+        moved = int(re.search(r"\bpartitions=(\d+)", lost[0]).group(1))
+        assert moved >= led_by_victim, lost[0]
         led.wait_acks(300)
         failover = time.monotonic() - t0
         by_id[ctl].kill9()

@@ -1242,6 +1242,7 @@ impl ControllerState {
             bytes = bytes.len(),
             "assignment version published"
         );
+        log_membership(&l.prev, &next, &brokers);
         l.pending = None;
         l.torn_since = None;
         l.delta_bytes += bytes.len();
@@ -1453,6 +1454,80 @@ impl Handler<IsController> for ControllerActor {
     type Result = Option<i32>;
     fn handle(&mut self, _: IsController, _: &mut Context<Self>) -> Option<i32> {
         self.state.epoch()
+    }
+}
+
+/// What the on-call engineer asks first after a failure, one line each:
+/// a broker that stopped being advertised (its heartbeat stood still for a
+/// lease: WARN), a broker whose partitions and coordinator shards this
+/// version moved away because it is gone (lease expired: WARN; after an
+/// announced shutdown: INFO), and a broker advertised again or anew.
+fn log_membership(
+    prev: &Assignment,
+    next: &Assignment,
+    views: &std::collections::BTreeMap<i32, BrokerView>,
+) {
+    use std::collections::BTreeMap;
+    let ids = |a: &Assignment| -> std::collections::BTreeSet<i32> {
+        a.brokers.iter().map(|b| b.id).collect()
+    };
+    let (before, after) = (ids(prev), ids(next));
+    let announced = |id: i32| {
+        views
+            .get(&id)
+            .is_some_and(|v| v.record.shutting_down || v.record.clean_exit)
+    };
+    let alive = |id: i32| views.get(&id).is_some_and(|v| v.alive);
+    for id in before.difference(&after) {
+        if alive(*id) && !announced(*id) {
+            tracing::warn!(broker = id, "broker not advertised: its heartbeat stood still for a lease; what it leads moves if it stays still past the grace");
+        }
+    }
+    // (partitions, shards) taken from each broker by this version.
+    let mut moved: BTreeMap<i32, (usize, usize)> = BTreeMap::new();
+    let pairs = |a: &Assignment, b: &Assignment| {
+        a.topics
+            .iter()
+            .filter_map(|(name, t)| b.topics.get(name).map(|u| (t, u)))
+            .flat_map(|(t, u)| t.partitions.iter().zip(u.partitions.iter()))
+            .map(|(x, y)| (x.leader, y.leader, false))
+            .chain(
+                a.coordinators
+                    .iter()
+                    .zip(b.coordinators.iter())
+                    .map(|(x, y)| (x.leader, y.leader, true)),
+            )
+            .collect::<Vec<_>>()
+    };
+    for (from, to, shard) in pairs(prev, next) {
+        if from >= 0 && from != to && (!alive(from) || announced(from)) {
+            let e = moved.entry(from).or_default();
+            if shard {
+                e.1 += 1;
+            } else {
+                e.0 += 1;
+            }
+        }
+    }
+    for (id, (partitions, shards)) in moved {
+        if announced(id) {
+            tracing::info!(
+                broker = id,
+                partitions,
+                shards,
+                "broker shut down: its partitions and coordinator shards moved"
+            );
+        } else {
+            tracing::warn!(
+                broker = id,
+                partitions,
+                shards,
+                "broker lost (lease expired): its partitions and coordinator shards moved"
+            );
+        }
+    }
+    for id in after.difference(&before) {
+        tracing::info!(broker = id, "broker advertised");
     }
 }
 

@@ -567,13 +567,22 @@ impl GroupCoordinator {
                     self.spec.groups.clone(),
                     self.clock.clone(),
                 );
-                tracing::info!(
-                    shard = self.spec.shard.0,
-                    epoch = self.spec.epoch,
-                    groups = log.state().groups.len(),
-                    offsets = log.state().offsets.len(),
-                    "group coordinator loaded"
-                );
+                // An empty shard (most of them, at every start) at DEBUG.
+                if log.state().groups.is_empty() && log.state().offsets.is_empty() {
+                    tracing::debug!(
+                        shard = self.spec.shard.0,
+                        epoch = self.spec.epoch,
+                        "group coordinator loaded, empty"
+                    );
+                } else {
+                    tracing::info!(
+                        shard = self.spec.shard.0,
+                        epoch = self.spec.epoch,
+                        groups = log.state().groups.len(),
+                        offsets = log.state().offsets.len(),
+                        "group coordinator loaded"
+                    );
+                }
                 self.last_ticket = log.durable();
                 let consumer = super::consumer::ConsumerGroups::load(
                     log.state(),

@@ -237,7 +237,9 @@ impl<C: ShardCodec> ShardLog<C> {
             cfg,
         };
         log.sweep(&names);
-        tracing::info!(
+        // Every shard opens at every start (50 by default): DEBUG; the
+        // coordinator's "loaded" line says what it found.
+        tracing::debug!(
             shard = shard.0,
             epoch,
             base,

@@ -691,13 +691,22 @@ impl TxnCoordinator {
                     .filter(|m| m.status.preparing())
                     .cloned()
                     .collect();
-                tracing::info!(
-                    shard = self.spec.shard.0,
-                    epoch = self.spec.epoch,
-                    txns = view.txns.len(),
-                    preparing = preparing.len(),
-                    "transaction coordinator loaded"
-                );
+                // An empty shard (most of them, at every start) at DEBUG.
+                if view.txns.is_empty() {
+                    tracing::debug!(
+                        shard = self.spec.shard.0,
+                        epoch = self.spec.epoch,
+                        "transaction coordinator loaded, empty"
+                    );
+                } else {
+                    tracing::info!(
+                        shard = self.spec.shard.0,
+                        epoch = self.spec.epoch,
+                        txns = view.txns.len(),
+                        preparing = preparing.len(),
+                        "transaction coordinator loaded"
+                    );
+                }
                 self.last_ticket = log.durable();
                 self.phase = Phase::Serving(Box::new(Serving {
                     log,
