@@ -19,7 +19,7 @@ import time
 import pytest
 
 import kafka_wire as kw
-from conftest import consume_all
+from conftest import consume_all, wait_until
 
 pytestmark = pytest.mark.substrates("local", "weakfs")
 
@@ -45,10 +45,11 @@ def test_failover_kill9_leader_then_controller(broker_factory, topic_name):
         live = {b.broker_id for b in bs if b.alive()}
         wait_leaders(bs, topic_name, 6, live)
         # The controller names the broker it lost and what moves.
-        lost = [line for line in by_id[ctl].log_text().splitlines()
-                if "broker lost (lease expired)" in line
-                and re.search(rf"\bbroker={victim.broker_id}\b", line)]
-        assert lost, by_id[ctl].log_tail()
+        def lost_lines():
+            return [line for line in by_id[ctl].log_text().splitlines()
+                    if "broker lost (lease expired)" in line
+                    and re.search(rf"\bbroker={victim.broker_id}\b", line)]
+        lost = wait_until(lost_lines, 10, what="the controller's broker-lost line")
         moved = int(re.search(r"\bpartitions=(\d+)", lost[0]).group(1))
         assert moved >= led_by_victim, lost[0]
         led.wait_acks(300)
