@@ -237,7 +237,8 @@ pub struct BrokerArgs {
     /// How often the controller and the assignment watcher poll their files.
     #[arg(long, env = "KAAS_POLL_MS", default_value_t = 100)]
     pub poll_ms: u64,
-    /// On SIGTERM, how long to wait for the partitions to be handed off.
+    /// On SIGTERM, how long to wait for the partitions to be handed off;
+    /// the whole shutdown gives up 3 s after it (exit code 4).
     #[arg(long, env = "KAAS_SHUTDOWN_TIMEOUT_MS", default_value_t = 15_000)]
     pub shutdown_timeout_ms: u64,
     /// Produce is refused (KAFKA_STORAGE_ERROR) while the data volume has

@@ -235,7 +235,25 @@ pub fn run(args: BrokerArgs) -> anyhow::Result<()> {
             _ = term.recv() => tracing::info!("SIGTERM: controlled shutdown"),
             _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: controlled shutdown"),
         }
-        controlled_shutdown(&broker, &fs, &membership, &controller).await;
+        let bound = std::time::Duration::from_millis(args.shutdown_timeout_ms) + SHUTDOWN_FLOOR;
+        let shutdown = controlled_shutdown(&broker, &fs, &membership, &controller);
+        if tokio::time::timeout(bound, shutdown).await.is_err() {
+            // A hand-off, a flush or a heartbeat stuck on the volume (or
+            // 10,000 partitions to close): end the lease, so nothing of this
+            // process writes again, and leave without a clean-exit record;
+            // the controller moves what is left after the lease, as after a
+            // crash. Every acknowledged record is already durable. Exit at
+            // once: threads stuck in a volume call would hold up an orderly
+            // return.
+            broker.shared.lease.revoke();
+            tracing::warn!(
+                bound_ms = bound.as_millis() as u64,
+                leading = broker.leading(),
+                "controlled shutdown did not finish within --shutdown-timeout-ms + {} s; exiting without a clean exit: what this broker still leads moves after its lease",
+                SHUTDOWN_FLOOR.as_secs()
+            );
+            std::process::exit(SHUTDOWN_CUT_SHORT);
+        }
         for a in arbiters {
             a.stop();
         }
@@ -248,6 +266,14 @@ pub fn run(args: BrokerArgs) -> anyhow::Result<()> {
         Ok::<(), anyhow::Error>(())
     })
 }
+
+/// What a SIGTERM may take beyond `--shutdown-timeout-ms` (the hand-off's
+/// bound): closing what is still open and the last heartbeat. Past both,
+/// the process exits anyway ([`SHUTDOWN_CUT_SHORT`]).
+pub const SHUTDOWN_FLOOR: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// The exit code of a shutdown cut short at its bound.
+pub const SHUTDOWN_CUT_SHORT: i32 = 4;
 
 /// Hand every partition (and the controller role) to the other brokers
 /// before exiting, so clients see NOT_LEADER and a quick move rather than

@@ -3,6 +3,8 @@ substrate variants ([weakfs] ids elsewhere) leave off: a host cut off from
 its volume, and lost replies. See the weakfs crate docs for what each
 behaviour models (nfs(5), RFC 8881, the Linux NFS client)."""
 
+import signal
+import subprocess
 import time
 
 import pytest
@@ -161,3 +163,43 @@ def test_a_silly_renamed_file_delays_the_removal_not_the_recreate(broker, topic_
         held.close()
     wait_until(lambda: not aside(), timeout=75, what="the janitor finishes the removal")
     assert broker.alive()
+
+
+SHUTDOWN_TIMEOUT_MS = 2000
+SHUTDOWN_FLOOR_S = 3  # server::SHUTDOWN_FLOOR
+SHUTDOWN_CUT_SHORT = 4  # server::SHUTDOWN_CUT_SHORT
+
+
+@pytest.mark.broker_args("--shutdown-timeout-ms", str(SHUTDOWN_TIMEOUT_MS))
+def test_sigterm_on_a_hung_volume_gives_up_within_its_bound(broker, topic_name):
+    """Issue 30 item 4: a SIGTERM's controlled shutdown flushes, closes and
+    heartbeats through the volume; on a volume that stops answering (the
+    FUSE server stopped, as an NFS server that hangs) it waited for ever.
+    Now it gives up within --shutdown-timeout-ms + 3 s: the lease ends (so
+    nothing of the process writes again), a WARN says so, and the process
+    exits with code 4 and no clean-exit record as soon as the kernel lets
+    it (a thread waiting on a hung mount's writeback cannot die before the
+    mount answers: nothing can make a process in that wait exit)."""
+    create_topic(broker.bootstrap, topic_name, 4)
+    assert produce_one(broker, topic_name, b"before") == 0
+    fuse = broker.weakfs.proc
+    fuse.send_signal(signal.SIGSTOP)
+    bound = SHUTDOWN_TIMEOUT_MS / 1000 + SHUTDOWN_FLOOR_S
+    try:
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        broker.proc.send_signal(signal.SIGTERM)
+        # The log is outside the mount.
+        wait_until(lambda: "controlled shutdown did not finish" in broker.log_text(),
+                   bound + 5, what="the give-up WARN")
+        took = time.monotonic() - t0
+    finally:
+        fuse.send_signal(signal.SIGCONT)
+    assert took < bound + 2, f"gave up {took:.1f} s after SIGTERM (bound {bound} s)"
+    try:
+        code = broker.proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        broker.kill9()
+        pytest.fail("no exit within 20 s of the volume answering again")
+    assert code == SHUTDOWN_CUT_SHORT, (code, broker.log_tail())
+    broker.assert_no_panic()
