@@ -176,7 +176,7 @@ def test_every_values_file_is_exercised():
     "operator.replicas=-1",
     "operator.leaderElection.renewDeadlineMs=15000",  # == the 15 s lease duration
     "operator.leaderElection.retryMs=10000",  # == the renew deadline
-    "broker.terminationGracePeriodSeconds=15",  # == the 15 s shutdown timeout
+    "broker.terminationGracePeriodSeconds=18",  # == the 15 s shutdown timeout + 3 s
     "storage.data.mountPath=relative/path",
     "storage.controlPlane.movedFrom=/var/lib/kaas/cluster",  # a cluster-dir value, not a path
 ])
@@ -317,7 +317,7 @@ def test_paths_env_and_flags_are_the_brokers(values):
     assert startup_budget > 4 * lease_s
     # The kubelet must not SIGKILL a broker in the middle of its hand-off.
     shutdown_s = int(env["KAAS_SHUTDOWN_TIMEOUT_MS"]["value"]) / 1000
-    assert spec["terminationGracePeriodSeconds"] > shutdown_s
+    assert spec["terminationGracePeriodSeconds"] > shutdown_s + 3
     # Non-root, read-only root filesystem.
     assert spec["securityContext"]["runAsNonRoot"] is True
     for ctr in spec["containers"] + spec.get("initContainers", []):

@@ -56,15 +56,16 @@ app.kubernetes.io/component: operator
 {{- printf "%s:%s" .image.repository (default .chart.AppVersion .image.tag) -}}
 {{- end -}}
 
-{{/* terminationGracePeriodSeconds: above the controlled-shutdown timeout. */}}
+{{/* terminationGracePeriodSeconds: above the controlled-shutdown timeout
+     plus the 3 s the broker gives its closes and last heartbeat after it. */}}
 {{- define "kaas.gracePeriod" -}}
-{{- $shutdown := div (add .Values.broker.shutdownTimeoutMs 999) 1000 -}}
+{{- $shutdown := add (div (add .Values.broker.shutdownTimeoutMs 999) 1000) 3 -}}
 {{- if kindIs "invalid" .Values.broker.terminationGracePeriodSeconds -}}
 {{- add $shutdown 15 -}}
 {{- else -}}
 {{- $g := int .Values.broker.terminationGracePeriodSeconds -}}
 {{- if le $g $shutdown -}}
-{{- fail (printf "broker.terminationGracePeriodSeconds (%d) must exceed broker.shutdownTimeoutMs (%d ms): the kubelet would SIGKILL the broker in the middle of its partition hand-off" $g (int .Values.broker.shutdownTimeoutMs)) -}}
+{{- fail (printf "broker.terminationGracePeriodSeconds (%d) must exceed broker.shutdownTimeoutMs (%d ms) + 3 s: the kubelet would SIGKILL the broker in the middle of its partition hand-off" $g (int .Values.broker.shutdownTimeoutMs)) -}}
 {{- end -}}
 {{- $g -}}
 {{- end -}}
