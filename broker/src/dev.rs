@@ -34,6 +34,7 @@ pub struct DevArgs {
 pub fn run(a: &DevArgs) -> anyhow::Result<i32> {
     let exe = std::env::current_exe()?;
     let mut children: Vec<(u16, Child)> = Vec::new();
+    let mut copiers = Vec::new();
     for i in 0..a.brokers {
         let child = Command::new(&exe)
             .arg("broker")
@@ -46,7 +47,27 @@ pub fn run(a: &DevArgs) -> anyhow::Result<i32> {
                 &format!("127.0.0.1:{}", a.metrics_base_port + i),
             ])
             .args(&a.broker_args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
             .spawn()?;
+        // Three brokers' lines interleave on one terminal: each is prefixed
+        // with the broker's id.
+        let mut child = child;
+        for out in [
+            child
+                .stdout
+                .take()
+                .map(|o| Box::new(o) as Box<dyn std::io::Read + Send>),
+            child
+                .stderr
+                .take()
+                .map(|e| Box::new(e) as Box<dyn std::io::Read + Send>),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            copiers.push(std::thread::spawn(move || prefix_lines(i, out)));
+        }
         eprintln!(
             "kaas dev: broker {i} (pid {}) on 127.0.0.1:{}",
             child.id(),
@@ -92,5 +113,33 @@ pub fn run(a: &DevArgs) -> anyhow::Result<i32> {
         let st = c.wait()?;
         eprintln!("kaas dev: broker {i} stopped ({st})");
     }
+    // The brokers' last lines: their pipes end with them (bounded wait).
+    let until = std::time::Instant::now() + Duration::from_secs(2);
+    while copiers.iter().any(|t| !t.is_finished()) && std::time::Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(10));
+    }
     Ok(0)
+}
+
+/// Copy `out` to our stderr line by line, each line prefixed `b<id> | `,
+/// until it ends (the broker exited). Lines are written whole, so lines of
+/// different brokers never mix within a line.
+fn prefix_lines(id: u16, out: Box<dyn std::io::Read + Send>) {
+    use std::io::{BufRead, Write};
+    let mut r = std::io::BufReader::new(out);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match r.read_until(b'\n', &mut line) {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {
+                if !line.ends_with(b"\n") {
+                    line.push(b'\n');
+                }
+                let mut whole = format!("b{id} | ").into_bytes();
+                whole.extend_from_slice(&line);
+                let _ = std::io::stderr().lock().write_all(&whole);
+            }
+        }
+    }
 }

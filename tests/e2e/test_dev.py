@@ -3,6 +3,7 @@ driven with kcat (librdkafka 2.0.2) and confluent-kafka."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import signal
 import socket
@@ -75,3 +76,7 @@ def test_dev_runs_a_three_broker_cluster(tmp_path):
     text = (tmp_path / "dev.log").read_text(errors="replace")
     assert rc == 0, text[-3000:]
     assert text.count("stopped (exit status: 0)") == 3, text[-3000:]
+    # Every broker line names its broker.
+    for i in range(3):
+        assert re.search(rf"^b{i} \| .*kaas broker listening on", text, re.M), text[-3000:]
+    assert not re.search(r"^\S+Z +(INFO|WARN|ERROR) ", text, re.M), "a broker line without its id"
