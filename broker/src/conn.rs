@@ -157,13 +157,16 @@ impl ByteBudget {
 
     /// Grow `charge` (one of this budget's) to `to` bytes, waiting until
     /// the rest of the budget (what is held besides `charge`) plus `to` fits
-    /// in `cap`, or in `to` alone when `to` is larger than `cap` (then it
-    /// waits until `charge` is all that is held). Never holds more than it
+    /// in `cap`, or, when `to` alone is larger than `cap`, until the rest
+    /// is within an eighth of the limit. Never holds more than it
     /// was admitted for, so the bytes it admits stay within `cap`. Cancel
     /// safe: `charge` grows in one step or not at all.
     pub async fn admit(self: &Arc<Self>, charge: &mut Charge, to: usize, cap: usize) {
         debug_assert!(Arc::ptr_eq(&charge.budget, self));
-        let cap = cap.max(to);
+        // Larger than the cap: admitted once the rest of the budget is
+        // within an eighth of the limit (idle connections and small
+        // requests always hold a little; waiting for nothing would starve).
+        let cap = if to > cap { to + self.limit / 8 } else { cap };
         loop {
             let freed = self.freed.notified();
             tokio::pin!(freed);
@@ -223,6 +226,14 @@ impl Charge {
         self.n
     }
 
+    /// Hold `n` bytes (more, never fewer), without waiting.
+    pub fn grow_to(&mut self, n: usize) {
+        if n > self.n {
+            self.budget.used.fetch_add(n - self.n, Ordering::AcqRel);
+            self.n = n;
+        }
+    }
+
     /// Give back all but `n` bytes (nothing when it holds `n` or fewer).
     pub fn shrink_to(&mut self, n: usize) {
         if n < self.n {
@@ -242,9 +253,9 @@ impl Drop for Charge {
 
 /// The most a read may take before the length of the frame it reads is
 /// known (between frames, and through an oversized Produce, whose bytes are
-/// dropped as they arrive). What a connection waiting to be admitted holds
-/// at most: 10,000 connections hold 80 MiB, within the eighth of the
-/// broker's budget kept for small frames at the defaults.
+/// dropped as they arrive): read while the broker's budget is below its
+/// limit and charged once read, so an idle connection holds nothing and a
+/// connection waiting for its frame to be admitted holds at most this.
 pub const PREFIX_READ: usize = 8 * 1024;
 
 /// Frames up to this size (prefix included) may use the whole broker
@@ -255,10 +266,12 @@ pub const PREFIX_READ: usize = 8 * 1024;
 pub const SMALL_FRAME: usize = 1 << 20;
 
 /// Frames cut from a socket whose bytes are charged to the broker's budget
-/// as they are read, before anything is read: a frame's whole size once
-/// its prefix is in (small ones against the whole budget, large ones
-/// against seven eighths of it, one larger than that only when nothing
-/// else is held), and [`PREFIX_READ`] bytes while its length is unknown.
+/// before they are read: a frame's whole size once its prefix is in (small
+/// ones against the whole budget, large ones against seven eighths of it,
+/// one larger than that once the rest is within an eighth), and reads of
+/// at most [`PREFIX_READ`] while its length is unknown (charged as read,
+/// only while the budget is below its limit). Time spent waiting for the
+/// budget is the broker's: it never counts as the client stalling.
 /// So the frames being read hold at most the budget, however many
 /// connections send how much of whatever they declare, and a frame that
 /// was admitted is never stopped half way for want of budget (the budget
@@ -269,6 +282,18 @@ struct FrameReader {
     buf: bytes::BytesMut,
     /// What `buf` holds and may still read into, in the broker's budget.
     room: Charge,
+    /// How long the frame begun has been read for (waits for the budget
+    /// excluded): the stall clock.
+    reading: Duration,
+}
+
+/// Why [`FrameReader::next`] returned without a frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Quiet {
+    /// Nothing arrived for the stall interval, and no frame is begun.
+    Idle,
+    /// A frame begun has been read for the stall interval in all.
+    Stalled,
 }
 
 impl FrameReader {
@@ -278,6 +303,7 @@ impl FrameReader {
             codec: FrameCodec::new(max_frame),
             buf: bytes::BytesMut::new(),
             room: budget.charge(0),
+            reading: Duration::ZERO,
         }
     }
 
@@ -286,32 +312,71 @@ impl FrameReader {
         self.buf.len()
     }
 
-    /// The next frame; None at the end of the stream. Cancel safe.
-    async fn next(&mut self) -> Option<Result<Frame, FrameError>> {
+    /// The next frame; Ok(None) at the end of the stream. Err when the
+    /// client sent nothing for `stall` with no frame begun
+    /// ([`Quiet::Idle`]: the caller decides), or when the frame begun has
+    /// been read for `stall` in all without completing
+    /// ([`Quiet::Stalled`]). Time spent waiting for the broker's budget is
+    /// not the client's and does not count. Cancel safe.
+    async fn next(&mut self, stall: Duration) -> Result<Option<Result<Frame, FrameError>>, Quiet> {
         use tokio::io::AsyncReadExt;
         loop {
             match self.codec.decode(&mut self.buf) {
                 Ok(Some(frame)) => {
                     // The frame is charged as a request from here on.
                     self.room.shrink_to(self.buf.len());
-                    return Some(Ok(frame));
+                    self.reading = Duration::ZERO;
+                    return Ok(Some(Ok(frame)));
                 }
                 Ok(None) => {}
-                Err(e) => return Some(Err(e)),
+                Err(e) => return Ok(Some(Err(e))),
+            }
+            let begun = !self.buf.is_empty() || self.codec.kept() > 0 || self.codec.discarding();
+            if !begun {
+                self.reading = Duration::ZERO;
             }
             let budget = self.room.budget.clone();
             let limit = budget.limit();
-            let (to, cap) = match self.codec.frame_at_head(&self.buf) {
-                Some(whole) if whole <= SMALL_FRAME => (whole, limit),
-                Some(whole) => (whole, limit - limit / 8),
-                None => (self.buf.len() + PREFIX_READ, limit),
+            let want = match self.codec.frame_at_head(&self.buf) {
+                Some(whole) => {
+                    // Its whole size, before a byte more of it is read.
+                    let cap = if whole <= SMALL_FRAME {
+                        limit
+                    } else {
+                        limit - limit / 8
+                    };
+                    budget.admit(&mut self.room, whole, cap).await;
+                    whole - self.buf.len()
+                }
+                None => {
+                    // Its length is not in yet (or it is dropped as it
+                    // arrives): a small read while the budget has room,
+                    // charged once read, so an idle connection holds none.
+                    budget.below_limit().await;
+                    PREFIX_READ
+                }
             };
-            budget.admit(&mut self.room, to, cap).await;
-            let room = self.room.bytes().saturating_sub(self.buf.len()).max(1);
-            match self.rd.read_buf(&mut (&mut self.buf).limit(room)).await {
-                Ok(0) => return None,
-                Ok(_) => {}
-                Err(e) => return Some(Err(FrameError::Io(e))),
+            let t0 = Instant::now();
+            let read = tokio::time::timeout(
+                stall.saturating_sub(self.reading),
+                self.rd.read_buf(&mut (&mut self.buf).limit(want.max(1))),
+            )
+            .await;
+            if begun {
+                self.reading += t0.elapsed();
+            }
+            match read {
+                Err(_) if begun => return Err(Quiet::Stalled),
+                Err(_) => return Err(Quiet::Idle),
+                Ok(Ok(0)) => return Ok(None),
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => return Ok(Some(Err(FrameError::Io(e)))),
+            }
+            // What the buffer holds, and what an oversized Produce keeps
+            // of what it dropped, is held.
+            let held = self.buf.len() + self.codec.kept();
+            if held > self.room.bytes() {
+                self.room.grow_to(held);
             }
         }
     }
@@ -751,7 +816,8 @@ pub async fn serve(b: Arc<Broker>, sock: TcpStream, peer: std::net::SocketAddr, 
                 }
             }
             let next = tokio::select! {
-                n = tokio::time::timeout(request_timeout, frames.next()) => n,
+                n = frames.next(request_timeout) => n,
+                _ = tx.closed() => return,
                 _ = slot.evict.notified() => {
                     tracing::debug!(%peer, idle_ms = slot.idle().as_millis() as u64, "idle connection evicted for a new one");
                     return;
@@ -759,15 +825,13 @@ pub async fn serve(b: Arc<Broker>, sock: TcpStream, peer: std::net::SocketAddr, 
             };
             let next = match next {
                 Ok(n) => n,
-                Err(_) => {
-                    if frames.buffered() > 0 {
-                        if let Some(count) =
-                            b.peer_warnings.hit(peer.ip(), "stalled", Instant::now())
-                        {
-                            tracing::warn!(%peer, buffered = frames.buffered(), count, "incomplete request stalled; closing connection");
-                        }
-                        return;
+                Err(Quiet::Stalled) => {
+                    if let Some(count) = b.peer_warnings.hit(peer.ip(), "stalled", Instant::now()) {
+                        tracing::warn!(%peer, buffered = frames.buffered(), count, "incomplete request stalled; closing connection");
                     }
+                    return;
+                }
+                Err(Quiet::Idle) => {
                     if last_activity.elapsed() >= idle_timeout {
                         tracing::debug!(%peer, "idle connection closed");
                         return;
@@ -1006,17 +1070,23 @@ mod tests {
         b.admit(&mut d, 10, 80)
             .now_or_never()
             .expect("70 + 10 <= 80");
-        // Larger than the cap: admitted only when nothing else is held.
+        // Larger than the cap: admitted once the rest is within an eighth
+        // of the limit (12 of 100).
         drop((a, c));
+        let mut f = b.charge(5);
         let mut e = b.charge(0);
         assert!(
             b.admit(&mut e, 150, 100).now_or_never().is_none(),
-            "d holds 10"
+            "d and f hold 15"
         );
         drop(d);
-        b.admit(&mut e, 150, 100).now_or_never().expect("alone");
-        assert_eq!(b.used(), 150);
-        drop(e);
+        b.admit(&mut e, 150, 100)
+            .now_or_never()
+            .expect("5 held: within an eighth");
+        assert_eq!(b.used(), 155);
+        f.grow_to(8);
+        assert_eq!(b.used(), 158, "grow_to never waits");
+        drop((e, f));
         assert_eq!(b.used(), 0);
     }
 

@@ -66,7 +66,7 @@ pub fn run(a: &DevArgs) -> anyhow::Result<i32> {
         .into_iter()
         .flatten()
         {
-            copiers.push(std::thread::spawn(move || prefix_lines(i, out)));
+            copiers.push((i, std::thread::spawn(move || prefix_lines(i, out))));
         }
         eprintln!(
             "kaas dev: broker {i} (pid {}) on 127.0.0.1:{}",
@@ -111,12 +111,14 @@ pub fn run(a: &DevArgs) -> anyhow::Result<i32> {
     }
     for (i, mut c) in children {
         let st = c.wait()?;
+        // Its last lines first: its pipes end with it (bounded wait).
+        let until = std::time::Instant::now() + Duration::from_secs(2);
+        while copiers.iter().any(|(id, t)| *id == i && !t.is_finished())
+            && std::time::Instant::now() < until
+        {
+            std::thread::sleep(Duration::from_millis(10));
+        }
         eprintln!("kaas dev: broker {i} stopped ({st})");
-    }
-    // The brokers' last lines: their pipes end with them (bounded wait).
-    let until = std::time::Instant::now() + Duration::from_secs(2);
-    while copiers.iter().any(|t| !t.is_finished()) && std::time::Instant::now() < until {
-        std::thread::sleep(Duration::from_millis(10));
     }
     Ok(0)
 }

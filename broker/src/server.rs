@@ -236,24 +236,18 @@ pub fn run(args: BrokerArgs) -> anyhow::Result<()> {
             _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: controlled shutdown"),
         }
         let bound = std::time::Duration::from_millis(args.shutdown_timeout_ms) + SHUTDOWN_FLOOR;
-        let shutdown = controlled_shutdown(&broker, &fs, &membership, &controller);
-        if tokio::time::timeout(bound, shutdown).await.is_err() {
-            // A hand-off, a flush or a heartbeat stuck on the volume (or
-            // 10,000 partitions to close): end the lease, so nothing of this
-            // process writes again, and leave without a clean-exit record;
-            // the controller moves what is left after the lease, as after a
-            // crash. Every acknowledged record is already durable. Exit at
-            // once: threads stuck in a volume call would hold up an orderly
-            // return.
-            broker.shared.lease.revoke();
-            tracing::warn!(
-                bound_ms = bound.as_millis() as u64,
-                leading = broker.leading(),
-                "controlled shutdown did not finish within --shutdown-timeout-ms + {} s; exiting without a clean exit: what this broker still leads moves after its lease",
-                SHUTDOWN_FLOOR.as_secs()
-            );
-            std::process::exit(SHUTDOWN_CUT_SHORT);
-        }
+        // A thread of its own keeps the bound: the shutdown's steps may
+        // block this thread in a volume call (a hand-off check, a flush),
+        // where no timer of this runtime would fire.
+        let finished = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        std::thread::Builder::new()
+            .name("shutdown-bound".into())
+            .spawn({
+                let (broker, finished) = (broker.clone(), finished.clone());
+                move || shutdown_watchdog(&broker, &finished, bound)
+            })?;
+        controlled_shutdown(&broker, &fs, &membership, &controller).await;
+        finished.store(true, Ordering::Release);
         for a in arbiters {
             a.stop();
         }
@@ -274,6 +268,53 @@ pub const SHUTDOWN_FLOOR: std::time::Duration = std::time::Duration::from_secs(3
 
 /// The exit code of a shutdown cut short at its bound.
 pub const SHUTDOWN_CUT_SHORT: i32 = 4;
+
+/// Sleep out the shutdown's bound; if it has not finished by then (a
+/// hand-off, a flush or a heartbeat stuck on the volume, or thousands of
+/// partitions to close), end the lease, so nothing of this process writes
+/// again, and exit without a clean-exit record: the controller moves what
+/// is left after the lease, as after a crash. Every acknowledged record is
+/// already durable. Exits at once: threads stuck in a volume call would
+/// hold up an orderly return.
+fn shutdown_watchdog(
+    b: &Broker,
+    finished: &std::sync::atomic::AtomicBool,
+    bound: std::time::Duration,
+) {
+    let until = std::time::Instant::now() + bound;
+    while std::time::Instant::now() < until {
+        if finished.load(Ordering::Acquire) {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    if finished.load(Ordering::Acquire) {
+        return;
+    }
+    b.shared.lease.revoke();
+    // try_lock: a thread stuck on the volume may hold it.
+    let clean = b
+        .shared
+        .state
+        .try_lock()
+        .map(|s| s.clean_exit)
+        .unwrap_or(false);
+    if clean {
+        tracing::warn!(
+            bound_ms = bound.as_millis() as u64,
+            "controlled shutdown did not finish within --shutdown-timeout-ms + {} s: every leader was closed, but the last heartbeat (the clean-exit record) may not have landed",
+            SHUTDOWN_FLOOR.as_secs()
+        );
+    } else {
+        tracing::warn!(
+            bound_ms = bound.as_millis() as u64,
+            leading = b.leading(),
+            "controlled shutdown did not finish within --shutdown-timeout-ms + {} s; exiting without a clean exit: what this broker still leads moves after its lease",
+            SHUTDOWN_FLOOR.as_secs()
+        );
+    }
+    std::process::exit(SHUTDOWN_CUT_SHORT);
+}
 
 /// Hand every partition (and the controller role) to the other brokers
 /// before exiting, so clients see NOT_LEADER and a quick move rather than

@@ -180,6 +180,17 @@ impl FrameCodec {
         self.max_frame
     }
 
+    /// Whether an oversized Produce is being read through.
+    pub fn discarding(&self) -> bool {
+        self.discard.is_some()
+    }
+
+    /// Bytes an oversized Produce being read through keeps of what it
+    /// dropped from the read buffer (its skeleton); 0 otherwise.
+    pub fn kept(&self) -> usize {
+        self.discard.as_ref().map_or(0, |d| d.head.len())
+    }
+
     /// The whole size (prefix included) of the frame `buf` starts with,
     /// once its prefix has arrived and the frame is one this codec will
     /// keep whole; None before the prefix, for a length it refuses, and

@@ -1488,7 +1488,9 @@ fn log_membership(
     let pairs = |a: &Assignment, b: &Assignment| {
         a.topics
             .iter()
+            // The same topic, not a recreated one of the same name.
             .filter_map(|(name, t)| b.topics.get(name).map(|u| (t, u)))
+            .filter(|(t, u)| t.topic_id == u.topic_id)
             .flat_map(|(t, u)| t.partitions.iter().zip(u.partitions.iter()))
             .map(|(x, y)| (x.leader, y.leader, false))
             .chain(

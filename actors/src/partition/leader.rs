@@ -892,12 +892,21 @@ impl Supervised for PartitionLeader {
 impl PartitionLeader {
     /// Apply (or, if the open failed, fail) the appends parked during it.
     fn unpark(&mut self, ctx: &mut Context<Self>) {
+        // Once one write was given up, every later one is refused too: a
+        // producer's later batch must not land ahead of an earlier one it
+        // is about to retry (a sequence gap, or records out of order).
+        let mut gap = false;
         for (msg, reply) in std::mem::take(&mut self.parked) {
             // Taken before it is applied: a caller that gave up is never
             // written for.
             let Some(tx) = reply.lock().unwrap().take() else {
+                gap = true;
                 continue;
             };
+            if gap {
+                let _ = tx.send(Err(self.unavailable()));
+                continue;
+            }
             let r = match msg {
                 Parked::Append(m) => self.append(m, ctx),
                 Parked::Marker(m) => self.marker(m, ctx),
@@ -1374,6 +1383,35 @@ mod tests {
             Ok(1),
             "the refused write was not applied after the open"
         );
+        h.addr.send(StopLeader).await.unwrap();
+        arbiter.stop();
+    }
+
+    /// Catches: a later parked write applied after an earlier one was
+    /// given up (its producer retries the earlier batch behind the later:
+    /// a sequence gap, or records out of order).
+    #[actix_rt::test]
+    async fn after_a_given_up_write_later_parked_writes_are_refused_too() {
+        let d = tempfile::tempdir().unwrap();
+        let delay = Duration::from_millis(1500);
+        let fs: SharedFs = Arc::new(SlowFs(delay, Default::default(), Default::default()));
+        let arbiter = actix::Arbiter::new();
+        let mut s = spec(d.path(), "slow");
+        // The first write gives up at 1.2 s, before the open returns
+        // (1.5 s); the second, sent at 1.0 s, would wait until 2.2 s.
+        s.park_max = Duration::from_millis(1200);
+        let h = PartitionLeader::start(s, fs, &arbiter.handle());
+        let later = async {
+            actix_rt::time::sleep(Duration::from_millis(1000)).await;
+            produce(&h).await
+        };
+        let (first, second) = futures::join!(produce(&h), later);
+        assert!(first.is_err(), "{first:?}");
+        assert!(
+            matches!(&second, Err(PartitionError::Storage(_))),
+            "the later write was refused, not applied: {second:?}"
+        );
+        assert_eq!(produce(&h).await, Ok(1), "neither was applied");
         h.addr.send(StopLeader).await.unwrap();
         arbiter.stop();
     }
