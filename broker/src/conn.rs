@@ -20,8 +20,9 @@
 //! frames being read over every connection hold at most that budget,
 //! whatever clients declare and however slowly they send it; the last
 //! eighth of it is kept for frames of at most [`SMALL_FRAME`], so large
-//! frames that never finish cannot stop small requests being read. The writer never waits on a budget (the bytes it
-//! releases are what the readers wait for), and an answer the client takes
+//! frames that never finish cannot stop small requests being read. The
+//! writer never waits on a budget (the bytes it releases are what the
+//! readers wait for), and an answer the client takes
 //! none of for `--request-timeout-ms` closes the connection, so a client
 //! that never reads cannot hold the broker's budget for ever.
 //!
@@ -331,7 +332,7 @@ impl FrameReader {
                 Ok(None) => {}
                 Err(e) => return Ok(Some(Err(e))),
             }
-            let begun = !self.buf.is_empty() || self.codec.kept() > 0 || self.codec.discarding();
+            let begun = !self.buf.is_empty() || self.codec.discarding();
             if !begun {
                 self.reading = Duration::ZERO;
             }

@@ -239,15 +239,15 @@ pub fn run(args: BrokerArgs) -> anyhow::Result<()> {
         // A thread of its own keeps the bound: the shutdown's steps may
         // block this thread in a volume call (a hand-off check, a flush),
         // where no timer of this runtime would fire.
-        let finished = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (finished, done) = std::sync::mpsc::channel::<()>();
         std::thread::Builder::new()
             .name("shutdown-bound".into())
             .spawn({
-                let (broker, finished) = (broker.clone(), finished.clone());
-                move || shutdown_watchdog(&broker, &finished, bound)
+                let broker = broker.clone();
+                move || shutdown_watchdog(&broker, &done, bound)
             })?;
         controlled_shutdown(&broker, &fs, &membership, &controller).await;
-        finished.store(true, Ordering::Release);
+        drop(finished);
         for a in arbiters {
             a.stop();
         }
@@ -276,19 +276,9 @@ pub const SHUTDOWN_CUT_SHORT: i32 = 4;
 /// is left after the lease, as after a crash. Every acknowledged record is
 /// already durable. Exits at once: threads stuck in a volume call would
 /// hold up an orderly return.
-fn shutdown_watchdog(
-    b: &Broker,
-    finished: &std::sync::atomic::AtomicBool,
-    bound: std::time::Duration,
-) {
-    let until = std::time::Instant::now() + bound;
-    while std::time::Instant::now() < until {
-        if finished.load(Ordering::Acquire) {
-            return;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    if finished.load(Ordering::Acquire) {
+fn shutdown_watchdog(b: &Broker, done: &std::sync::mpsc::Receiver<()>, bound: std::time::Duration) {
+    // The sender is dropped when the shutdown finishes.
+    if done.recv_timeout(bound) != Err(std::sync::mpsc::RecvTimeoutError::Timeout) {
         return;
     }
     b.shared.lease.revoke();

@@ -155,6 +155,12 @@ pub enum FrameError {
     Io(#[from] std::io::Error),
 }
 
+/// The length prefix `buf` starts with, once its four bytes are in.
+fn declared_len(buf: &[u8]) -> Option<i32> {
+    let prefix: [u8; SIZE_PREFIX_LEN] = buf.get(..SIZE_PREFIX_LEN)?.try_into().ok()?;
+    Some(i32::from_be_bytes(prefix))
+}
+
 /// Length-prefixed frame codec.
 ///
 /// Decoding yields the frame body without its prefix. Encoding writes bytes
@@ -201,9 +207,7 @@ impl FrameCodec {
         if self.discard.is_some() {
             return None;
         }
-        let prefix = buf.get(..SIZE_PREFIX_LEN)?;
-        let len = i32::from_be_bytes([prefix[0], prefix[1], prefix[2], prefix[3]]);
-        let len = usize::try_from(len).ok()?;
+        let len = usize::try_from(declared_len(buf)?).ok()?;
         (MIN_REQUEST_LEN..=self.max_frame)
             .contains(&len)
             .then_some(SIZE_PREFIX_LEN + len)
@@ -227,10 +231,9 @@ impl Decoder for FrameCodec {
                 size: d.size,
             }));
         }
-        let Some(prefix) = src.get(..SIZE_PREFIX_LEN) else {
+        let Some(len) = declared_len(src) else {
             return Ok(None);
         };
-        let len = i32::from_be_bytes([prefix[0], prefix[1], prefix[2], prefix[3]]);
         if len < 0 {
             return Err(FrameError::Negative);
         }

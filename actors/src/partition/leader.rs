@@ -1353,6 +1353,18 @@ mod tests {
         arbiter.stop();
     }
 
+    /// A leader whose open takes 1.5 s (the delay, returned), writes
+    /// parked at most `park_max`.
+    fn slow_leader(root: &Path, park_max: Duration) -> (PartitionHandle, actix::Arbiter, Duration) {
+        let delay = Duration::from_millis(1500);
+        let fs: SharedFs = Arc::new(SlowFs(delay, Default::default(), Default::default()));
+        let arbiter = actix::Arbiter::new();
+        let mut s = spec(root, "slow");
+        s.park_max = park_max;
+        let h = PartitionLeader::start(s, fs, &arbiter.handle());
+        (h, arbiter, delay)
+    }
+
     /// Catches: a write held for as long as the open takes (18 s behind
     /// 10,000 partitions opening), or one answered "recovering" and then
     /// applied anyway when the open returns (a duplicate on the client's
@@ -1360,12 +1372,7 @@ mod tests {
     #[actix_rt::test]
     async fn a_write_parked_past_park_max_is_refused_and_never_applied() {
         let d = tempfile::tempdir().unwrap();
-        let delay = Duration::from_millis(1500);
-        let fs: SharedFs = Arc::new(SlowFs(delay, Default::default(), Default::default()));
-        let arbiter = actix::Arbiter::new();
-        let mut s = spec(d.path(), "slow");
-        s.park_max = Duration::from_millis(200);
-        let h = PartitionLeader::start(s, fs, &arbiter.handle());
+        let (h, arbiter, delay) = slow_leader(d.path(), Duration::from_millis(200));
         let t0 = Instant::now();
         let refused = produce(&h).await;
         assert!(
@@ -1393,14 +1400,9 @@ mod tests {
     #[actix_rt::test]
     async fn after_a_given_up_write_later_parked_writes_are_refused_too() {
         let d = tempfile::tempdir().unwrap();
-        let delay = Duration::from_millis(1500);
-        let fs: SharedFs = Arc::new(SlowFs(delay, Default::default(), Default::default()));
-        let arbiter = actix::Arbiter::new();
-        let mut s = spec(d.path(), "slow");
         // The first write gives up at 1.2 s, before the open returns
         // (1.5 s); the second, sent at 1.0 s, would wait until 2.2 s.
-        s.park_max = Duration::from_millis(1200);
-        let h = PartitionLeader::start(s, fs, &arbiter.handle());
+        let (h, arbiter, _) = slow_leader(d.path(), Duration::from_millis(1200));
         let later = async {
             actix_rt::time::sleep(Duration::from_millis(1000)).await;
             produce(&h).await
