@@ -206,7 +206,8 @@ def check_exactly_once(live, led: IdemLedger):
     for p in range(led.partitions):
         values = [int(m.value) for m in got[p]]
         assert len(values) == len(set(values)), \
-            f"p{p}: duplicates stored, e.g. {[v for v in values if values.count(v) > 1][:5]}"
+            f"p{p}: duplicates stored (offset, value), e.g. " \
+            f"{[(m.offset, int(m.value)) for m in got[p] if values.count(int(m.value)) > 1][:6]}"
         assert values == led.sent[p][:len(values)], f"p{p}: gap or reorder: {values[:20]}"
         assert len(values) >= len(led.acked[p]), f"p{p}: acknowledged records lost"
         assert set(led.acked[p]) <= set(values)

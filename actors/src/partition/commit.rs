@@ -14,6 +14,16 @@
 //!   *after* the fsync that made the bytes durable, and releases waiters in
 //!   offset order up to the high watermark.
 //!
+//! A third keeps exactly-once across the leader's own refusals: a batch
+//! refused *retriably without being written* (the log is not open, the
+//! volume is full, a write parked during the open was given up) leaves its
+//! producer owed a retry ([`RetryOwed`]). Until one of its batches is
+//! accepted again, a later batch of that producer that skips ahead is
+//! refused retriably too, not with OUT_OF_ORDER_SEQUENCE_NUMBER: a client
+//! answered "out of order" behind a batch it must retry (librdkafka)
+//! bumps its epoch and re-sends that batch under new sequence numbers —
+//! stored twice if an earlier owner had written it.
+//!
 //! [`super::leader::PartitionLeader`] is the actix adapter: it runs the
 //! fsync on the blocking pool and feeds the result back here, and turns a
 //! [`Halt`] into a stop of the actor.
@@ -86,6 +96,10 @@ pub enum Refused {
     /// An idempotent batch failed its sequence or epoch check; nothing was
     /// written.
     Sequence(SequenceError),
+    /// An idempotent batch skips ahead of its producer's last sequence
+    /// while the producer is owed a retry of a batch refused here (see
+    /// [`RetryOwed`]): nothing was written; answered retriably.
+    RetryFirst(SequenceError),
     /// See [`Halt`].
     Halted(Halt),
 }
@@ -110,6 +124,79 @@ pub struct CommitGate {
     /// Whether a log is open, readable without the gate (see
     /// [`Self::open_flag`]).
     open: Arc<AtomicBool>,
+    /// Producers told to retry a batch that was never written here.
+    owed: RetryOwed,
+}
+
+/// Producers owed a retry: one of their idempotent batches was refused
+/// retriably without being written (see module docs). Each entry holds
+/// until one of the producer's batches is accepted (written, or answered
+/// as a duplicate), or for [`RetryOwed::HOLD_MS`] — a producer that never
+/// comes back gets OUT_OF_ORDER_SEQUENCE_NUMBER again after that. At most
+/// [`RetryOwed::MAX`] producers per partition; beyond that (a stale
+/// entry is dropped first) a refusal is not remembered, which costs only
+/// the exactly-once of that producer's gap, as before this existed.
+#[derive(Debug, Default)]
+pub struct RetryOwed(std::collections::HashMap<i64, i64>);
+
+impl RetryOwed {
+    /// How long an entry holds without the producer coming back.
+    pub const HOLD_MS: i64 = 60_000;
+    /// Producers remembered per partition.
+    pub const MAX: usize = 1024;
+
+    /// The idempotent batches of `infos` were refused retriably, unwritten.
+    pub fn owe(&mut self, infos: &[kaas_protocol::batch::BatchInfo], now_ms: i64) {
+        for b in infos.iter().filter(|b| b.has_producer_id()) {
+            if self.0.len() >= Self::MAX && !self.0.contains_key(&b.producer_id) {
+                self.0.retain(|_, at| now_ms - *at < Self::HOLD_MS);
+                if self.0.len() >= Self::MAX {
+                    return;
+                }
+            }
+            self.0.insert(b.producer_id, now_ms);
+        }
+    }
+
+    /// The batches of `infos` were accepted: their producers are settled.
+    pub fn settled(&mut self, infos: &[kaas_protocol::batch::BatchInfo]) {
+        if self.0.is_empty() {
+            return;
+        }
+        for b in infos.iter().filter(|b| b.has_producer_id()) {
+            self.0.remove(&b.producer_id);
+        }
+    }
+
+    /// Whether `e` is a gap of a producer owed a retry (a batch ahead of
+    /// its last sequence, in its current epoch), to be refused retriably.
+    /// A rewound sequence or a new epoch not starting at 0 stays an error.
+    pub fn masks(&self, e: &SequenceError, now_ms: i64) -> bool {
+        let SequenceError::OutOfOrder {
+            producer_id,
+            found,
+            last: Some(last),
+            ..
+        } = e
+        else {
+            return false;
+        };
+        i64::from(*found) > i64::from(*last) + 1
+            && self
+                .0
+                .get(producer_id)
+                .is_some_and(|at| now_ms - *at < Self::HOLD_MS)
+    }
+
+    /// Producers currently owed a retry.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether no producer is owed a retry.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
 }
 
 /// Whether `e` is a write the [`super::claim::EpochWriter`] refused because
@@ -157,7 +244,23 @@ impl CommitGate {
             failed_at: None,
             generation: 0,
             open: Arc::default(),
+            owed: RetryOwed::default(),
         }
+    }
+
+    /// The idempotent batches of `infos` were refused retriably without
+    /// reaching the gate's log (a parked write given up, or refused behind
+    /// one): their producers are owed a retry (see [`RetryOwed`]).
+    pub fn owe_retry(&mut self, infos: &[kaas_protocol::batch::BatchInfo]) {
+        if infos.iter().any(|b| b.has_producer_id()) {
+            let now = self.clock.now_ms();
+            self.owed.owe(infos, now);
+        }
+    }
+
+    /// Producers owed a retry (see [`RetryOwed`]).
+    pub fn retry_owed(&self) -> &RetryOwed {
+        &self.owed
     }
 
     /// Whether a log is open, for a thread that must not wait for the
@@ -382,19 +485,31 @@ impl CommitGate {
             0
         };
         let Some(log) = self.writable().map_err(Refused::Halted)? else {
+            self.owed.owe(infos, now);
             return Err(Refused::NotOpen);
         };
         let appended = match log.append_at(records, infos, now) {
             Ok(a) => a,
             Err(LogError::Overflow) => return Err(Refused::TooLarge),
-            Err(LogError::NoSpace(e)) => return Err(Refused::NoSpace(e.to_string())),
+            Err(LogError::NoSpace(e)) => {
+                self.owed.owe(infos, now);
+                return Err(Refused::NoSpace(e.to_string()));
+            }
+            Err(LogError::Sequence(e)) if self.owed.masks(&e, now) => {
+                tracing::debug!(error = %e, "a gap behind a batch refused here: retriable");
+                return Err(Refused::RetryFirst(e));
+            }
             Err(LogError::Sequence(e)) => return Err(Refused::Sequence(e)),
-            Err(e) => return Err(Refused::Halted(self.failed(e))),
+            Err(e) => {
+                self.owed.owe(infos, now);
+                return Err(Refused::Halted(self.failed(e)));
+            }
         };
         let placed = Placed {
             base_offset: appended.base_offset,
             log_start_offset: log.log_start_offset(),
         };
+        self.owed.settled(infos);
         // A duplicate waits for its original's last offset: `release`
         // answers a waiter only once the high watermark passes it.
         let waits = match notify(placed) {
@@ -893,6 +1008,83 @@ pub(crate) mod tests {
         let mut d = again.durable.unwrap();
         fsync(&mut r).unwrap();
         assert_eq!(d.try_recv().unwrap(), Ok(2));
+    }
+
+    fn idem(seq: i32) -> (Bytes, Vec<BatchInfo>) {
+        let b = crate::partition::tests::idem_batch(&["a"], 7, 0, seq);
+        let infos = validate_batches(&b).unwrap();
+        (b, infos)
+    }
+
+    /// Catches: a batch that skips ahead of one refused by a full volume
+    /// answered OUT_OF_ORDER_SEQUENCE_NUMBER (librdkafka then bumps the
+    /// epoch and re-sends under new sequences what may already be stored),
+    /// or a real gap masked once the producer settled.
+    #[test]
+    fn a_gap_behind_a_batch_the_full_volume_refused_is_retriable_until_settled() {
+        let mut r = rig(LogConfig::default());
+        let (b0, i0) = idem(0);
+        r.gate.append(&b0, &i0, true).unwrap();
+        fsync(&mut r).unwrap();
+        let (b2, i2) = idem(2);
+        assert!(
+            matches!(
+                r.gate.append(&b2, &i2, true),
+                Err(Refused::Sequence(SequenceError::OutOfOrder { .. }))
+            ),
+            "nothing owed: a gap is out of order"
+        );
+        r.fs.full(true);
+        let (b1, i1) = idem(1);
+        assert!(matches!(
+            r.gate.append(&b1, &i1, true),
+            Err(Refused::NoSpace(_))
+        ));
+        r.fs.full(false);
+        assert_eq!(r.gate.retry_owed().len(), 1);
+        assert!(
+            matches!(r.gate.append(&b2, &i2, true), Err(Refused::RetryFirst(_))),
+            "behind the refused batch: retriable"
+        );
+        assert_eq!(r.gate.append(&b1, &i1, true).unwrap().base_offset, 1);
+        assert!(r.gate.retry_owed().is_empty(), "settled by the retry");
+        assert_eq!(r.gate.append(&b2, &i2, true).unwrap().base_offset, 2);
+        let (b9, i9) = idem(9);
+        assert!(matches!(
+            r.gate.append(&b9, &i9, true),
+            Err(Refused::Sequence(SequenceError::OutOfOrder { .. }))
+        ));
+    }
+
+    /// Catches: an owed producer masking a rewound sequence or a new epoch
+    /// (errors of the client, not gaps of ours), an entry that never goes
+    /// stale, or an unbounded table.
+    #[test]
+    fn retry_owed_masks_only_fresh_gaps_and_is_bounded() {
+        let mut o = RetryOwed::default();
+        let (_, i1) = idem(1);
+        o.owe(&i1, 1_000);
+        let gap = |found, last| SequenceError::OutOfOrder {
+            producer_id: 7,
+            epoch: 0,
+            found,
+            last,
+        };
+        assert!(o.masks(&gap(5, Some(3)), 1_000));
+        assert!(!o.masks(&gap(2, Some(3)), 1_000), "rewound");
+        assert!(
+            !o.masks(&gap(5, None), 1_000),
+            "a new epoch must start at 0"
+        );
+        assert!(
+            !o.masks(&gap(5, Some(3)), 1_000 + RetryOwed::HOLD_MS),
+            "stale"
+        );
+        for pid in 100..100 + RetryOwed::MAX as i64 * 2 {
+            let b = crate::partition::tests::idem_batch(&["a"], pid, 0, 0);
+            o.owe(&validate_batches(&b).unwrap(), 2_000);
+        }
+        assert_eq!(o.len(), RetryOwed::MAX);
     }
 
     #[test]

@@ -311,6 +311,9 @@ fn refusal_error(r: Refused) -> PartitionError {
             PartitionError::Storage(e)
         }
         Refused::Sequence(e) => super::commit::sequence(e),
+        Refused::RetryFirst(e) => PartitionError::Storage(format!(
+            "{e}, behind a batch of it refused here: retry that one first"
+        )),
         Refused::Halted(Halt::Fenced) => PartitionError::NotLeader("broker lease lapsed".into()),
         Refused::Halted(Halt::Failed(e)) => e,
         Refused::Halted(Halt::Superseded(s)) => PartitionError::NotLeader(s.to_string()),
@@ -397,6 +400,7 @@ impl PartitionLeader {
         }
         let err = self.unavailable();
         if self.parked.len() >= MAX_PARKED {
+            self.owe_retry(&msg);
             return Box::pin(async move { Err(err) });
         }
         let (tx, mut rx) = oneshot::channel();
@@ -880,7 +884,8 @@ impl Supervised for PartitionLeader {
         self.stats.restarted();
         *self.reader.write().unwrap() = None;
         let err = self.unavailable();
-        for (_, reply) in self.parked.drain(..) {
+        for (msg, reply) in std::mem::take(&mut self.parked) {
+            self.owe_retry(&msg);
             if let Some(tx) = reply.lock().unwrap().take() {
                 let _ = tx.send(Err(err.clone()));
             }
@@ -895,15 +900,19 @@ impl PartitionLeader {
         // Once one write was given up, every later one is refused too: a
         // producer's later batch must not land ahead of an earlier one it
         // is about to retry (a sequence gap, or records out of order).
+        // Their producers are owed a retry: a later batch of theirs that
+        // skips ahead is refused retriably too (see `RetryOwed`).
         let mut gap = false;
         for (msg, reply) in std::mem::take(&mut self.parked) {
             // Taken before it is applied: a caller that gave up is never
             // written for.
             let Some(tx) = reply.lock().unwrap().take() else {
+                self.owe_retry(&msg);
                 gap = true;
                 continue;
             };
             if gap {
+                self.owe_retry(&msg);
                 let _ = tx.send(Err(self.unavailable()));
                 continue;
             }
@@ -912,6 +921,14 @@ impl PartitionLeader {
                 Parked::Marker(m) => self.marker(m, ctx),
             };
             let _ = tx.send(r);
+        }
+    }
+
+    /// `msg` was refused retriably without reaching the log: its
+    /// producers are owed a retry (see [`super::commit::RetryOwed`]).
+    fn owe_retry(&self, msg: &Parked) {
+        if let Parked::Append(m) = msg {
+            self.gate().owe_retry(&m.infos);
         }
     }
 
@@ -1414,6 +1431,83 @@ mod tests {
             "the later write was refused, not applied: {second:?}"
         );
         assert_eq!(produce(&h).await, Ok(1), "neither was applied");
+        h.addr.send(StopLeader).await.unwrap();
+        arbiter.stop();
+    }
+
+    /// Produce one record of idempotent producer 7 (epoch 0) at `seq`
+    /// through the mailbox, waiting for its fsync.
+    async fn produce_idem(h: &PartitionHandle, seq: i32) -> Result<i64, PartitionError> {
+        let records = crate::partition::tests::idem_batch(&["v"], 7, 0, seq);
+        let infos = kaas_protocol::batch::validate_batches(&records).unwrap();
+        let t = h
+            .addr
+            .send(AppendBatches {
+                records,
+                infos,
+                wait_durable: true,
+                verified: None,
+            })
+            .await
+            .unwrap()?;
+        t.durable.unwrap().await.unwrap()
+    }
+
+    /// Catches: a batch that skips ahead of one given up while parked
+    /// answered OUT_OF_ORDER_SEQUENCE_NUMBER. librdkafka then bumps the
+    /// producer epoch and re-sends the given-up batch under new sequence
+    /// numbers: stored twice whenever an earlier owner had written it
+    /// (seen as duplicates in the GlusterFS kill -9 and pause e2e test).
+    #[actix_rt::test]
+    async fn a_gap_behind_a_given_up_write_is_retriable_not_out_of_order() {
+        let d = tempfile::tempdir().unwrap();
+        // An earlier owner (epoch 1) wrote sequences 0 and 1.
+        let arbiter = actix::Arbiter::new();
+        let first =
+            PartitionLeader::start(spec(d.path(), "slow"), Arc::new(RealFs), &arbiter.handle());
+        assert_eq!(produce_idem(&first, 0).await, Ok(1));
+        assert_eq!(produce_idem(&first, 1).await, Ok(2));
+        first.addr.send(StopLeader).await.unwrap();
+        arbiter.stop();
+        // The next owner opens slowly; the retry of sequence 1 (already
+        // written) is parked and given up.
+        let d2 = d.path().to_path_buf();
+        let fs: SharedFs = Arc::new(SlowFs(
+            Duration::from_millis(1500),
+            Default::default(),
+            Default::default(),
+        ));
+        let arbiter = actix::Arbiter::new();
+        let mut s = spec(&d2, "slow");
+        s.epoch = 2;
+        s.park_max = Duration::from_millis(200);
+        let h = PartitionLeader::start(s, fs, &arbiter.handle());
+        let given_up = produce_idem(&h, 1).await;
+        assert!(
+            matches!(&given_up, Err(PartitionError::Storage(_))),
+            "{given_up:?}"
+        );
+        let t0 = Instant::now();
+        while h.reader.read().unwrap().is_none() && t0.elapsed() < Duration::from_secs(10) {
+            actix_rt::time::sleep(Duration::from_millis(20)).await;
+        }
+        // Sequence 3 (2 was in flight behind the given-up 1) arrives once
+        // the partition is open: retriable, never "out of order".
+        let ahead = produce_idem(&h, 3).await;
+        assert!(
+            matches!(&ahead, Err(PartitionError::Storage(m)) if m.contains("retry that one first")),
+            "{ahead:?}"
+        );
+        // The producer retries in order: 1 is answered as the duplicate it
+        // is, 2 and 3 are written once each.
+        assert_eq!(produce_idem(&h, 1).await, Ok(2));
+        assert_eq!(produce_idem(&h, 2).await, Ok(3));
+        assert_eq!(produce_idem(&h, 3).await, Ok(4));
+        // Settled: a real gap is out of order again.
+        assert!(matches!(
+            produce_idem(&h, 9).await,
+            Err(PartitionError::OutOfOrderSequence(_))
+        ));
         h.addr.send(StopLeader).await.unwrap();
         arbiter.stop();
     }
