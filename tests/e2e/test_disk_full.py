@@ -187,11 +187,19 @@ def test_a_shared_volume_keeps_its_heartbeats_below_the_reserve(small_volume, br
     assert b.starts == 1
 
 
+def partition_dirs(data: Path, topic: str) -> list[Path]:
+    """The partition directories of `topic` under a data directory (the
+    topic's directory name carries more than its name)."""
+    return sorted(p for p in data.glob(f"{topic}*/0") if p.is_dir())
+
+
 def test_a_broker_stopped_on_a_full_volume_starts_again(small_volume, broker_factory, substrate, tmp_path, topic_name):
-    """Stopped while the data volume is full: it starts (the start-up
-    substrate check cannot write its scratch file, which is no verdict on
-    the substrate), leaves no scratch directories behind, serves metadata,
-    and takes writes once space returns."""
+    """Stopped while the data volume is full to the last byte: it starts
+    (the start-up substrate check cannot write its scratch file, which is
+    no verdict on the substrate), leaves no scratch directories behind,
+    serves what the partition holds to readers (the open cannot claim its
+    epoch, so it serves the files read-only) without claiming a new epoch
+    per retry, and takes writes once space returns."""
     b = make_broker(broker_factory, substrate, small_volume, tmp_path, cluster_on_volume=False)
     create_topic(b.bootstrap, topic_name, partitions=1)
     before = produce_some(b.bootstrap, topic_name, 20, start=0)
@@ -199,7 +207,6 @@ def test_a_broker_stopped_on_a_full_volume_starts_again(small_volume, broker_fac
     ballast = fill(small_volume, 0)
     subprocess.run(["fallocate", "-l", str(free_bytes(small_volume)), str(small_volume / "ballast2")], check=False)
     b.start()
-    assert led_by(b.bootstrap, topic_name) in (-1, b.broker_id)
     data = small_volume / ("backing" if substrate == "weakfs" else "data")
     left = [n for n in os.listdir(data) if n.startswith(".kaas-substrate-check-")]
     assert not left, left
@@ -207,6 +214,18 @@ def test_a_broker_stopped_on_a_full_volume_starts_again(small_volume, broker_fac
         # (On weakfs the probe's small writes are buffered and its errors
         # come at fsync: the check runs, answers "cannot tell", and passes.)
         assert "substrate check skipped" in b.log_text()
+    # Reads while still full: every record acknowledged before the stop.
+    assert led_by(b.bootstrap, topic_name) == b.broker_id
+    got = consume_all(b.bootstrap, topic_name, [0], timeout=30)[0]
+    assert [int(m.value[:8]) for m in got] == before, "reads on a full volume"
+    assert "serves reads only until space returns" in b.log_text()
+    # Retried opens for several seconds claim nothing (one empty
+    # leader-e<N>.claim per retry before).
+    time.sleep(3)
+    (pdir,) = partition_dirs(data, topic_name)
+    claims = sorted(n for n in os.listdir(pdir) if n.endswith(".claim"))
+    assert len(claims) <= 2, claims
+    assert all(os.path.getsize(pdir / n) > 0 for n in claims), claims
     ballast.unlink()
     (small_volume / "ballast2").unlink(missing_ok=True)
     more = produce_some(b.bootstrap, topic_name, 20, start=100000, timeout=40)

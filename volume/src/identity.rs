@@ -25,7 +25,12 @@
 //! Four questions: (1) one exclusive create, then write + fsync of its
 //! content; (2) a crash between create and write leaves an empty file that
 //! is never taken for anybody's: every caller re-drives elsewhere (a higher
-//! epoch, the next block) or waits it out; (3) the exclusive create is the
+//! epoch, the next block) or waits it out — but a write or fsync that
+//! *fails* (a full volume: the create needs an inode, the content a block;
+//! an NFS client reports it at write-back) removes the file it just created
+//! exclusively — nothing was done under the name yet — so no empty file is
+//! left per attempt and the retry can win the same name once space returns;
+//! (3) the exclusive create is the
 //! single-writer decision itself; (4) the name is the thing claimed, the
 //! content is who claimed it.
 
@@ -238,12 +243,23 @@ pub fn create_with_identity<T: Identity>(
     let at = || path.to_path_buf();
     match fs.create_exclusive(path) {
         Ok(f) => {
-            f.write_all_at(&me.encode(), 0)
-                .map_err(|source| CreateError::Write { path: at(), source })?;
+            if let Err(source) = f.write_all_at(&me.encode(), 0) {
+                // Ours alone (the exclusive create said so), empty or torn:
+                // take it back rather than leave a name nobody can prove
+                // was theirs. Best effort: a crash here, or a refused
+                // removal, leaves the empty file step (2) already covers.
+                drop(f);
+                let _ = fs.remove_file(path);
+                return Err(CreateError::Write { path: at(), source });
+            }
             if policy.durable {
-                f.sync_data()
-                    .and_then(|_| fs.sync_dir(dir))
-                    .map_err(|source| CreateError::Sync { path: at(), source })?;
+                if let Err(source) = f.sync_data().and_then(|_| fs.sync_dir(dir)) {
+                    // An NFS client reports a full volume here, at write-back
+                    // (the buffered identity was dropped): take it back too.
+                    drop(f);
+                    let _ = fs.remove_file(path);
+                    return Err(CreateError::Sync { path: at(), source });
+                }
             }
             Ok(Claimed::Won)
         }
@@ -324,6 +340,45 @@ mod tests {
         assert_eq!(
             create_with_identity(&RealFs, &p, &B, Policy::DURABLE).unwrap(),
             Claimed::Indeterminate(Unsettled::Empty)
+        );
+    }
+
+    /// Catches: a full volume leaving an empty file per attempt (the
+    /// create needs only an inode): each retry found its own earlier
+    /// attempt "indeterminate", so a leader claimed a new epoch every time
+    /// (62 empty claims in one partition directory after 30 s).
+    #[test]
+    fn a_write_refused_by_a_full_volume_leaves_no_file_and_the_retry_wins() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("x.claim");
+        let fs = FaultFs::new();
+        fs.full(true);
+        for _ in 0..3 {
+            let e = create_with_identity(&fs, &p, &A, Policy::DURABLE).unwrap_err();
+            assert_eq!(e.io().raw_os_error(), Some(libc::ENOSPC), "{e}");
+            assert!(!p.exists(), "no empty file left behind");
+        }
+        fs.full(false);
+        assert_eq!(
+            create_with_identity(&fs, &p, &A, Policy::DURABLE).unwrap(),
+            Claimed::Won
+        );
+    }
+
+    /// Catches: an fsync that fails after the write (how an NFS client
+    /// reports a full volume: the buffered identity is dropped at
+    /// write-back) leaving the created file behind.
+    #[test]
+    fn a_failed_fsync_of_the_identity_leaves_no_file() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("x.claim");
+        let fs = FaultFs::new();
+        fs.fail_nth(3); // create, write, *sync*, sync_dir
+        assert!(create_with_identity(&fs, &p, &A, Policy::DURABLE).is_err());
+        assert!(!p.exists(), "taken back");
+        assert_eq!(
+            create_with_identity(&fs, &p, &A, Policy::DURABLE).unwrap(),
+            Claimed::Won
         );
     }
 

@@ -37,7 +37,7 @@
 
 use super::claim::ClaimOwner;
 use super::commit::{refused, storage, CommitGate, Halt, Refused};
-use super::log::{Claimant, LogConfig, LogError, PartitionLog};
+use super::log::{Claimant, LogConfig, LogError, LogView, PartitionLog};
 use super::messages::{
     AppendBatches, AppendTicket, DeleteRecordsBefore, EnforceRetention, GetProducers,
     PartitionError, Placed, ProducerInfo, SetLogConfig, StopLeader, WriteTxnMarker,
@@ -374,6 +374,10 @@ pub struct PartitionLeader {
     /// Transaction verifications in flight (KIP-890 part 1); in memory
     /// only: a new leader verifies again.
     verifications: TxnVerifications,
+    /// The open could not write (a full data volume): readers are served
+    /// from [`PartitionLog::read_only_view`] while the open is re-driven
+    /// on its backoff; writes are refused retriably.
+    read_only: bool,
 }
 
 /// A write held while the partition opens.
@@ -425,7 +429,11 @@ const MAX_PARKED: usize = 256;
 /// The result of an open run on the blocking pool.
 #[derive(Message)]
 #[rtype(result = "()")]
-struct Opened(Result<PartitionLog, LogError>);
+struct Opened(
+    Result<PartitionLog, LogError>,
+    /// After an open the volume was too full for: what readers may see.
+    Option<Result<Option<LogView>, LogError>>,
+);
 
 /// Partition opens (recoveries) running at once, at most.
 const MAX_CONCURRENT_OPENS: usize = 16;
@@ -559,6 +567,7 @@ impl PartitionLeader {
             stop_waiters: Vec::new(),
             parked: VecDeque::new(),
             verifications: TxnVerifications::new(),
+            read_only: false,
         });
         let _ = writer.actor.set(addr.downgrade());
         PartitionHandle {
@@ -658,8 +667,9 @@ impl Actor for PartitionLeader {
         }
         if !self.gate().lease_valid() {
             // Never open (and sweep) under a lapsed lease: a newer leader
-            // may own the files by now.
+            // may own the files by now (nor serve a read-only view of them).
             self.stopping = true;
+            *self.reader.write().unwrap() = None;
             self.set_error(Some(PartitionError::NotLeader(
                 "broker lease lapsed".into(),
             )));
@@ -700,8 +710,17 @@ impl Actor for PartitionLeader {
             // the blocking pool would take them all (EMFILE under a small
             // limit) and gain nothing on two cores.
             let _permit = OPENS.acquire();
-            let res = PartitionLog::open_as(fs, &dir, epoch, who, cfg, now, failed_at);
-            addr.do_send(Opened(res));
+            let read = fs.read_only();
+            let res = PartitionLog::open_as(fs, &dir, epoch, who, cfg.clone(), now, failed_at);
+            // Nothing could be written, not even the claim: serve what the
+            // files hold to readers meanwhile (issue: a full volume reads).
+            let view = match &res {
+                Err(e) if e.is_no_space() => {
+                    Some(PartitionLog::read_only_view(&read, &dir, epoch, &cfg, now))
+                }
+                _ => None,
+            };
+            addr.do_send(Opened(res, view));
         });
     }
 
@@ -724,11 +743,19 @@ impl Drop for PartitionLeader {
 }
 
 impl PartitionLeader {
-    fn opened(&mut self, res: Result<PartitionLog, LogError>, ctx: &mut Context<Self>) {
+    fn opened(
+        &mut self,
+        res: Result<PartitionLog, LogError>,
+        view: Option<Result<Option<LogView>, LogError>>,
+        ctx: &mut Context<Self>,
+    ) {
         match res {
             Ok(mut log) => {
                 // A config altered while the open ran is in the spec.
                 log.set_config(self.spec.cfg.clone());
+                if std::mem::take(&mut self.read_only) {
+                    tracing::warn!(topic = %self.spec.topic, partition = self.spec.partition, epoch = self.spec.epoch, "space returned: partition writable again");
+                }
                 tracing::info!(topic = %self.spec.topic, partition = self.spec.partition, epoch = self.spec.epoch, hw = log.high_watermark(), "partition leader open");
                 *self.reader.write().unwrap() =
                     Some(PartitionReader::new(self.fs.read_only(), log.view()));
@@ -789,6 +816,41 @@ impl PartitionLeader {
                 let backoff = Duration::from_millis(200);
                 tracing::warn!(topic = %self.spec.topic, partition = self.spec.partition, error = %e, ?backoff, "partition open sees a stale directory; retrying");
                 self.set_error(Some(PartitionError::NotLeader(e.to_string())));
+                ctx.run_later(backoff, |_, ctx| ctx.stop());
+                return;
+            }
+            Err(e) if e.is_no_space() => {
+                // A full volume: nothing was claimed (a claim that could
+                // not be written is taken back) and nothing written. Serve
+                // reads from the files as they stand and re-drive the open
+                // on the growing backoff until space returns: one WARN when
+                // the partition turns read-only, the retries at debug.
+                self.failures += 1;
+                let backoff = Duration::from_millis(100u64 << self.failures.min(6));
+                match view {
+                    Some(Ok(Some(v))) => {
+                        if !self.read_only {
+                            tracing::warn!(topic = %self.spec.topic, partition = self.spec.partition, epoch = self.spec.epoch, hw = v.high_watermark, error = %e, "data volume full: partition serves reads only until space returns");
+                        } else {
+                            tracing::debug!(topic = %self.spec.topic, partition = self.spec.partition, error = %e, ?backoff, "data volume still full");
+                        }
+                        *self.reader.write().unwrap() = Some(PartitionReader::new(
+                            self.fs.read_only(),
+                            Arc::new(RwLock::new(v)),
+                        ));
+                        self.read_only = true;
+                    }
+                    other => {
+                        let why = match other {
+                            Some(Err(v)) => v.to_string(),
+                            _ => "nothing written yet".into(),
+                        };
+                        tracing::warn!(topic = %self.spec.topic, partition = self.spec.partition, error = %e, read_only = %why, ?backoff, "data volume full: partition open failed, no read-only view");
+                    }
+                }
+                self.set_error(Some(PartitionError::Storage(format!(
+                    "the data volume is full ({e}): reads only until space returns"
+                ))));
                 ctx.run_later(backoff, |_, ctx| ctx.stop());
                 return;
             }
@@ -862,7 +924,7 @@ impl Handler<Opened> for PartitionLeader {
             drop(msg.0);
             self.unpark(ctx);
         } else {
-            self.opened(msg.0, ctx);
+            self.opened(msg.0, msg.1, ctx);
             // In arrival order, before a pending stop: its final fsync then
             // covers them.
             self.unpark(ctx);
@@ -882,7 +944,10 @@ impl Supervised for PartitionLeader {
             return;
         }
         self.stats.restarted();
-        *self.reader.write().unwrap() = None;
+        if !self.read_only {
+            // A read-only view stays served across the re-driven open.
+            *self.reader.write().unwrap() = None;
+        }
         let err = self.unavailable();
         for (msg, reply) in std::mem::take(&mut self.parked) {
             self.owe_retry(&msg);
@@ -1508,6 +1573,79 @@ mod tests {
             produce_idem(&h, 9).await,
             Err(PartitionError::OutOfOrderSequence(_))
         ));
+        h.addr.send(StopLeader).await.unwrap();
+        arbiter.stop();
+    }
+
+    /// Catches: a partition that never opens on a full data volume (every
+    /// open failing at its claim, a new epoch claimed per retry with an
+    /// empty `leader-e<N>.claim` left each time, reads answered NOT_LEADER)
+    /// and one that stays read-only once space returns.
+    #[actix_rt::test]
+    async fn a_full_volume_serves_reads_claims_nothing_and_writes_once_space_returns() {
+        let d = tempfile::tempdir().unwrap();
+        let fault = kaas_volume::fs::fault::FaultFs::new();
+        let fs: SharedFs = Arc::new(fault.clone());
+        let owner = Some(ClaimOwner {
+            broker_id: 1,
+            incarnation: 1,
+        });
+        let arbiter = actix::Arbiter::new();
+        let mut s = spec(d.path(), "t");
+        s.owner = owner;
+        let first = PartitionLeader::start(s.clone(), fs.clone(), &arbiter.handle());
+        for want in 1..=3 {
+            assert_eq!(produce(&first).await, Ok(want));
+        }
+        first.addr.send(StopLeader).await.unwrap();
+        // Restarted (epoch 2) on a volume with no byte free.
+        fault.full(true);
+        s.epoch = 2;
+        let h = PartitionLeader::start(s, fs, &arbiter.handle());
+        let t0 = Instant::now();
+        while h.reader.read().unwrap().is_none() && t0.elapsed() < Duration::from_secs(10) {
+            actix_rt::time::sleep(Duration::from_millis(20)).await;
+        }
+        let reader = h.reader.read().unwrap().clone().expect("a read-only view");
+        assert_eq!(
+            reader.offsets(),
+            (0, 3, 2),
+            "what the files hold, at our epoch"
+        );
+        let got = reader.read(0, 1 << 20).unwrap();
+        assert_eq!(got.high_watermark, 3);
+        assert!(!got.records.is_empty(), "the records are read");
+        let refused = produce(&h).await;
+        assert!(
+            matches!(&refused, Err(PartitionError::Storage(m)) if m.contains("full")),
+            "{refused:?}"
+        );
+        // Several re-driven opens later: no claim was left behind, and
+        // readers were served throughout.
+        actix_rt::time::sleep(Duration::from_millis(800)).await;
+        assert!(
+            h.reader.read().unwrap().is_some(),
+            "still served across retries"
+        );
+        let claims: Vec<String> = std::fs::read_dir(d.path().join("t/0"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".claim") && n != "leader-e1.claim")
+            .collect();
+        assert!(
+            claims.is_empty(),
+            "claims left by full-volume retries: {claims:?}"
+        );
+        // Space returns: the next retry opens for writing, at epoch 2.
+        fault.full(false);
+        let mut hw = refused;
+        while hw.is_err() && t0.elapsed() < Duration::from_secs(20) {
+            actix_rt::time::sleep(Duration::from_millis(100)).await;
+            hw = produce(&h).await;
+        }
+        assert_eq!(hw, Ok(4), "writable again, after the three records");
+        let epoch = h.reader.read().unwrap().as_ref().unwrap().offsets().2;
+        assert_eq!(epoch, 2, "no epoch climbed");
         h.addr.send(StopLeader).await.unwrap();
         arbiter.stop();
     }

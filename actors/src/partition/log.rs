@@ -37,8 +37,8 @@ use super::producers::{self, Incoming, ProducerStates, SequenceError, Verdict};
 use super::txn_index::{self, AbortedTxn};
 use kaas_protocol::batch::{patch_batch, read_batch_header, BatchInfo, PATCHED_HEAD};
 use kaas_volume::fs::{
-    remove_if_exists, remove_stale_temps, write_atomic, Fs, GuardedFs, ReadFile, ReadFs, SharedFs,
-    WriteFile, WriteGuard,
+    remove_if_exists, remove_stale_temps, write_atomic, Fs, GuardedFs, ReadFile, ReadFs, ReadOnly,
+    SharedFs, WriteFile, WriteGuard,
 };
 use kaas_volume::layout::{self, SegmentKind};
 use std::collections::BTreeMap;
@@ -188,6 +188,17 @@ pub enum LogError {
     /// written (a client error, not a storage failure).
     #[error("{0}")]
     Sequence(#[from] SequenceError),
+}
+
+impl LogError {
+    /// Whether the volume was full (ENOSPC / EDQUOT), whichever step met it.
+    pub fn is_no_space(&self) -> bool {
+        match self {
+            LogError::NoSpace(_) => true,
+            LogError::Io(e) => is_no_space(e),
+            _ => false,
+        }
+    }
 }
 
 /// `e` as a [`LogError`]: [`LogError::NoSpace`] for a full volume.
@@ -924,7 +935,15 @@ impl PartitionLog {
             .last()
             .map(|s| s.next_offset)
             .unwrap_or(manifest.log_start_offset);
-        let loaded = load_producers(fs, dir, &manifest, epoch, log_end, now_ms)?;
+        let loaded = load_producers(
+            &ReadOnly::read_only(&writer.shared()),
+            Some(fs),
+            dir,
+            &manifest,
+            epoch,
+            log_end,
+            now_ms,
+        )?;
         let mut snapshots = loaded.snapshots;
         // Also when nothing usable was found in a log holding records (one
         // from before snapshots): the next open then starts from here, not
@@ -1051,6 +1070,115 @@ impl PartitionLog {
             }
         }
         Ok(())
+    }
+
+    /// The partition in `dir` as its files stand, for readers only: for a
+    /// leader of `epoch` whose open could not write (a full data volume —
+    /// the claim, the seal and the manifest all need a block). Nothing is
+    /// claimed, sealed, swept or written; the previous owner's manifest
+    /// and the valid tail of its last segment (CRC-scanned, as an open
+    /// does) are what fetch and ListOffsets see, and the producer state
+    /// replayed from the newest usable snapshot gives the last stable
+    /// offset. Reading files no leader writes any more is safe: the grant
+    /// of `epoch` means every earlier owner is deposed, and a newer
+    /// manifest than `epoch` fences (nothing is served). A partition with
+    /// no manifest yet has nothing to read: `Ok(None)`.
+    pub fn read_only_view(
+        fs: &ReadFs,
+        dir: &Path,
+        epoch: i32,
+        cfg: &LogConfig,
+        now_ms: i64,
+    ) -> Result<Option<LogView>, LogError> {
+        let names = fs.list(dir)?;
+        let Some(found) = names.iter().filter_map(|n| parse_manifest_name(n)).max() else {
+            return Ok(None);
+        };
+        if found > epoch {
+            return Err(LogError::Fenced {
+                ours: epoch,
+                found,
+                owner: None,
+            });
+        }
+        let path = dir.join(manifest_name(found));
+        let bytes = match fs.read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(LogError::StaleView { path });
+            }
+            Err(e) => return Err(at(e, "reading manifest", &path).into()),
+        };
+        let mut manifest: Manifest =
+            serde_json::from_slice(&bytes).map_err(|e| LogError::CorruptManifest {
+                path: path.clone(),
+                reason: e.to_string(),
+            })?;
+        let interval = cfg.index_interval_bytes;
+        let mut tail_index = None;
+        if let Some(last) = manifest.segments.last_mut().filter(|l| !l.sealed) {
+            let path = dir.join(layout::segment_log(last.base, last.epoch));
+            match fs.open_read(&path) {
+                Ok(f) => {
+                    let len = f.len()?;
+                    let mut ix = Index::new(interval);
+                    let start = ScanStart {
+                        pos: 0,
+                        next_offset: last.base,
+                        max_ts: -1,
+                        max_ts_pos: 0,
+                        verify_from: last.size,
+                    };
+                    let s = scan(f.as_ref(), last.base, start, len, &mut ix)?;
+                    if s.end_pos < last.size {
+                        return Err(LogError::CorruptManifest {
+                            path,
+                            reason: format!(
+                                "segment holds {} valid bytes, checkpoint says {}",
+                                s.end_pos, last.size
+                            ),
+                        });
+                    }
+                    last.size = s.end_pos;
+                    last.next_offset = s.next_offset;
+                    last.max_ts = s.max_ts;
+                    last.max_ts_pos = s.max_ts_pos;
+                    last.markers |= s.markers;
+                    tail_index = Some(ix);
+                }
+                // Named by the manifest but never created: empty.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(at(e, "reading the tail of", &path).into()),
+            }
+        }
+        let log_end = manifest
+            .segments
+            .last()
+            .map(|s| s.next_offset)
+            .unwrap_or(manifest.log_start_offset);
+        let loaded = load_producers(fs, None, dir, &manifest, epoch, log_end, now_ms)?;
+        let files = OpenFiles::global();
+        let segments: Vec<Arc<SegView>> = manifest
+            .segments
+            .iter()
+            .map(|e| Arc::new(SegView::new(dir, e, interval, &files)))
+            .collect();
+        if let (Some(seg), Some(ix)) = (segments.last(), tail_index) {
+            *seg.live_index.lock().unwrap() = Some(ix);
+        }
+        let ongoing: BTreeMap<i64, (i64, Option<i64>)> = loaded
+            .state
+            .open_transactions()
+            .map(|(first, pid)| (first, (pid, None)))
+            .collect();
+        Ok(Some(LogView {
+            log_start_offset: manifest.log_start_offset,
+            high_watermark: log_end,
+            epoch,
+            epoch_history: manifest.epoch_history,
+            segments,
+            last_stable_offset: stable_offset(&ongoing, log_end),
+        }))
     }
 
     /// Shared read view for fetch / list-offsets.
@@ -1423,7 +1551,8 @@ impl PartitionLog {
                 *last = self.active_seg.entry(false, self.active_created_ms);
             }
             let loaded = load_producers(
-                self.writer.fs(),
+                &ReadOnly::read_only(&self.writer.shared()),
+                Some(self.writer.fs()),
                 &self.dir,
                 &m,
                 self.epoch,
@@ -1793,7 +1922,8 @@ fn snapshot_consistent(history: &[(i32, i64)], e: i32, o: i64) -> bool {
 /// bounded, and a producer known only from older segments is treated as
 /// new (accepted at any sequence).
 fn load_producers(
-    fs: &dyn Fs,
+    fs: &ReadFs,
+    sweep: Option<&dyn Fs>,
     dir: &Path,
     m: &Manifest,
     epoch: i32,
@@ -1812,8 +1942,10 @@ fn load_producers(
         if o <= log_end && snapshot_consistent(&m.epoch_history, e, o) {
             usable.push((o, e));
         } else {
-            tracing::info!(dir = %dir.display(), offset = o, epoch = e, log_end, "removing a producer snapshot past the log");
-            remove_if_exists(fs, &dir.join(layout::producer_snapshot(o, e)))?;
+            if let Some(fs) = sweep {
+                tracing::info!(dir = %dir.display(), offset = o, epoch = e, log_end, "removing a producer snapshot past the log");
+                remove_if_exists(fs, &dir.join(layout::producer_snapshot(o, e)))?;
+            }
         }
     }
     let mut state = ProducerStates::new();
@@ -1836,8 +1968,10 @@ fn load_producers(
                 break;
             }
             None => {
-                tracing::warn!(dir = %dir.display(), offset = o, epoch = e, "removing a corrupt producer snapshot");
-                remove_if_exists(fs, &path)?;
+                if let Some(fs) = sweep {
+                    tracing::warn!(dir = %dir.display(), offset = o, epoch = e, "removing a corrupt producer snapshot");
+                    remove_if_exists(fs, &path)?;
+                }
                 usable.pop();
             }
         }
