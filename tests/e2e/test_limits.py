@@ -10,7 +10,9 @@ the volume, and the broker keeps serving everyone else.
   CreatePartitions v3 and DeleteTopics v5; older versions are served and then
   held for the throttle time;
 * Metadata auto-creation: per request (--max-auto-create-per-request) and per
-  second (--auto-create-per-sec) -> LEADER_NOT_AVAILABLE (5), not created.
+  second (--auto-create-per-sec) -> LEADER_NOT_AVAILABLE (5), not created;
+* partition opens: at most 16 at once, waiting for a slot without holding a
+  thread (issue 30), so a big create does not grow the thread count.
 """
 
 import struct
@@ -245,3 +247,41 @@ def test_partition_mutation_rate_is_throttled(broker_factory, topic_name):
     a.list_topics(timeout=60)
     assert time.monotonic() - t1 >= 8, time.monotonic() - t1
     assert_healthy(b)
+
+
+def test_opening_many_partitions_at_once_holds_a_bounded_number_of_threads(broker, topic_name):
+    """1,000 partitions created in one request open through 16 open slots,
+    each taken before the open gets a blocking-pool thread: the broker's
+    threads stay bounded while they open (10,000 partitions held 1,037
+    threads when every waiting open parked a pool thread, each arbiter's
+    pool growing toward its cap), and every partition is served."""
+    import threading
+    n = 1000
+    peak = [0]
+    done = threading.Event()
+
+    def sample():
+        while not done.is_set():
+            try:
+                with open(f"/proc/{broker.proc.pid}/status") as f:
+                    for line in f:
+                        if line.startswith("Threads:"):
+                            peak[0] = max(peak[0], int(line.split()[1]))
+            except FileNotFoundError:
+                return
+            time.sleep(0.01)
+
+    t = threading.Thread(target=sample, daemon=True)
+    t.start()
+    try:
+        assert create_codes(broker.bootstrap, [(topic_name, n)], timeout=60) == {topic_name: 0}
+        deadline = time.monotonic() + 90
+        while broker.log_text().count(f"partition leader open topic={topic_name} partition=") < n:
+            assert time.monotonic() < deadline, "not every partition opened"
+            time.sleep(0.2)
+    finally:
+        done.set()
+        t.join(5)
+    assert peak[0] <= 150, f"{peak[0]} threads while {n} partitions opened"
+    produce_and_check(broker.bootstrap, topic_name)
+    assert_healthy(broker)
