@@ -186,6 +186,10 @@ pub struct Telemetry {
     /// Heartbeats that renewed the lease with less than a third of it left
     /// (`cluster::membership::LATE_BEAT_FRACTION`): the warning before a lapse.
     pub heartbeat_late: AtomicU64,
+    /// Lease lapses of this process (each one drops every leadership and
+    /// rejoins as a new incarnation), however the lapse came about: a
+    /// frozen process fails no heartbeat, it wakes with its lease gone.
+    pub lease_lapses: AtomicU64,
     /// The last minutes, for the dashboard's sparklines.
     pub series: rates::Series,
 }
@@ -260,12 +264,17 @@ impl Telemetry {
             .iter()
             .map(|(k, v)| (*k, v.clone()))
             .collect();
-        out.push_str("# TYPE kaas_actor_mailbox_depth gauge\n");
+        let _ = writeln!(
+            out,
+            "# HELP kaas_build_info The broker's version (always 1).\n# TYPE kaas_build_info gauge\nkaas_build_info{{version=\"{}\"}} 1",
+            env!("CARGO_PKG_VERSION")
+        );
+        out.push_str("# HELP kaas_actor_mailbox_depth Messages waiting in the mailboxes of one actor kind.\n# TYPE kaas_actor_mailbox_depth gauge\n");
         for (k, s) in &kinds {
             let d = s.mailbox_depth.load(Ordering::Relaxed).max(0);
             let _ = writeln!(out, "kaas_actor_mailbox_depth{{kind=\"{k}\"}} {d}");
         }
-        out.push_str("# TYPE kaas_actors gauge\n");
+        out.push_str("# HELP kaas_actors Live actors of one kind.\n# TYPE kaas_actors gauge\n");
         for (k, s) in &kinds {
             let _ = writeln!(
                 out,
@@ -273,7 +282,7 @@ impl Telemetry {
                 s.live.load(Ordering::Relaxed)
             );
         }
-        out.push_str("# TYPE kaas_actor_restarts_total counter\n");
+        out.push_str("# HELP kaas_actor_restarts_total Supervisor restarts of actors of one kind (a failed open or write re-driven).\n# TYPE kaas_actor_restarts_total counter\n");
         for (k, s) in &kinds {
             let _ = writeln!(
                 out,
@@ -289,7 +298,7 @@ impl Telemetry {
                 s.errors.load(Ordering::Relaxed)
             );
         }
-        out.push_str("# TYPE kaas_actor_messages_total counter\n");
+        out.push_str("# HELP kaas_actor_messages_total Messages handled, by actor kind and message.\n# TYPE kaas_actor_messages_total counter\n");
         for (k, s) in &kinds {
             for (m, st) in s.messages.lock().unwrap().iter() {
                 let _ = writeln!(
@@ -299,7 +308,7 @@ impl Telemetry {
                 );
             }
         }
-        out.push_str("# TYPE kaas_actor_handle_seconds histogram\n");
+        out.push_str("# HELP kaas_actor_handle_seconds Time an actor spent handling one message.\n# TYPE kaas_actor_handle_seconds histogram\n");
         for (k, s) in &kinds {
             for (m, st) in s.messages.lock().unwrap().iter() {
                 st.handling.render(
@@ -309,7 +318,7 @@ impl Telemetry {
                 );
             }
         }
-        out.push_str("# TYPE kaas_actor_queue_wait_seconds histogram\n");
+        out.push_str("# HELP kaas_actor_queue_wait_seconds Time a message waited in its actor's mailbox.\n# TYPE kaas_actor_queue_wait_seconds histogram\n");
         for (k, s) in &kinds {
             for (m, st) in s.messages.lock().unwrap().iter() {
                 st.queue_wait.render(
@@ -320,26 +329,41 @@ impl Telemetry {
             }
         }
         let counters = [
-            ("kaas_fsyncs_total", self.fsyncs.load(Ordering::Relaxed)),
+            (
+                "kaas_fsyncs_total",
+                "Partition and shard fsyncs.",
+                self.fsyncs.load(Ordering::Relaxed),
+            ),
             (
                 "kaas_produce_bytes_total",
+                "Record bytes appended by produce.",
                 self.produce_bytes.load(Ordering::Relaxed),
             ),
             (
                 "kaas_fetch_bytes_total",
+                "Record bytes answered to fetches.",
                 self.fetch_bytes.load(Ordering::Relaxed),
             ),
             (
                 "kaas_produce_refused_no_space_total",
+                "Appends refused with KAFKA_STORAGE_ERROR because the data volume was full.",
                 self.no_space_refusals.load(Ordering::Relaxed),
             ),
+            (
+                "kaas_lease_lapses_total",
+                "Times this process's lease lapsed: every leadership dropped, rejoined as a new incarnation.",
+                self.lease_lapses.load(Ordering::Relaxed),
+            ),
         ];
-        for (name, v) in counters {
-            let _ = writeln!(out, "# TYPE {name} counter\n{name} {v}");
+        for (name, help, v) in counters {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}"
+            );
         }
         let _ = writeln!(
             out,
-            "# TYPE kaas_connections gauge\nkaas_connections {}",
+            "# HELP kaas_connections Open Kafka client connections.\n# TYPE kaas_connections gauge\nkaas_connections {}",
             self.connections.load(Ordering::Relaxed)
         );
         out.push_str("# HELP kaas_fsync_seconds Latency of partition and shard fsyncs.\n# TYPE kaas_fsync_seconds histogram\n");

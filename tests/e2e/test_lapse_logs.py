@@ -52,6 +52,10 @@ def test_a_lease_lapse_logs_a_handful_of_errors_not_one_per_partition(broker_fac
     wait_until(lambda: b.log_text().count(rejoin) > incarnations, 30,
                what="a new incarnation after the lapse")
     produce_everywhere(b.bootstrap, topic_name)
+    # Counted: a frozen process fails no heartbeat, it wakes with its lease
+    # gone (kaas_heartbeat_failures_total may stay 0).
+    lapses = [ln for ln in b.metrics().splitlines() if ln.startswith("kaas_lease_lapses_total ")]
+    assert lapses and float(lapses[0].split()[1]) >= 1, lapses
     lines = b.log_text().splitlines()[before:]
     errors = [ln for ln in lines if " ERROR " in ln]
     assert len(errors) <= 5, f"{len(errors)} ERROR lines for one lapse:\n" + "\n".join(errors[:20])

@@ -91,6 +91,36 @@ def test_metrics_after_produce(broker, topic_name):
     assert inf == [samples(after, "kaas_produce_seconds_count")[0][1]]
 
 
+def test_promtool_finds_every_family_described(broker, topic_name):
+    """`promtool check metrics` (Prometheus's own linter) is clean on a
+    broker that has served produce, fetch and a group's commit — every
+    family with HELP and TYPE, counters named _total — and the build info
+    and lease-lapse counter are there."""
+    import shutil
+    import subprocess
+    from confluent_kafka import Consumer, TopicPartition
+    from conftest import client_conf
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool missing (Debian package prometheus, .ci/apt-packages.txt)"
+    create_topic(broker.bootstrap, topic_name, 2)
+    p = Producer(producer_conf(broker.bootstrap))
+    for i in range(50):
+        p.produce(topic_name, value=b"m%d" % i, partition=i % 2)
+    assert p.flush(30) == 0
+    consume_all(broker.bootstrap, topic_name, 2, timeout=30)
+    c = Consumer(client_conf(broker.bootstrap, **{"group.id": f"g-{topic_name}", "enable.auto.commit": False}))
+    try:
+        c.commit(offsets=[TopicPartition(topic_name, 0, 5)], asynchronous=False)
+    finally:
+        c.close()
+    text = broker.metrics()
+    r = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0 and not (r.stdout + r.stderr).strip(), r.stdout + r.stderr
+    parsed = parse(text)
+    assert samples(parsed, "kaas_build_info")[0][1] == 1
+    assert samples(parsed, "kaas_lease_lapses_total") == [({}, 0.0)]
+
+
 def test_every_actor_kind_reports_through_one_path(broker, topic_name):
     """Every actor's messages pass the instrumented mailbox: the topic
     catalog, the controller and the partition leaders count their messages

@@ -543,6 +543,9 @@ impl MembershipState {
                 return BeatOutcome::AwaitingFence;
             }
             let new = (self.new_incarnation)();
+            crate::telemetry::global()
+                .lease_lapses
+                .fetch_add(1, Ordering::Relaxed);
             tracing::error!(
                 broker_id = self.shared.broker_id,
                 old = inc,

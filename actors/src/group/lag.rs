@@ -281,7 +281,7 @@ pub fn render_prometheus(r: &LagReport, max_groups: usize, max_partition_series:
     );
     let _ = writeln!(
         out,
-        "# TYPE kaas_consumer_lag_groups_max gauge\nkaas_consumer_lag_groups_max {max_groups}\n# TYPE kaas_consumer_lag_partition_series_max gauge\nkaas_consumer_lag_partition_series_max {max_partition_series}"
+        "# HELP kaas_consumer_lag_groups_max Groups whose lag is exported, at most (the largest first).\n# TYPE kaas_consumer_lag_groups_max gauge\nkaas_consumer_lag_groups_max {max_groups}\n# HELP kaas_consumer_lag_partition_series_max Per-partition lag series exported, at most (the largest first).\n# TYPE kaas_consumer_lag_partition_series_max gauge\nkaas_consumer_lag_partition_series_max {max_partition_series}"
     );
     let _ = writeln!(
         out,
