@@ -56,7 +56,7 @@ function renderCluster(c) {
     return `<tr class="broker" data-id="${esc(b.id)}"><td>${esc(b.id)}${b.is_controller ? ' <span class="badge controller">controller</span>' : ""}${b.self ? ' <span class="muted">(this)</span>' : ""}</td>` +
       `<td>${esc(b.host)}:${esc(b.port)}</td><td>${st}${b.fenced ? ` <span class="badge fenced">${b.fenced} fenced</span>` : ""}</td>` +
       `<td class="num">${ms(b.lease_age_ms)}</td><td class="num ${headCls}">${b.alive ? ms(Math.max(0, head)) : "–"}</td>` +
-      `<td class="num">${num(b.partitions_led)}</td><td class="num">${num(b.coordinators_led)}</td><td class="muted">${b.incarnation == null ? "" : Number(b.incarnation).toString(16)}</td></tr>`;
+      `<td class="num">${num(b.partitions_led)}</td><td class="num">${num(b.coordinators_led)}</td><td class="muted">${b.incarnation == null ? "" : esc(b.incarnation)}</td></tr>`;
   }).join(""));
   rows("topics", a.topics.map((t) => {
     const leaders = Object.entries(t.leaders).map(([k, v]) => `${k === "-1" ? "none" : k}: ${v}`).join(", ");

@@ -438,7 +438,7 @@ pub fn inspect(fs: &ReadFs, data: &Path, cluster: &Path, only_topic: Option<&str
 
 fn owner_text(o: &Option<ClaimOwner>) -> String {
     match o {
-        Some(o) => format!("broker {} incarnation {:x}", o.broker_id, o.incarnation),
+        Some(o) => format!("broker {} incarnation {}", o.broker_id, o.incarnation),
         None => "(empty: no owner)".into(),
     }
 }
@@ -467,7 +467,7 @@ impl Report {
                 Some(cl) => {
                     let _ = writeln!(
                         o,
-                        "  epoch {:>4}  broker {} incarnation {:x}",
+                        "  epoch {:>4}  broker {} incarnation {}",
                         c.epoch, cl.broker_id, cl.incarnation
                     );
                 }
@@ -485,7 +485,7 @@ impl Report {
                 Some(r) => {
                     let _ = writeln!(
                         o,
-                        "  broker {}  {}:{}  incarnation {:x}  seq {}  last heartbeat {age}  applied v{} (controller epoch {}){}{}{}",
+                        "  broker {}  {}:{}  incarnation {}  seq {}  last heartbeat {age}  applied v{} (controller epoch {}){}{}{}",
                         b.id, r.host, r.port, r.incarnation, r.seq, r.applied_version, r.applied_controller_epoch,
                         if r.shutting_down { "  shutting-down" } else { "" },
                         if r.clean_exit { "  clean-exit" } else { "" },
@@ -573,7 +573,7 @@ impl Report {
             );
             for p in &t.partitions {
                 let assigned = p.assigned.map_or("unassigned".into(), |(l, inc, e)| {
-                    format!("leader {l} (incarnation {inc:x}) epoch {e}")
+                    format!("leader {l} (incarnation {inc}) epoch {e}")
                 });
                 let _ = writeln!(o, "  partition {}  {assigned}", p.partition);
                 for (e, owner) in &p.claims {

@@ -89,6 +89,15 @@ try {
       [...document.querySelectorAll("#kinds tr.kind")].some((r) => r.dataset.kind === "partition_leader"));
     await until(page, "actor rows", () => document.querySelectorAll("#actors tr.actor").length > 0);
     await until(page, "controller", () => /\d/.test(document.getElementById("controller-id")?.textContent || ""));
+    // Incarnations digit for digit as the broker records, logs and
+    // `kaas inspect` print them (a JSON number lost its low bits here).
+    if (args.incarnations) {
+      const want = args.incarnations.split(",");
+      await until(page, `incarnations ${want.join(" ")}`, (w) => {
+        const text = [...document.querySelectorAll("#brokers tr.broker")].map((r) => r.textContent).join(" ");
+        return w.every((inc) => text.includes(inc));
+      }, want);
+    }
     await page.screenshot({ path: join(out, "cluster-idle.png"), fullPage: true });
     const idleUpdates = await page.evaluate(() => Number(document.body.dataset.updates));
 

@@ -128,9 +128,15 @@ def test_api_endpoints_under_load_on_three_brokers(broker_factory, topic_name):
             wait_until(lambda: len(api(b, "/api/cluster")["brokers"]) == 3, timeout=10,
                        what=f"broker {b.broker_id} reading every broker record")
         views = [api(b, "/api/cluster") for b in brokers]
+        records = {b.broker_id: json.loads((data_dir / "__cluster" / "brokers" / f"{b.broker_id}.json").read_text())
+                   for b in brokers}
         for b, c in zip(brokers, views):
             assert c["broker_id"] == b.broker_id
             ids = {x["id"]: x for x in c["brokers"]}
+            # A u64 as a decimal string, digit for digit the record's (a
+            # JSON number loses its low bits in the page's JavaScript).
+            assert {i: x["incarnation"] for i, x in ids.items()} == \
+                {i: str(r["incarnation"]) for i, r in records.items()}, c["brokers"]
             assert set(ids) == {0, 1, 2}, c["brokers"]
             assert all(x["alive"] for x in ids.values()), c["brokers"]
             assert all(x["lease_age_ms"] < 5000 for x in ids.values()), c["brokers"]
@@ -354,6 +360,11 @@ def test_inspect_after_kill9_takeover(broker_factory, topic_name):
     assert {b["id"] for b in rep["brokers"]} == {0, 1}
     assert rep["controller_epochs"] and rep["assignment"]["version"] >= 1
     t = text.stdout
+    # One representation of an incarnation everywhere: the record's
+    # decimal digits, as the logs print them (was hex here).
+    inc = records[old_leader.broker_id]["incarnation"]
+    assert f"claim    epoch {first['epoch']:>4}  broker {old_leader.broker_id} incarnation {inc}" in t, t
+    assert f"joined the cluster broker_id={old_leader.broker_id} incarnation={inc}" in old_leader.log_text()
     assert f"claim    epoch {first['epoch']:>4}  broker {old_leader.broker_id}" in t, t
     assert f"claim    epoch {second['epoch']:>4}  broker {survivor.broker_id}" in t, t
     assert "sealed" in t and f"leader {survivor.broker_id}" in t

@@ -52,12 +52,13 @@ def need_browser():
 class Driver:
     """The node script as a subprocess speaking its WAIT/OK protocol."""
 
-    def __init__(self, url: str, out: Path, brokers: int, scenario: str):
+    def __init__(self, url: str, out: Path, brokers: int, scenario: str, incarnations: list[str] = ()):
         self.out = out
         self.log = []
+        extra = ["--incarnations", ",".join(incarnations)] if incarnations else []
         self.p = subprocess.Popen(
             ["node", str(BROWSER_DIR / "dashboard.test.mjs"), "--url", url, "--out", str(out),
-             "--brokers", str(brokers), "--scenario", scenario],
+             "--brokers", str(brokers), "--scenario", scenario, *extra],
             cwd=BROWSER_DIR, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             text=True, bufsize=1, env={**os.environ, "CHROMIUM": CHROMIUM})
 
@@ -102,7 +103,9 @@ def test_dashboard_live_in_a_browser(broker_factory, topic_name):
     b0 = brokers[0]
     url = b0.metrics_url.rsplit("/", 1)[0] + "/"
     out = artifacts("live")
-    d = Driver(url, out, 3, "live")
+    incarnations = [str(json.loads((b0.data_dir / "__cluster" / "brokers" / f"{b.broker_id}.json")
+                                   .read_text())["incarnation"]) for b in brokers]
+    d = Driver(url, out, 3, "live", incarnations)
     load = None
     try:
         d.expect_wait("load-started")

@@ -132,7 +132,7 @@ pub fn cluster(broker: &Broker, files: &ClusterFiles, q: &Query) -> Result<Value
         .enumerate()
         .map(|(s, c)| {
             led.entry(c.leader).or_default().1 += 1;
-            json!({"shard": s, "leader": c.leader, "epoch": c.epoch, "incarnation": c.incarnation})
+            json!({"shard": s, "leader": c.leader, "epoch": c.epoch, "incarnation": c.incarnation.to_string()})
         })
         .collect();
     let timing = broker.shared.timing;
@@ -145,7 +145,10 @@ pub fn cluster(broker: &Broker, files: &ClusterFiles, q: &Query) -> Result<Value
                 "id": b.id,
                 "host": r.map(|r| r.host.clone()),
                 "port": r.map(|r| r.port),
-                "incarnation": r.map(|r| r.incarnation),
+                // A u64 as a decimal string: a JSON number loses its low
+                // bits in JavaScript (…5000 for …500b); the logs and
+                // `kaas inspect` print the same digits.
+                "incarnation": r.map(|r| r.incarnation.to_string()),
                 "seq": r.map(|r| r.seq),
                 "alive": b.alive,
                 "lease_age_ms": b.lease_age_ms,

@@ -152,7 +152,7 @@ impl ClusterFiles {
             serde_json::json!({
                 "epoch": c.epoch,
                 "broker_id": c.claim.as_ref().map(|x| x.broker_id),
-                "incarnation": c.claim.as_ref().map(|x| x.incarnation),
+                "incarnation": c.claim.as_ref().map(|x| x.incarnation.to_string()),
             })
         });
         (
