@@ -27,10 +27,39 @@ const bytes = (n) => {
 // The last three components of a path: the part that tells files apart.
 const tail = (p) => { const parts = String(p || "").split("/"); return (parts.length > 3 ? "…/" : "") + parts.slice(-3).join("/"); };
 
+// A stopped broker still accepts the connection (its listen backlog) and
+// never answers: every request gives up after REQUEST_TIMEOUT_MS, and data
+// older than STALE_MS turns the page stale (red, with its age) rather than
+// showing the last render as if it were current.
+const REQUEST_TIMEOUT_MS = 2000;
+const STALE_MS = 3000;
+
 async function getJson(url) {
-  const r = await fetch(url, { cache: "no-store" });
-  if (!r.ok) throw new Error(url + ": " + r.status);
-  return r.json();
+  const ctl = new AbortController();
+  const timer = setTimeout(() => ctl.abort(), REQUEST_TIMEOUT_MS);
+  try {
+    const r = await fetch(url, { cache: "no-store", signal: ctl.signal });
+    if (!r.ok) throw new Error(url + ": " + r.status);
+    return await r.json();
+  } catch (e) {
+    if (e.name === "AbortError") throw new Error(`${url}: no answer within ${REQUEST_TIMEOUT_MS / 1000} s`);
+    throw e;
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+// When the page's own broker last answered every request of a poll.
+let lastOk = null;
+function markFreshness() {
+  const age = lastOk == null ? null : performance.now() - lastOk.at;
+  const stale = age == null || age > STALE_MS;
+  document.body.classList.toggle("stale", stale && lastOk != null);
+  document.body.dataset.stale = stale && lastOk != null ? "1" : "0";
+  if (lastOk != null && stale) {
+    $("status").textContent = `STALE: no answer from this broker for ${Math.round(age / 1000)} s; what is shown is from ${lastOk.clock}`;
+    $("status").className = "bad";
+  }
 }
 
 function rows(tbody, html) {
@@ -173,15 +202,20 @@ async function pollOnce() {
     renderActors(a);
     renderPartitions(p);
     renderSeries(s);
+    // Fresh as of this broker's answers (a hung peer below only times out).
+    lastOk = { at: performance.now(), clock: new Date().toLocaleTimeString() };
+    markFreshness();
     await renderPeers();
     state.updates++;
     document.body.dataset.updates = String(state.updates);
     document.body.dataset.renderMs = String(Math.round(performance.now() - t0));
-    $("status").textContent = `updated ${new Date().toLocaleTimeString()} · ${Math.round(performance.now() - t0)} ms`;
+    $("status").textContent = `updated ${lastOk.clock} · ${Math.round(performance.now() - t0)} ms`;
     $("status").className = "muted";
+    markFreshness();
   } catch (e) {
     $("status").textContent = `update failed: ${e.message}`;
     $("status").className = "bad";
+    markFreshness();
   }
 }
 
@@ -223,3 +257,5 @@ function wire() {
 wire();
 poll();
 setInterval(poll, POLL_MS);
+// Independent of the polls (one may hang up to REQUEST_TIMEOUT_MS).
+setInterval(markFreshness, 500);

@@ -12,6 +12,7 @@ Skipped when chromium or the npm packages are missing, except under CI
 import json
 import os
 import shutil
+import signal
 import subprocess
 import time
 import urllib.request
@@ -96,7 +97,9 @@ class Driver:
 @pytest.mark.substrates("weakfs")
 def test_dashboard_live_in_a_browser(broker_factory, topic_name):
     need_browser()
-    brokers = broker_factory.cluster(3, ["--lease-ms", "3000", "--lease-grace-ms", "500",
+    # A lease that outlives the page's 3 s staleness check (broker 0 is
+    # stopped for about that long).
+    brokers = broker_factory.cluster(3, ["--lease-ms", "8000", "--lease-grace-ms", "500",
                                          "--heartbeat-ms", "200", "--poll-ms", "100"])
     parts = 6
     create_everywhere(brokers, topic_name, parts)
@@ -125,6 +128,16 @@ def test_dashboard_live_in_a_browser(broker_factory, topic_name):
             time.sleep(1.0)
         assert restarts(b0) > before, "no leader restart on broker 0"
         d.send("restarted")
+        # The page's own broker stops answering (accepted, never answered):
+        # the page must say its data is stale within 3 s.
+        d.expect_wait("frozen")
+        b0.proc.send_signal(signal.SIGSTOP)
+        try:
+            d.send("frozen")
+            d.expect_wait("thawed")
+        finally:
+            b0.proc.send_signal(signal.SIGCONT)
+        d.send("thawed")
         d.finish()
     finally:
         d.kill()
