@@ -67,7 +67,23 @@ function rows(tbody, html) {
   el.innerHTML = html;
 }
 
+// Cluster-level items of "needs attention": brokers dead now, and what
+// changed in the last ATTENTION_MS (a lapse that is over, a dead broker, a
+// controller change), newest first. Shown with the actors' items.
+const ATTENTION_MS = 10 * 60 * 1000;
+const EVENT_BADGE = { broker_dead: "dead", broker_back: "back", incarnation: "rejoined", controller: "controller" };
+
+function clusterAttention(c) {
+  const dead = c.brokers.filter((b) => !b.alive && !b.clean_exit).map((b) =>
+    `<li class="hot cluster" data-event="dead-now"><span class="badge error">dead</span> <b>broker ${esc(b.id)}</b> no heartbeat for ${ms(b.lease_age_ms)}</li>`);
+  const recent = (c.events || []).filter((e) => e.age_ms < ATTENTION_MS).reverse().map((e) =>
+    `<li class="hot cluster" data-event="${esc(e.kind)}"><span class="badge ${e.kind === "broker_back" ? "controller" : "fenced"}">${esc(EVENT_BADGE[e.kind] || e.kind)}</span> ` +
+    `${esc(e.text)} <span class="muted">${ms(e.age_ms)} ago</span></li>`);
+  return dead.concat(recent);
+}
+
 function renderCluster(c) {
+  state.clusterAttention = clusterAttention(c);
   $("whoami").textContent = `broker ${c.broker_id} · cluster ${c.cluster_id}`;
   const ctl = c.controller;
   const a = c.assignment;
@@ -125,7 +141,8 @@ function renderActors(a) {
     `<li class="hot" data-kind="${esc(h.actor.kind)}">${h.why.map((w) => `<span class="badge ${esc(w)}">${esc(w)}</span>`).join("")} ` +
     `<b>${esc(h.actor.kind)}/${esc(h.actor.id)}</b> restarts ${num(h.actor.restarts)}, depth ${num(h.actor.mailbox_depth)}` +
     (h.actor.last_error ? ` — <span class="bad">${esc(h.actor.last_error)}</span>` : "") + `</li>`);
-  $("highlighted").innerHTML = hl.length ? hl.join("") : '<li class="muted">nothing restarted, fenced or backing up</li>';
+  const all = (state.clusterAttention || []).concat(hl);
+  $("highlighted").innerHTML = all.length ? all.join("") : '<li class="muted">nothing restarted, fenced, dead or backing up</li>';
 }
 
 function renderPartitions(p) {

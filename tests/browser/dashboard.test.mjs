@@ -136,6 +136,14 @@ try {
     await waitFor("thawed");
     await until(page, "fresh again", () => document.body.dataset.stale === "0", null, 20000);
     frozen = false;
+
+    // Another broker is killed: "needs attention" names it (it listed only
+    // this broker's actors, so a dead broker never appeared there).
+    await waitFor("killed");
+    await until(page, "dead broker in needs attention", (id) =>
+      [...document.querySelectorAll("#highlighted li.cluster")].some((li) => li.textContent.includes(`broker ${id}`) &&
+        /dead|stopped heartbeating/.test(li.textContent)), args.killed, 30000);
+    await page.screenshot({ path: join(out, "dead-broker.png"), fullPage: true });
   }
   if (problems.length) throw new Error(problems.join("\n"));
   console.log("OK");

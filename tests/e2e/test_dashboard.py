@@ -385,3 +385,46 @@ def test_inspect_after_kill9_takeover(broker_factory, topic_name):
 
     # Read-only: nothing changed, not a byte, not a name, not an mtime.
     assert tree_digest(data_dir) == before
+
+
+def test_cluster_events_name_a_lapse_a_dead_broker_and_a_controller_change(broker_factory):
+    """/api/cluster's events (the cluster half of "needs attention"): a
+    broker frozen past its lease shows as stopped heartbeating and then as
+    a new incarnation — long after it looks healthy again — and a killed
+    controller as dead and as a controller change. Before, the list held
+    only this broker's live actors' counters, so none of these appeared."""
+    brokers = broker_factory.cluster(3, FAST)
+    wait_until(lambda: (api(brokers[0], "/api/cluster")["controller"] or {}).get("broker_id") is not None,
+               timeout=20, what="a controller")
+    ctl = api(brokers[0], "/api/cluster")["controller"]["broker_id"]
+    controller = next(b for b in brokers if b.broker_id == ctl)
+    page = next(b for b in brokers if b is not controller)
+    frozen = next(b for b in brokers if b not in (page, controller))
+
+    def view():
+        return api(page, "/api/cluster")
+
+    wait_until(lambda: len(view()["brokers"]) == 3 and all(b["alive"] for b in view()["brokers"]),
+               timeout=20, what="every broker alive on the page")
+
+    def events(kind, broker_id):
+        return [e for e in view()["events"] if e["kind"] == kind and e["broker"] == broker_id]
+
+    frozen.proc.send_signal(signal.SIGSTOP)
+    try:
+        wait_until(lambda: events("broker_dead", frozen.broker_id), timeout=20,
+                   what="the frozen broker reported as not heartbeating")
+    finally:
+        frozen.proc.send_signal(signal.SIGCONT)
+    wait_until(lambda: events("incarnation", frozen.broker_id), timeout=30,
+               what="the frozen broker's new incarnation reported")
+    e = events("incarnation", frozen.broker_id)[-1]
+    assert "lease lapsed" in e["text"] and e["age_ms"] >= 0, e
+    controller.kill9()
+    wait_until(lambda: events("broker_dead", controller.broker_id), timeout=30,
+               what="the killed controller reported dead")
+    wait_until(lambda: any(x["kind"] == "controller" for x in view()["events"]), timeout=30,
+               what="the controller change reported")
+    assert all(x["broker"] != controller.broker_id
+               for x in view()["events"] if x["kind"] == "controller"), view()["events"]
+    assert len(view()["events"]) <= 64

@@ -53,10 +53,12 @@ def need_browser():
 class Driver:
     """The node script as a subprocess speaking its WAIT/OK protocol."""
 
-    def __init__(self, url: str, out: Path, brokers: int, scenario: str, incarnations: list[str] = ()):
+    def __init__(self, url: str, out: Path, brokers: int, scenario: str, incarnations: list[str] = (),
+                 killed: int | None = None):
         self.out = out
         self.log = []
         extra = ["--incarnations", ",".join(incarnations)] if incarnations else []
+        extra += ["--killed", str(killed)] if killed is not None else []
         self.p = subprocess.Popen(
             ["node", str(BROWSER_DIR / "dashboard.test.mjs"), "--url", url, "--out", str(out),
              "--brokers", str(brokers), "--scenario", scenario, *extra],
@@ -108,7 +110,8 @@ def test_dashboard_live_in_a_browser(broker_factory, topic_name):
     out = artifacts("live")
     incarnations = [str(json.loads((b0.data_dir / "__cluster" / "brokers" / f"{b.broker_id}.json")
                                    .read_text())["incarnation"]) for b in brokers]
-    d = Driver(url, out, 3, "live", incarnations)
+    victim = brokers[2]
+    d = Driver(url, out, 3, "live", incarnations, killed=victim.broker_id)
     load = None
     try:
         d.expect_wait("load-started")
@@ -138,6 +141,9 @@ def test_dashboard_live_in_a_browser(broker_factory, topic_name):
         finally:
             b0.proc.send_signal(signal.SIGCONT)
         d.send("thawed")
+        d.expect_wait("killed")
+        victim.kill9()
+        d.send("killed")
         d.finish()
     finally:
         d.kill()

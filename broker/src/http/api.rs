@@ -190,6 +190,15 @@ pub fn cluster(broker: &Broker, files: &ClusterFiles, q: &Query) -> Result<Value
         "brokers": brokers,
         "coordinators": coordinators,
         "problems": problems,
+        // What changed since this broker's page was first looked at,
+        // newest last, with its age: a lapse that is over, a dead broker,
+        // a controller change.
+        "events": files.events().into_iter().map(|e| json!({
+            "age_ms": (kaas_actors::clock::wall_ms() - e.at_ms).max(0),
+            "kind": e.kind,
+            "broker": e.broker,
+            "text": e.text,
+        })).collect::<Vec<_>>(),
     }))
 }
 

@@ -32,8 +32,28 @@ pub struct BrokerSeen {
     pub alive: bool,
 }
 
+/// A change in the cluster this host noticed between two reads of the
+/// files: what an on-call engineer must see even once it is over (a broker
+/// that lapsed and rejoined looks healthy a second later).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ClusterEvent {
+    /// Wall-clock ms when this host noticed it.
+    pub at_ms: i64,
+    /// `broker_dead`, `broker_back`, `incarnation`, `controller`.
+    pub kind: &'static str,
+    /// The broker concerned (for `controller`: the new controller).
+    pub broker: Option<i32>,
+    /// One line for a human.
+    pub text: String,
+}
+
+/// Cluster events kept, newest last (older ones drop off).
+pub const EVENTS_KEPT: usize = 64;
+
 #[derive(Default)]
 struct Snapshot {
+    /// What changed between reads (bounded: [`EVENTS_KEPT`]).
+    events: std::collections::VecDeque<ClusterEvent>,
     brokers: Vec<BrokerSeen>,
     controller: Option<ControllerEpochFile>,
     epochs_seen: usize,
@@ -94,7 +114,7 @@ impl ClusterFiles {
         let mut epochs = read_controller_epochs(&self.fs, &self.cluster_dir, &mut problems);
         let now = Instant::now();
         let mut s = self.snap.lock().unwrap();
-        let brokers = files
+        let brokers: Vec<BrokerSeen> = files
             .into_iter()
             .map(|f| {
                 let seq = f.record.as_ref().map_or(0, |r| r.seq);
@@ -115,11 +135,28 @@ impl ClusterFiles {
                 }
             })
             .collect();
+        let controller = epochs.pop();
+        let at_ms = kaas_actors::clock::wall_ms();
+        let mut found = changes(&s.brokers, &brokers, at_ms);
+        if let Some(e) = controller_change(s.controller.as_ref(), controller.as_ref(), at_ms) {
+            found.push(e);
+        }
+        for e in found {
+            if s.events.len() == EVENTS_KEPT {
+                s.events.pop_front();
+            }
+            s.events.push_back(e);
+        }
         s.brokers = brokers;
         s.epochs_seen = epochs.len();
-        s.controller = epochs.pop();
+        s.controller = controller;
         s.problems = problems;
         s.read_at = Some(now);
+    }
+
+    /// The cluster events noticed so far, oldest first.
+    pub(super) fn events(&self) -> Vec<ClusterEvent> {
+        self.snap.lock().unwrap().events.iter().cloned().collect()
     }
 
     /// The snapshot as JSON parts: (brokers, controller claim, number of
@@ -163,6 +200,74 @@ impl ClusterFiles {
             s.read_at.map(|t| t.elapsed().as_millis() as u64),
         )
     }
+}
+
+/// What changed for each broker between two reads: it stopped
+/// heartbeating (not a clean exit), came back, or runs as a new
+/// incarnation (a restart, or a lease lapse it rejoined from).
+fn changes(before: &[BrokerSeen], now: &[BrokerSeen], at_ms: i64) -> Vec<ClusterEvent> {
+    let mut out = Vec::new();
+    for b in now {
+        let Some(old) = before.iter().find(|o| o.id == b.id) else {
+            continue;
+        };
+        let inc = |x: &BrokerSeen| x.record.as_ref().map(|r| r.incarnation);
+        let event = |kind, text: String| ClusterEvent {
+            at_ms,
+            kind,
+            broker: Some(b.id),
+            text,
+        };
+        let clean_exit = b.record.as_ref().is_some_and(|r| r.clean_exit);
+        if let (Some(a), Some(n)) = (inc(old), inc(b)) {
+            if a != n {
+                out.push(event(
+                    "incarnation",
+                    format!("broker {} runs as a new incarnation {n} (was {a}): it restarted, or its lease lapsed and it rejoined; what it led moved", b.id),
+                ));
+                continue;
+            }
+        }
+        if old.alive && !b.alive && !clean_exit {
+            out.push(event(
+                "broker_dead",
+                format!(
+                    "broker {} stopped heartbeating ({} ms without a new heartbeat): dead, frozen or cut off from the volume",
+                    b.id, b.lease_age_ms
+                ),
+            ));
+        } else if !old.alive && b.alive {
+            out.push(event(
+                "broker_back",
+                format!("broker {} heartbeats again", b.id),
+            ));
+        }
+    }
+    out
+}
+
+/// A new controller epoch between two reads.
+fn controller_change(
+    before: Option<&ControllerEpochFile>,
+    now: Option<&ControllerEpochFile>,
+    at_ms: i64,
+) -> Option<ClusterEvent> {
+    let (old, new) = (before?, now?);
+    if old.epoch == new.epoch {
+        return None;
+    }
+    let id = new.claim.as_ref().map(|c| c.broker_id);
+    Some(ClusterEvent {
+        at_ms,
+        kind: "controller",
+        broker: id,
+        text: format!(
+            "controller changed: epoch {} → {}, now broker {}",
+            old.epoch,
+            new.epoch,
+            id.map_or("?".to_string(), |i| i.to_string())
+        ),
+    })
 }
 
 /// The background work behind the dashboard.
