@@ -428,3 +428,13 @@ def test_cluster_events_name_a_lapse_a_dead_broker_and_a_controller_change(broke
     assert all(x["broker"] != controller.broker_id
                for x in view()["events"] if x["kind"] == "controller"), view()["events"]
     assert len(view()["events"]) <= 64
+
+    # /metrics says the same: two live brokers, a new controller (the
+    # gauges KaasBrokerDown and KaasPartitionsLeaderless alert on).
+    def gauge(name):
+        line = next(ln for ln in page.metrics().splitlines() if ln.startswith(name + " "))
+        return float(line.split()[1])
+
+    wait_until(lambda: gauge("kaas_cluster_brokers_live") == 2, timeout=30, what="2 live brokers in /metrics")
+    wait_until(lambda: gauge("kaas_cluster_controller_id") != controller.broker_id, timeout=30,
+               what="the new controller in /metrics")

@@ -119,6 +119,13 @@ def test_promtool_finds_every_family_described(broker, topic_name):
     parsed = parse(text)
     assert samples(parsed, "kaas_build_info")[0][1] == 1
     assert samples(parsed, "kaas_lease_lapses_total") == [({}, 0.0)]
+    # The cluster as this broker applied it: itself live and controller,
+    # every partition led.
+    assert samples(parsed, "kaas_cluster_brokers_live") == [({}, 1.0)]
+    assert samples(parsed, "kaas_cluster_controller_id") == [({}, float(broker.broker_id))]
+    assert samples(parsed, "kaas_cluster_controller_epoch")[0][1] >= 1
+    assert samples(parsed, "kaas_cluster_partitions_leaderless") == [({}, 0.0)]
+    assert samples(parsed, "kaas_cluster_shards_leaderless") == [({}, 0.0)]
 
 
 def test_every_actor_kind_reports_through_one_path(broker, topic_name):

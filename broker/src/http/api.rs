@@ -263,3 +263,32 @@ pub fn partitions(broker: &Broker, q: &Query) -> Result<Value, String> {
         "partitions": rows,
     }))
 }
+
+/// The cluster as this broker's watcher last applied it, for `/metrics`:
+/// live brokers, the controller, and partitions and coordinator shards
+/// with no live leader (vacant, or granted to a broker the assignment no
+/// longer lists as live). Every broker exports its own view; alert on
+/// `max` over them.
+pub fn cluster_prometheus(broker: &Broker) -> String {
+    let a = broker.assignment();
+    let live: std::collections::BTreeSet<i32> = a.brokers.iter().map(|b| b.id).collect();
+    let leaderless =
+        |it: &mut dyn Iterator<Item = &kaas_actors::cluster::records::PartitionAssignment>| {
+            it.filter(|p| p.leader < 0 || !live.contains(&p.leader))
+                .count()
+        };
+    let partitions = leaderless(&mut a.topics.values().flat_map(|t| t.partitions.iter()));
+    let shards = leaderless(&mut a.coordinators.iter());
+    format!(
+        "# HELP kaas_cluster_brokers_live Brokers the applied assignment lists as live.\n# TYPE kaas_cluster_brokers_live gauge\nkaas_cluster_brokers_live {}\n\
+         # HELP kaas_cluster_controller_id Broker id of the controller that wrote the applied assignment.\n# TYPE kaas_cluster_controller_id gauge\nkaas_cluster_controller_id {}\n\
+         # HELP kaas_cluster_controller_epoch Epoch of the controller that wrote the applied assignment.\n# TYPE kaas_cluster_controller_epoch gauge\nkaas_cluster_controller_epoch {}\n\
+         # HELP kaas_cluster_assignment_version Version of the assignment this broker applied.\n# TYPE kaas_cluster_assignment_version gauge\nkaas_cluster_assignment_version {}\n\
+         # HELP kaas_cluster_partitions_leaderless Partitions with no live leader in the applied assignment.\n# TYPE kaas_cluster_partitions_leaderless gauge\nkaas_cluster_partitions_leaderless {partitions}\n\
+         # HELP kaas_cluster_shards_leaderless Coordinator shards with no live leader in the applied assignment.\n# TYPE kaas_cluster_shards_leaderless gauge\nkaas_cluster_shards_leaderless {shards}\n",
+        live.len(),
+        a.controller_id,
+        a.controller_epoch,
+        a.version,
+    )
+}

@@ -174,7 +174,10 @@ pub fn route(head: &str, broker: &Broker, files: &ClusterFiles) -> Response {
     let r = match path {
         "/metrics" => Ok(Response::ok(
             "text/plain; version=0.0.4",
-            t.render_prometheus() + &lag::prometheus(broker) + &crate::conn::prometheus(broker),
+            t.render_prometheus()
+                + &lag::prometheus(broker)
+                + &crate::conn::prometheus(broker)
+                + &api::cluster_prometheus(broker),
         )),
         "/actors" => Ok(Response::ok(
             "application/json",
