@@ -145,8 +145,11 @@ def test_manifests_validate_strict(values):
     for version in K8S_VERSIONS:
         for d in docs:
             if d["apiVersion"].startswith("monitoring.coreos.com/"):
-                # Third-party CRD (prometheus-operator): no bundled schema.
-                assert d["spec"]["endpoints"] and d["spec"]["selector"]["matchLabels"]
+                # Third-party CRDs (prometheus-operator): no bundled schema.
+                if d["kind"] == "PrometheusRule":
+                    assert d["spec"]["groups"] and all(g["rules"] for g in d["spec"]["groups"])
+                else:
+                    assert d["spec"]["endpoints"] and d["spec"]["selector"]["matchLabels"]
                 continue
             if d["kind"] == "KafkaTopic":
                 schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
@@ -504,3 +507,37 @@ def test_brokers_run_as_rendered(tmp_path):
                 p.wait()
     # Controlled shutdown finishes inside the pod's grace period.
     assert all(p.returncode == 0 for p in procs), [p.returncode for p in procs]
+
+
+def test_dashboard_and_alert_rules_have_one_source():
+    """deploy/'s Grafana dashboard and alert rules are links to the chart's
+    files (the chart shipped an 8-panel dashboard of its own, without the
+    lease-headroom and restarts panels), and the chart renders them as
+    they are: the ConfigMap's JSON and the PrometheusRule's groups."""
+    import json
+    chart_files = REPO / "deploy" / "helm" / "kaas" / "files"
+    for name, target in (("grafana-dashboard.json", "dashboard.json"),
+                         ("prometheus-alerts.yml", "prometheus-alerts.yml")):
+        link = REPO / "deploy" / name
+        assert link.is_symlink() and link.resolve() == (chart_files / target).resolve(), link
+    docs = render(sets=("dashboard.enabled=true", "prometheusRule.enabled=true"))
+    cm = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-dashboard"))
+    assert json.loads(cm["data"]["kaas.json"]) == json.loads((chart_files / "dashboard.json").read_text())
+    rule = one(docs, "PrometheusRule")
+    assert rule["spec"] == yaml.safe_load((chart_files / "prometheus-alerts.yml").read_text())
+    assert "{{ $labels.instance }}" in json.dumps(rule["spec"]), "alert templates must pass through helm untouched"
+
+
+def test_brokers_spread_softly_and_the_volume_is_not_rechowned():
+    """The default: a soft spread across nodes (ScheduleAnyway, never
+    blocks scheduling) that explicit constraints replace, and
+    fsGroupChangePolicy OnRootMismatch (else the kubelet may re-chown the
+    whole shared volume at every pod start)."""
+    sts = one(render(), "StatefulSet")
+    pod = sts["spec"]["template"]["spec"]
+    assert pod["securityContext"]["fsGroupChangePolicy"] == "OnRootMismatch"
+    (c,) = pod["topologySpreadConstraints"]
+    assert c["whenUnsatisfiable"] == "ScheduleAnyway" and c["topologyKey"] == "kubernetes.io/hostname"
+    assert c["labelSelector"]["matchLabels"] == sts["spec"]["selector"]["matchLabels"]
+    off = one(render(sets=("broker.spreadAcrossNodes=false",)), "StatefulSet")
+    assert "topologySpreadConstraints" not in off["spec"]["template"]["spec"]
