@@ -541,3 +541,23 @@ def test_brokers_spread_softly_and_the_volume_is_not_rechowned():
     assert c["labelSelector"]["matchLabels"] == sts["spec"]["selector"]["matchLabels"]
     off = one(render(sets=("broker.spreadAcrossNodes=false",)), "StatefulSet")
     assert "topologySpreadConstraints" not in off["spec"]["template"]["spec"]
+
+
+@pytest.mark.parametrize("helm_name", HELMS)
+def test_notes_match_what_is_installed(helm_name):
+    """NOTES.txt (rendered by an install dry run, which needs no cluster):
+    the KafkaTopic example only when the operator runs (it is what serves
+    it), an admin-client example otherwise, and how to reach the dashboard."""
+    def notes(*sets):
+        args = ["install", RELEASE, str(CHART), "-n", NAMESPACE, "--dry-run=client"]
+        for s in sets:
+            args += ["--set", s]
+        r = run_helm(helm_name, *args)
+        assert r.returncode == 0, r.stderr
+        return r.stdout.split("NOTES:", 1)[1]
+
+    on, off = notes(), notes("operator.enabled=false")
+    assert "kind: KafkaTopic" in on and "kind: KafkaTopic" not in off, off
+    assert "kafka-topics.sh --bootstrap-server" in off
+    for n in (on, off):
+        assert f"port-forward pod/{RELEASE}-kaas-0 9644" in n and "http://127.0.0.1:9644/" in n, n
