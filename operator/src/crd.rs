@@ -6,7 +6,7 @@
 //! The CRD YAML under `deploy/` and in the chart is generated from these
 //! types by the `crdgen` binary; `tests/crd_drift.rs` fails when they differ.
 
-use kube::CustomResource;
+use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -19,14 +19,19 @@ pub const UNMANAGED_ANNOTATION: &str = "kaas.io/managed";
 pub const FINALIZER: &str = "kaas.io/topic-deletion";
 
 /// Desired state of a Kafka topic.
-#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+///
+/// The API server refuses what the operator can never do (CEL transition
+/// rules in the CRD): a partition count below the current one, and a
+/// changed or removed `spec.topicName` (a rename is a new topic).
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, KubeSchema)]
 #[kube(
     group = "kaas.io",
     version = "v1alpha1",
     kind = "KafkaTopic",
     namespaced,
     status = "KafkaTopicStatus",
-    shortname = "kt",
+    // Not `kt`: Strimzi's KafkaTopic has it, and both may be installed.
+    shortname = "ktopic",
     category = "kaas",
     printcolumn = r#"{"name":"Topic","type":"string","jsonPath":".status.topicName"}"#,
     printcolumn = r#"{"name":"Partitions","type":"integer","jsonPath":".spec.partitions"}"#,
@@ -36,6 +41,10 @@ pub const FINALIZER: &str = "kaas.io/topic-deletion";
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("self.partitions >= oldSelf.partitions").message("partitions cannot be decreased: Kafka never removes partitions"),
+    validation = Rule::new("has(self.topicName) == has(oldSelf.topicName) && (!has(self.topicName) || self.topicName == oldSelf.topicName)").message("topicName is immutable: a rename is a new topic (create a new resource)")
+)]
 pub struct KafkaTopicSpec {
     /// Kafka topic name; defaults to `metadata.name`. Immutable in effect:
     /// changing it is reported NotSupported.

@@ -561,3 +561,15 @@ def test_notes_match_what_is_installed():
     assert "kafka-topics.sh --bootstrap-server" in off
     for n in (on, off):
         assert f"port-forward pod/{RELEASE}-kaas-0 9644" in n and "http://127.0.0.1:9644/" in n, n
+
+
+def test_crd_refuses_a_shrink_or_a_rename_and_keeps_off_strimzis_short_name():
+    """The KafkaTopic CRD carries CEL transition rules on spec (enforced by
+    the API server at apply: no API server runs here, so their presence and
+    text are what is checked), and not Strimzi's short name `kt`."""
+    crd = one(render(), "CustomResourceDefinition")
+    assert "kt" not in crd["spec"]["names"]["shortNames"], crd["spec"]["names"]
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    rules = {r["rule"] for r in spec["x-kubernetes-validations"]}
+    assert "self.partitions >= oldSelf.partitions" in rules, rules
+    assert any("self.topicName == oldSelf.topicName" in r for r in rules), rules
