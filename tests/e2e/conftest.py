@@ -917,6 +917,16 @@ def consume_all(bootstrap: str, topic: str, partitions: list[int] | int,
     return out
 
 
+def commit_offset(bootstrap: str, topic: str, group: str, offset: int, partition: int = 0) -> None:
+    """Commit `offset` for `group` on one partition (no member joins)."""
+    from confluent_kafka import Consumer, TopicPartition
+    c = Consumer(client_conf(bootstrap, **{"group.id": group, "enable.auto.commit": False}))
+    try:
+        c.commit(offsets=[TopicPartition(topic, partition, offset)], asynchronous=False)
+    finally:
+        c.close()
+
+
 def produce_and_check(bootstrap: str, topic: str | None = None, n: int = 10,
                       timeout: float = 30.0) -> None:
     """Sanity round trip with confluent-kafka: create (if needed) a topic,

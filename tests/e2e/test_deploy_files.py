@@ -120,16 +120,11 @@ def grafana_exprs() -> list[tuple[str, str]]:
 
 def test_rules_and_dashboard_use_only_exported_metrics(broker, topic_name):
     from conftest import create_topic, produce_and_check
-    from confluent_kafka import Consumer, TopicPartition
-    from conftest import client_conf, wait_until
+    from conftest import commit_offset, wait_until
     create_topic(broker.bootstrap, topic_name, 1)
     produce_and_check(broker.bootstrap, topic_name, n=5)
     # A group with a committed offset, so the per-group lag series exist.
-    c = Consumer(client_conf(broker.bootstrap, **{"group.id": f"g-{topic_name}", "enable.auto.commit": False}))
-    try:
-        c.commit(offsets=[TopicPartition(topic_name, 0, 1)], asynchronous=False)
-    finally:
-        c.close()
+    commit_offset(broker.bootstrap, topic_name, f"g-{topic_name}", 1)
     wait_until(lambda: "kaas_consumer_group_lag" in exported(broker), timeout=20,
                what="the group's lag exported")
     have = exported(broker)

@@ -29,13 +29,20 @@ def samples(parsed, name, **labels):
     return [(l, v) for n, l, v in parsed if n == name and all(l.get(k) == x for k, x in labels.items())]
 
 
-def test_metrics_after_produce(broker, topic_name):
+def produce_and_read(broker, topic_name: str, n: int) -> Producer:
+    """`n` records over two partitions of a new topic, acknowledged and
+    read back; returns the producer."""
     create_topic(broker.bootstrap, topic_name, 2)
     p = Producer(producer_conf(broker.bootstrap))
-    for i in range(500):
+    for i in range(n):
         p.produce(topic_name, value=b"m%d" % i, partition=i % 2)
     assert p.flush(30) == 0
     consume_all(broker.bootstrap, topic_name, 2, timeout=30)
+    return p
+
+
+def test_metrics_after_produce(broker, topic_name):
+    p = produce_and_read(broker, topic_name, 500)
 
     with urllib.request.urlopen(broker.metrics_url, timeout=5) as r:
         assert r.status == 200
@@ -98,21 +105,11 @@ def test_promtool_finds_every_family_described(broker, topic_name):
     and lease-lapse counter are there."""
     import shutil
     import subprocess
-    from confluent_kafka import Consumer, TopicPartition
-    from conftest import client_conf
+    from conftest import commit_offset
     promtool = shutil.which("promtool")
     assert promtool, "promtool missing (Debian package prometheus, .ci/apt-packages.txt)"
-    create_topic(broker.bootstrap, topic_name, 2)
-    p = Producer(producer_conf(broker.bootstrap))
-    for i in range(50):
-        p.produce(topic_name, value=b"m%d" % i, partition=i % 2)
-    assert p.flush(30) == 0
-    consume_all(broker.bootstrap, topic_name, 2, timeout=30)
-    c = Consumer(client_conf(broker.bootstrap, **{"group.id": f"g-{topic_name}", "enable.auto.commit": False}))
-    try:
-        c.commit(offsets=[TopicPartition(topic_name, 0, 5)], asynchronous=False)
-    finally:
-        c.close()
+    produce_and_read(broker, topic_name, 50)
+    commit_offset(broker.bootstrap, topic_name, f"g-{topic_name}", 5)
     text = broker.metrics()
     r = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=30)
     assert r.returncode == 0 and not (r.stdout + r.stderr).strip(), r.stdout + r.stderr

@@ -722,7 +722,17 @@ impl Actor for PartitionLeader {
             };
             let _ = actix_rt::task::spawn_blocking(move || {
                 let _permit = permit;
-                open_blocking(addr, fs, dir, epoch, who, cfg, now, failed_at)
+                let read = fs.read_only();
+                let res = PartitionLog::open_as(fs, &dir, epoch, who, cfg.clone(), now, failed_at);
+                // Nothing could be written, not even the claim: serve what
+                // the files hold to readers meanwhile.
+                let view = match &res {
+                    Err(e) if e.is_no_space() => {
+                        Some(PartitionLog::read_only_view(&read, &dir, epoch, &cfg, now))
+                    }
+                    _ => None,
+                };
+                addr.do_send(Opened(res, view));
             })
             .await;
         });
@@ -737,32 +747,6 @@ impl Actor for PartitionLeader {
             self.stats.deregister();
         }
     }
-}
-
-/// One partition open on the blocking pool, its result sent back as
-/// [`Opened`].
-#[allow(clippy::too_many_arguments)]
-fn open_blocking(
-    addr: Addr<PartitionLeader>,
-    fs: SharedFs,
-    dir: PathBuf,
-    epoch: i32,
-    who: Claimant,
-    cfg: LogConfig,
-    now: i64,
-    failed_at: Option<(i64, u64)>,
-) {
-    let read = fs.read_only();
-    let res = PartitionLog::open_as(fs, &dir, epoch, who, cfg.clone(), now, failed_at);
-    // Nothing could be written, not even the claim: serve what the
-    // files hold to readers meanwhile (issue: a full volume reads).
-    let view = match &res {
-        Err(e) if e.is_no_space() => {
-            Some(PartitionLog::read_only_view(&read, &dir, epoch, &cfg, now))
-        }
-        _ => None,
-    };
-    addr.do_send(Opened(res, view));
 }
 
 impl Drop for PartitionLeader {
@@ -1382,6 +1366,15 @@ mod tests {
 
     async fn produce(h: &PartitionHandle) -> Result<i64, PartitionError> {
         let (records, infos) = super::super::commit::tests::batch(1);
+        send(h, records, infos).await
+    }
+
+    /// Append through the mailbox and wait for the fsync's answer.
+    async fn send(
+        h: &PartitionHandle,
+        records: bytes::Bytes,
+        infos: Vec<kaas_protocol::batch::BatchInfo>,
+    ) -> Result<i64, PartitionError> {
         let t = h
             .addr
             .send(AppendBatches {
@@ -1543,17 +1536,7 @@ mod tests {
     async fn produce_idem(h: &PartitionHandle, seq: i32) -> Result<i64, PartitionError> {
         let records = crate::partition::tests::idem_batch(&["v"], 7, 0, seq);
         let infos = kaas_protocol::batch::validate_batches(&records).unwrap();
-        let t = h
-            .addr
-            .send(AppendBatches {
-                records,
-                infos,
-                wait_durable: true,
-                verified: None,
-            })
-            .await
-            .unwrap()?;
-        t.durable.unwrap().await.unwrap()
+        send(h, records, infos).await
     }
 
     /// Catches: a batch that skips ahead of one given up while parked

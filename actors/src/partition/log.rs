@@ -750,19 +750,7 @@ impl PartitionLog {
         let prior = match found {
             Some(e) => {
                 let path = dir.join(manifest_name(e));
-                let bytes = match fs.read(&path) {
-                    Ok(b) => b,
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                        return Err(LogError::StaleView { path });
-                    }
-                    Err(e) => return Err(at(e, "reading manifest", &path).into()),
-                };
-                let m: Manifest =
-                    serde_json::from_slice(&bytes).map_err(|e| LogError::CorruptManifest {
-                        path: path.clone(),
-                        reason: e.to_string(),
-                    })?;
-                Some(m)
+                Some(parse_manifest(fs.read(&path), path)?)
             }
             None => None,
         };
@@ -792,15 +780,14 @@ impl PartitionLog {
                                 len = len.min(size);
                             }
                         }
-                        let start = ScanStart {
-                            pos: 0,
-                            next_offset: last.base,
-                            max_ts: -1,
-                            max_ts_pos: 0,
-                            verify_from: last.size,
-                        };
                         Some((
-                            scan(f.as_ref(), last.base, start, len, &mut tail_index)?,
+                            scan(
+                                f.as_ref(),
+                                last.base,
+                                tail_start(last),
+                                len,
+                                &mut tail_index,
+                            )?,
                             len,
                         ))
                     }
@@ -821,26 +808,10 @@ impl PartitionLog {
                 }
             };
             if let Some((s, file_len)) = scanned {
-                if s.end_pos < last.size {
-                    // The checkpoint promised more than is there: refuse
-                    // rather than persist a shorter log and reuse offsets
-                    // that were acknowledged.
-                    return Err(LogError::CorruptManifest {
-                        path: path.clone(),
-                        reason: format!(
-                            "segment holds {} valid bytes, checkpoint says {}",
-                            s.end_pos, last.size
-                        ),
-                    });
-                }
+                adopt_tail(last, &s, &path)?;
                 if let Some(why) = &s.stopped {
                     tracing::warn!(dir = %dir.display(), reason = %why, valid = s.end_pos, "ignoring torn tail");
                 }
-                last.size = s.end_pos;
-                last.next_offset = s.next_offset;
-                last.max_ts = s.max_ts;
-                last.max_ts_pos = s.max_ts_pos;
-                last.markers |= s.markers;
                 let clean_end = file_len == s.end_pos || file_len == u64::MAX;
                 if s.end_pos > 0 && file_len != u64::MAX {
                     // What recovery found may be only in this host's page
@@ -877,11 +848,7 @@ impl PartitionLog {
             }
         }
 
-        let next_offset = manifest
-            .segments
-            .last()
-            .map(|s| s.next_offset)
-            .unwrap_or(manifest.log_start_offset);
+        let next_offset = manifest.log_end();
         if manifest.epoch_history.last().map(|(e, _)| *e) != Some(epoch) {
             manifest.epoch_history.push((epoch, next_offset));
         }
@@ -930,11 +897,7 @@ impl PartitionLog {
         // Idempotent-producer state: the newest usable snapshot, then the
         // batch headers after it. Written back as a snapshot at the log end
         // if the replay found any, so the next open replays nothing of it.
-        let log_end = manifest
-            .segments
-            .last()
-            .map(|s| s.next_offset)
-            .unwrap_or(manifest.log_start_offset);
+        let log_end = manifest.log_end();
         let loaded = load_producers(
             &ReadOnly::read_only(&writer.shared()),
             Some(fs),
@@ -982,11 +945,7 @@ impl PartitionLog {
             Vec::new()
         };
         *active_seg.aborted.write().unwrap() = Some(aborted);
-        let ongoing: BTreeMap<i64, (i64, Option<i64>)> = loaded
-            .state
-            .open_transactions()
-            .map(|(first, pid)| (first, (pid, None)))
-            .collect();
+        let ongoing = ongoing_of(&loaded.state);
         let view = LogView {
             log_start_offset: manifest.log_start_offset,
             high_watermark: last.next_offset,
@@ -1102,18 +1061,7 @@ impl PartitionLog {
             });
         }
         let path = dir.join(manifest_name(found));
-        let bytes = match fs.read(&path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                return Err(LogError::StaleView { path });
-            }
-            Err(e) => return Err(at(e, "reading manifest", &path).into()),
-        };
-        let mut manifest: Manifest =
-            serde_json::from_slice(&bytes).map_err(|e| LogError::CorruptManifest {
-                path: path.clone(),
-                reason: e.to_string(),
-            })?;
+        let mut manifest = parse_manifest(fs.read(&path), path)?;
         let interval = cfg.index_interval_bytes;
         let mut tail_index = None;
         if let Some(last) = manifest.segments.last_mut().filter(|l| !l.sealed) {
@@ -1122,28 +1070,8 @@ impl PartitionLog {
                 Ok(f) => {
                     let len = f.len()?;
                     let mut ix = Index::new(interval);
-                    let start = ScanStart {
-                        pos: 0,
-                        next_offset: last.base,
-                        max_ts: -1,
-                        max_ts_pos: 0,
-                        verify_from: last.size,
-                    };
-                    let s = scan(f.as_ref(), last.base, start, len, &mut ix)?;
-                    if s.end_pos < last.size {
-                        return Err(LogError::CorruptManifest {
-                            path,
-                            reason: format!(
-                                "segment holds {} valid bytes, checkpoint says {}",
-                                s.end_pos, last.size
-                            ),
-                        });
-                    }
-                    last.size = s.end_pos;
-                    last.next_offset = s.next_offset;
-                    last.max_ts = s.max_ts;
-                    last.max_ts_pos = s.max_ts_pos;
-                    last.markers |= s.markers;
+                    let s = scan(f.as_ref(), last.base, tail_start(last), len, &mut ix)?;
+                    adopt_tail(last, &s, &path)?;
                     tail_index = Some(ix);
                 }
                 // Named by the manifest but never created: empty.
@@ -1151,11 +1079,7 @@ impl PartitionLog {
                 Err(e) => return Err(at(e, "reading the tail of", &path).into()),
             }
         }
-        let log_end = manifest
-            .segments
-            .last()
-            .map(|s| s.next_offset)
-            .unwrap_or(manifest.log_start_offset);
+        let log_end = manifest.log_end();
         let loaded = load_producers(fs, None, dir, &manifest, epoch, log_end, now_ms)?;
         let files = OpenFiles::global();
         let segments: Vec<Arc<SegView>> = manifest
@@ -1166,11 +1090,7 @@ impl PartitionLog {
         if let (Some(seg), Some(ix)) = (segments.last(), tail_index) {
             *seg.live_index.lock().unwrap() = Some(ix);
         }
-        let ongoing: BTreeMap<i64, (i64, Option<i64>)> = loaded
-            .state
-            .open_transactions()
-            .map(|(first, pid)| (first, (pid, None)))
-            .collect();
+        let ongoing = ongoing_of(&loaded.state);
         Ok(Some(LogView {
             log_start_offset: manifest.log_start_offset,
             high_watermark: log_end,
@@ -1563,11 +1483,7 @@ impl PartitionLog {
         }
         // Markers undone re-open their transactions; aborts undone leave
         // the index.
-        self.ongoing = self
-            .producers
-            .open_transactions()
-            .map(|(first, pid)| (first, (pid, None)))
-            .collect();
+        self.ongoing = ongoing_of(&self.producers);
         let durable_end = self.next_offset;
         if let Some(a) = self.active_seg.aborted.write().unwrap().as_mut() {
             a.retain(|t| t.last_offset < durable_end);
@@ -1886,6 +1802,64 @@ fn at(e: io::Error, what: &str, path: &Path) -> io::Error {
         return e;
     }
     io::Error::new(e.kind(), format!("{what} {}: {e}", path.display()))
+}
+
+/// The manifest at `path` from `read` (its bytes, or why not): missing
+/// means this host's view of the directory is stale.
+fn parse_manifest(read: io::Result<Vec<u8>>, path: PathBuf) -> Result<Manifest, LogError> {
+    let bytes = match read {
+        Ok(b) => b,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(LogError::StaleView { path });
+        }
+        Err(e) => return Err(at(e, "reading manifest", &path).into()),
+    };
+    serde_json::from_slice(&bytes).map_err(|e| LogError::CorruptManifest {
+        path,
+        reason: e.to_string(),
+    })
+}
+
+/// Where the CRC scan of an unsealed last segment starts: its first byte,
+/// CRCs verified from the checkpointed size on.
+fn tail_start(last: &SegmentEntry) -> ScanStart {
+    ScanStart {
+        pos: 0,
+        next_offset: last.base,
+        max_ts: -1,
+        max_ts_pos: 0,
+        verify_from: last.size,
+    }
+}
+
+/// Take what the tail scan `s` of the segment at `path` found into its
+/// entry. A scan shorter than the checkpoint promised is refused rather
+/// than persisting a shorter log and reusing offsets that were
+/// acknowledged.
+fn adopt_tail(last: &mut SegmentEntry, s: &Scan, path: &Path) -> Result<(), LogError> {
+    if s.end_pos < last.size {
+        return Err(LogError::CorruptManifest {
+            path: path.to_path_buf(),
+            reason: format!(
+                "segment holds {} valid bytes, checkpoint says {}",
+                s.end_pos, last.size
+            ),
+        });
+    }
+    last.size = s.end_pos;
+    last.next_offset = s.next_offset;
+    last.max_ts = s.max_ts;
+    last.max_ts_pos = s.max_ts_pos;
+    last.markers |= s.markers;
+    Ok(())
+}
+
+/// The open transactions of `p`, as the log tracks them (first offset →
+/// producer id, no marker yet).
+fn ongoing_of(p: &ProducerStates) -> BTreeMap<i64, (i64, Option<i64>)> {
+    p.open_transactions()
+        .map(|(first, pid)| (first, (pid, None)))
+        .collect()
 }
 
 /// What [`load_producers`] found.

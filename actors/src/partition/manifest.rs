@@ -56,6 +56,17 @@ pub struct Manifest {
     pub epoch_history: Vec<(i32, i64)>,
 }
 
+impl Manifest {
+    /// One past the last offset the segments hold (the log start offset
+    /// when there is none).
+    pub fn log_end(&self) -> i64 {
+        self.segments
+            .last()
+            .map(|s| s.next_offset)
+            .unwrap_or(self.log_start_offset)
+    }
+}
+
 /// File name of the manifest written by `epoch`.
 pub use layout::manifest as manifest_name;
 /// Epoch encoded in a manifest file name.
