@@ -109,6 +109,29 @@ function renderCluster(c) {
   }).join("") + (a.topics_total > a.topics.length ? `<tr><td colspan="4" class="muted">… ${num(a.topics_total - a.topics.length)} more topics (filter by name below)</td></tr>` : ""));
 }
 
+// Every group in the cluster, largest lag first, with its coordinator
+// (groups coordinated by other brokers are read from them while the page
+// is open, so they may take a poll or two to appear).
+const LAG_PARTITIONS_SHOWN = 8;
+function renderLag(l) {
+  if (!l) return;
+  const read = (l.peers_read || []).map((p) => `broker ${p.broker} read ${ms(p.read_ms_ago)} ago`).join(", ");
+  $("lag-note").textContent = `(every group in the cluster: ${num(l.groups_total)} group${l.groups_total === 1 ? "" : "s"}` +
+    `${l.groups_total > l.groups.length ? `, the ${l.groups.length} most behind shown` : ""}${read ? "; other coordinators: " + read : ""})`;
+  if (!l.groups.length) { rows("lag", '<tr><td colspan="4" class="muted">no committed offsets yet</td></tr>'); return; }
+  rows("lag", l.groups.map((g) => {
+    const topics = g.topics.map((t) => {
+      const ps = t.partitions.slice().sort((a, b) => b.lag - a.lag);
+      const shown = ps.slice(0, LAG_PARTITIONS_SHOWN).map((p) => `p${esc(p.partition)} ${num(p.lag)}`).join(", ");
+      const more = ps.length > LAG_PARTITIONS_SHOWN ? `, … ${num(ps.length - LAG_PARTITIONS_SHOWN)} more` : "";
+      const unknown = t.unknown_partitions ? ` <span class="warn">(${num(t.unknown_partitions)} partitions' high watermark unknown)</span>` : "";
+      return `${esc(t.topic)} <b>${num(t.lag)}</b> <span class="muted">[${shown}${more}]</span>${unknown}`;
+    }).join("; ");
+    return `<tr class="lag-group" data-group="${esc(g.group)}" data-lag="${esc(g.lag)}" data-coordinator="${esc(g.coordinator)}">` +
+      `<td>${esc(g.group)}</td><td>broker ${esc(g.coordinator)}</td><td class="num">${num(g.lag)}</td><td>${topics}</td></tr>`;
+  }).join(""));
+}
+
 function actorRow(r) {
   const hot = r.restarts > 0 || r.last_error || r.mailbox_depth >= 32;
   return `<tr class="actor${hot ? " hot" : ""}" data-kind="${esc(r.kind)}" data-id="${esc(r.id)}"><td>${esc(r.kind)}/${esc(r.id)}</td><td class="clip muted" title="${esc(r.owns)}">${esc(tail(r.owns))}</td>` +
@@ -122,7 +145,7 @@ function actorRow(r) {
 function lagRow(lag) {
   if (!lag || !lag.topics.length) return "";
   const top = lag.topics.slice(0, 5).map((t) =>
-    `${esc(t.group)} → ${esc(t.topic)}: <b>${num(t.lag)}</b>${t.unknown_partitions ? ` (+${num(t.unknown_partitions)} partitions led elsewhere)` : ""}`);
+    `${esc(t.group)} → ${esc(t.topic)}: <b>${num(t.lag)}</b>${t.unknown_partitions ? ` (+${num(t.unknown_partitions)} partitions whose high watermark is unknown)` : ""}`);
   const more = lag.total > top.length ? `, … ${num(lag.total - top.length)} more` : "";
   return `<tr class="lag"><td colspan="9" class="muted">consumer lag: ${top.join(", ")}${more}</td></tr>`;
 }
@@ -150,11 +173,15 @@ function renderPartitions(p) {
   $("parts-page").textContent = `${p.total ? p.offset + 1 : 0}–${last} of ${num(p.total)}`;
   rows("partitions", p.partitions.map((r) => {
     const l = r.local;
+    const x = r.remote || {};
+    // Led elsewhere: log start and high watermark as read from the leader
+    // (a poll or two after the row first appears); the rest is on its page.
     const cells = l
       ? `<td class="num">${num(l.log_start_offset)}</td><td class="num">${num(l.high_watermark)}</td><td class="num">${num(l.end_offset)}</td><td class="num">${num(l.segments)}</td>` +
         `<td class="num">${bytes(l.bytes)}</td><td class="num">${num(l.appends_per_sec, 1)}</td><td class="num">${num(l.fsyncs_per_sec, 1)}</td><td class="num">${num(l.fsync_p99_ms, 2)}</td>` +
         `<td class="num">${num(l.mailbox_depth)}</td>`
-      : `<td colspan="9" class="muted">led by broker ${esc(r.leader)}: its detail is on its own page</td>`;
+      : `<td class="num">${num(x.log_start_offset)}</td><td class="num">${num(x.high_watermark)}</td>` +
+        `<td colspan="7" class="muted">read from broker ${esc(r.leader)}, which leads it; its end, segments and rates are on its page</td>`;
     return `<tr class="partition${l && (l.restarts || l.last_error) ? " hot" : ""}"><td>${esc(r.topic)}-${esc(r.partition)}</td><td>${esc(r.leader)}</td><td class="num">${esc(r.epoch)}</td>${cells}</tr>`;
   }).join(""));
 }
@@ -216,6 +243,7 @@ async function pollOnce() {
       getJson("/api/cluster"), getJson("/api/actors?" + actQ), getJson("/api/partitions?" + partQ), getJson("/api/series"),
     ]);
     renderCluster(c);
+    renderLag(c.consumer_lag);
     renderActors(a);
     renderPartitions(p);
     renderSeries(s);

@@ -32,6 +32,17 @@ async function waitFor(event) {
   }
 }
 
+// `WAIT <event>`, answered by `<event> <data…>`: returns the data words.
+async function waitForData(event) {
+  console.log(`WAIT ${event}`);
+  for (;;) {
+    const { value, done } = await lines.next();
+    if (done) throw new Error(`stdin closed while waiting for ${event}`);
+    const words = value.trim().split(/\s+/);
+    if (words[0] === event) return words.slice(1);
+  }
+}
+
 async function until(page, what, fn, arg, timeout = 20000) {
   try {
     await page.waitForFunction(fn, arg, { timeout, polling: 200 });
@@ -116,6 +127,14 @@ try {
     const updates = await page.evaluate(() => Number(document.body.dataset.updates));
     if (!(updates > idleUpdates)) throw new Error("the page did not update by itself");
     await page.screenshot({ path: join(out, "cluster-under-load.png"), fullPage: true });
+
+    // A group coordinated by another broker: its lag is on this page too
+    // (it was only on the coordinator's own page).
+    const [group, lag, coordinator] = await waitForData("lag");
+    await until(page, `group ${group} lag ${lag} coordinated by broker ${coordinator}`, ([g, l, c]) =>
+      [...document.querySelectorAll("#lag tr.lag-group")].some((r) => r.dataset.group === g &&
+        r.dataset.lag === l && r.dataset.coordinator === c && r.textContent.includes(`broker ${c}`)), [group, lag, coordinator]);
+    await page.screenshot({ path: join(out, "consumer-lag.png"), fullPage: true });
 
     await waitFor("restarted");
     await until(page, "restart highlighted", () =>

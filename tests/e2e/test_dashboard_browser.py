@@ -119,6 +119,9 @@ def test_dashboard_live_in_a_browser(broker_factory, topic_name):
         load.start()
         wait_until(lambda: load.acked > 100, timeout=30, what="acknowledged load")
         d.send("load-started")
+        d.expect_wait("lag")
+        group, lag, coordinator = lag_elsewhere(brokers, topic_name + "-lag")
+        d.send(f"lag {group} {lag} {coordinator}")
         d.expect_wait("restarted")
         # Fail broker 0's volume for a moment: its leaders' fsyncs fail and
         # they restart (the lease, 3 s, outlives the cut).
@@ -149,6 +152,34 @@ def test_dashboard_live_in_a_browser(broker_factory, topic_name):
         d.kill()
         if load:
             load.stop()
+
+
+def lag_elsewhere(brokers, topic: str) -> tuple[str, int, int]:
+    """A group, coordinated by a broker other than the page's (brokers[0]),
+    committed behind a topic of known size: (group, its lag, coordinator)."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    create_everywhere(brokers, topic, 2)
+    p = Producer({"bootstrap.servers": bootstrap(brokers), "acks": "all"})
+    for i in range(30):
+        p.produce(topic, value=b"%d" % i, partition=i % 2)
+    assert p.flush(30) == 0
+    page = brokers[0]
+    for attempt in range(12):
+        group = f"lag-{os.getpid()}-{attempt}"
+        c = Consumer({"bootstrap.servers": bootstrap(brokers), "group.id": group,
+                      "enable.auto.commit": False})
+        # 15 per partition; committed 3 and 4: lag 12 + 11.
+        c.commit(offsets=[TopicPartition(topic, 0, 3), TopicPartition(topic, 1, 4)], asynchronous=False)
+        c.close()
+
+        def coordinator():
+            with urllib.request.urlopen(page.metrics_url.rsplit("/", 1)[0] + "/api/cluster", timeout=5) as r:
+                groups = json.loads(r.read())["consumer_lag"]["groups"]
+            return next((g["coordinator"] for g in groups if g["group"] == group and g["lag"] == 23), None)
+        wait_until(lambda: coordinator() is not None, timeout=20, what=f"{group} in broker 0's view")
+        if coordinator() != page.broker_id:
+            return group, 23, coordinator()
+    raise AssertionError("every group tried is coordinated by broker 0")
 
 
 def restarts(b) -> int:

@@ -208,6 +208,77 @@ def test_consumer_lag_of_partitions_led_by_other_brokers(broker_factory, topic_n
                what=f"lag {want} on the coordinator")
 
 
+def api(b, path: str) -> dict:
+    url = b.metrics_url.rsplit("/", 1)[0] + path
+    with urllib.request.urlopen(url, timeout=5) as r:
+        return json.loads(r.read())
+
+
+@pytest.mark.slow
+def test_consumer_lag_of_every_group_on_every_broker_page(broker_factory, topic_name):
+    """Three brokers, a group coordinated by one of them: every broker's
+    /api/cluster names the group, its coordinator and its lag per
+    partition (the others read it from the coordinator over Kafka while a
+    page looks), and every broker's /api/partitions gives the log start and
+    high watermark of partitions it does not lead (read from their
+    leaders). Before, the lag was only on the coordinator's own page and
+    two thirds of the partition rows had no offsets at all."""
+    from cluster import FAST, bootstrap, create_everywhere, leaders
+    bs = broker_factory.cluster(3, FAST + ["--group-shards", "8"])
+    parts = 6
+    create_everywhere(bs, topic_name, parts)
+    produce(bootstrap(bs), topic_name, 20 * parts, parts)  # 20 per partition
+    group = f"lag-view-{uuid.uuid4().hex[:8]}"
+    c = group_consumer(bootstrap(bs), group)
+    c.commit(offsets=[TopicPartition(topic_name, p, p) for p in range(parts)],
+             asynchronous=False)
+    c.close()
+    # Offsets below the start: 5 records deleted from partition 0.
+    from confluent_kafka.admin import AdminClient
+    adm = AdminClient({"bootstrap.servers": bootstrap(bs)})
+    [f] = adm.delete_records([TopicPartition(topic_name, 0, 5)]).values()
+    f.result(30)
+
+    def view(b):
+        for g in api(b, "/api/cluster")["consumer_lag"]["groups"]:
+            if g["group"] == group:
+                [t] = g["topics"]
+                return (g["coordinator"], g["lag"], g["unknown_partitions"],
+                        sorted((p["partition"], p["committed"], p["high_watermark"]) for p in t["partitions"]))
+        return None
+
+    want_parts = [(p, p, 20) for p in range(parts)]
+    seen = {}
+    deadline = time.monotonic() + 30
+    while True:
+        seen = {b.broker_id: view(b) for b in bs}
+        coords = {v[0] for v in seen.values() if v}
+        if all(v and v[1:] == (105, 0, want_parts) for v in seen.values()) and len(coords) == 1:
+            break
+        assert time.monotonic() < deadline, f"per broker (coordinator, lag, unknown, partitions): {seen}"
+        time.sleep(0.3)
+    [coordinator] = coords
+    assert coordinator in {b.broker_id for b in bs}
+    # The view on a broker that is not the coordinator is what was new.
+    assert any(b.broker_id != coordinator for b in bs)
+
+    led = leaders(bs, topic_name)
+    for b in bs:
+        def offsets(b=b):
+            rows = api(b, f"/api/partitions?topic={topic_name}&limit=50")["partitions"]
+            got = {}
+            for r in rows:
+                x = r["local"] if r["local"] else r["remote"]
+                got[r["partition"]] = (x["log_start_offset"], x["high_watermark"])
+            return got
+        want = {p: (5 if p == 0 else 0, 20) for p in range(parts)}
+        wait_until(lambda: offsets() == want, 15,
+                   what=f"broker {b.broker_id}'s partition rows {offsets()} (leaders {led}), want {want}")
+        remote = [r for r in api(b, f"/api/partitions?topic={topic_name}&limit=50")["partitions"]
+                  if r["leader"] != b.broker_id]
+        assert remote and all(r["local"] is None and r["remote"] for r in remote), remote
+
+
 # ---------------------------------------------------------------------------
 # repeated refusals: logged once per interval per peer, not per request
 # ---------------------------------------------------------------------------

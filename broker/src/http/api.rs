@@ -190,6 +190,9 @@ pub fn cluster(broker: &Broker, files: &ClusterFiles, q: &Query) -> Result<Value
         "brokers": brokers,
         "coordinators": coordinators,
         "problems": problems,
+        // Every group in the cluster, with its coordinator: this broker's
+        // and, while a page looks, its peers' (read over Kafka).
+        "consumer_lag": super::lag::cluster_view(broker),
         // What changed since this broker's page was first looked at,
         // newest last, with its age: a lapse that is over, a dead broker,
         // a controller change.
@@ -214,6 +217,9 @@ pub fn partitions(broker: &Broker, q: &Query) -> Result<Value, String> {
     let a = broker.assignment();
     let mut total = 0usize;
     let mut rows = Vec::new();
+    let now = std::time::Instant::now();
+    let remote_hw = super::lag::RemoteHw::get();
+    let mut remote_rows = Vec::new();
     for (name, t) in a.topics.iter() {
         if topic.is_some_and(|x| x != name) {
             continue;
@@ -246,14 +252,28 @@ pub fn partitions(broker: &Broker, q: &Query) -> Result<Value, String> {
                     "owns": row.owns,
                 })
             });
+            // Led elsewhere: its log start and high watermark as read from
+            // its leader (asked from the next refresh on, while the page
+            // lists it); the rest of its detail is on the leader's page.
+            let remote = local.is_none().then(|| {
+                remote_rows.push((name.clone(), idx));
+                json!({
+                    "log_start_offset": remote_hw.fresh_start(name, idx, now),
+                    "high_watermark": remote_hw.fresh(name, idx, now),
+                })
+            });
             rows.push(json!({
                 "topic": name,
                 "partition": idx,
                 "leader": p.leader,
                 "epoch": p.epoch,
                 "local": local,
+                "remote": remote,
             }));
         }
+    }
+    if !remote_rows.is_empty() {
+        remote_hw.want_page(remote_rows, now);
     }
     Ok(json!({
         "broker_id": me,
