@@ -83,8 +83,10 @@ pub struct KafkaTopicStatus {
     pub observed_generation: Option<i64>,
     /// `Ready` with a reason (Ready, Creating, NotSupported,
     /// ResourceConflict, InvalidSpec, IncarnationMismatch, KafkaError,
-    /// Unmanaged).
+    /// Unmanaged). A list-map keyed by `type`, as `metav1.Condition`
+    /// lists are: server-side apply merges a condition by its type.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
 }
 

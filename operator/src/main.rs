@@ -197,6 +197,13 @@ async fn run(args: Args) -> anyhow::Result<()> {
             resync: Duration::from_secs(args.resync_seconds.max(1)),
             failures: Default::default(),
             fence: fence.clone(),
+            recorder: kube::runtime::events::Recorder::new(
+                client.clone(),
+                kube::runtime::events::Reporter {
+                    controller: kaas_operator::reconcile::MANAGER.to_owned(),
+                    instance: Some(lease_cfg.identity.clone()),
+                },
+            ),
         });
         tracing::info!(identity = %lease_cfg.identity, "leading: reconciling");
         let reconciling = controller

@@ -24,8 +24,9 @@ use crate::metrics::Metrics;
 use kaas_volume::topic_dir::{self, TopicStamp};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::Store;
-use kube::ResourceExt;
+use kube::{Resource, ResourceExt};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -53,6 +54,40 @@ pub struct Context {
     /// Checked before every write (Kafka admin request or API patch): a
     /// replica whose lease ran out writes nothing (see `lease`).
     pub fence: Fence,
+    /// Kubernetes Events on the resources (`kubectl describe ktopic`).
+    pub recorder: Recorder,
+}
+
+/// Record an Event on `kt` (`kubectl describe ktopic`): best effort — a
+/// refused Event is logged, never fails the reconcile — and, like every
+/// write, only under the lease. Repeats of one (reason, action) within
+/// a few minutes become one Event with a count (kube's Recorder).
+pub async fn record(
+    ctx: &Context,
+    kt: &KafkaTopic,
+    warning: bool,
+    reason: &str,
+    action: &str,
+    note: String,
+) {
+    if ctx.fence.check().is_err() {
+        return;
+    }
+    let ev = Event {
+        type_: if warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        },
+        reason: reason.to_owned(),
+        // The Events API caps a note at 1 kB.
+        note: Some(note.chars().take(1000).collect()),
+        action: action.to_owned(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&ev, &kt.object_ref(&())).await {
+        tracing::warn!(resource = %kt.name_any(), reason, error = %e, "recording an Event failed");
+    }
 }
 
 /// Back-off after the `n`th consecutive failure: 1 s doubling, capped at 5 min.
@@ -71,6 +106,13 @@ pub fn error_policy(kt: Arc<KafkaTopic>, err: &Error, ctx: Arc<Context>) -> Acti
     };
     let wait = backoff(n);
     tracing::warn!(resource = %kt.name_any(), error = %err, attempt = n, wait_ms = wait.as_millis() as u64, "reconcile failed");
+    // Not when the lease is gone (nothing may be written then).
+    if !matches!(err, Error::NotLeader(_)) {
+        let note = format!("{err}; retrying in {} s (attempt {n})", wait.as_secs());
+        tokio::spawn(async move {
+            record(&ctx, &kt, true, "ReconcileFailed", "Reconcile", note).await;
+        });
+    }
     Action::requeue(wait)
 }
 
@@ -488,6 +530,8 @@ async fn reconcile_inner(kt: &KafkaTopic, ctx: &Context) -> Result<Action, Error
             ctx.fence.check()?;
             ctx.admin.delete_topic(&topic).await?;
             tracing::info!(topic = %topic, "deleted through DeleteTopics");
+            let note = format!("topic {topic} deleted on the brokers (DeleteTopics)");
+            record(ctx, kt, false, "Deleted", "DeleteTopics", note).await;
             Ok(again)
         }
         Step::Reclaim { name, id } => {
@@ -496,6 +540,8 @@ async fn reconcile_inner(kt: &KafkaTopic, ctx: &Context) -> Result<Action, Error
             ctx.fence.check()?;
             ctx.admin.delete_incarnation(&name, id).await?;
             tracing::warn!(topic = %name, %id, "reclaimed a previous incarnation's directory through DeleteTopics");
+            let note = format!("topic {name}: the directory of a previous incarnation ({id}) was deleted through DeleteTopics; a new one is created next");
+            record(ctx, kt, true, "Reclaimed", "DeleteTopics", note).await;
             // Killed here, the next reconcile finds the directory absent
             // and the old id recorded: Step::Forget finishes this.
             forget_id(&api, kt, ctx).await?;
@@ -513,7 +559,12 @@ async fn reconcile_inner(kt: &KafkaTopic, ctx: &Context) -> Result<Action, Error
         } => {
             ctx.fence.check()?;
             match ctx.admin.create_topic(&name, partitions, &configs).await {
-                Ok(()) => tracing::info!(topic = %name, partitions, "created through CreateTopics"),
+                Ok(()) => {
+                    tracing::info!(topic = %name, partitions, "created through CreateTopics");
+                    let note =
+                        format!("topic {name} created with {partitions} partitions (CreateTopics)");
+                    record(ctx, kt, false, "Created", "CreateTopics", note).await;
+                }
                 Err(AdminError::Kafka { code, message }) if is_spec_error(code) => {
                     return write_status(
                         &api,
@@ -530,7 +581,20 @@ async fn reconcile_inner(kt: &KafkaTopic, ctx: &Context) -> Result<Action, Error
         Step::Grow { name, partitions } => {
             ctx.fence.check()?;
             match ctx.admin.create_partitions(&name, partitions).await {
-                Ok(()) => Ok(again),
+                Ok(()) => {
+                    let note =
+                        format!("topic {name} grown to {partitions} partitions (CreatePartitions)");
+                    record(
+                        ctx,
+                        kt,
+                        false,
+                        "PartitionsIncreased",
+                        "CreatePartitions",
+                        note,
+                    )
+                    .await;
+                    Ok(again)
+                }
                 Err(AdminError::NotSupported(k)) => {
                     write_status(&api, kt, not_supported(kt, &vol, k), ctx).await
                 }
@@ -540,7 +604,24 @@ async fn reconcile_inner(kt: &KafkaTopic, ctx: &Context) -> Result<Action, Error
         Step::Alter { name, set, removed } => {
             ctx.fence.check()?;
             match ctx.admin.alter_configs(&name, &set, &removed).await {
-                Ok(()) => Ok(again),
+                Ok(()) => {
+                    let set: Vec<String> = set.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                    let note = format!(
+                        "topic {name}: set [{}], removed [{}] (IncrementalAlterConfigs)",
+                        set.join(", "),
+                        removed.join(", ")
+                    );
+                    record(
+                        ctx,
+                        kt,
+                        false,
+                        "ConfigsAltered",
+                        "IncrementalAlterConfigs",
+                        note,
+                    )
+                    .await;
+                    Ok(again)
+                }
                 Err(AdminError::NotSupported(k)) => {
                     write_status(&api, kt, not_supported(kt, &vol, k), ctx).await
                 }
@@ -636,6 +717,16 @@ async fn write_status(
         api.patch_status(&kt.name_any(), &patch_params(), &Patch::Merge(&patch))
             .await?;
         ctx.metrics.status_write();
+        // A Ready transition is an Event too: Warning unless it is Ready
+        // or on its way (Creating).
+        let old = prev_ready(&prev);
+        if let Some(c) = next.conditions.iter().find(|c| c.type_ == "Ready") {
+            if (c.status.as_str(), c.reason.as_str()) != (old.status.as_str(), old.reason.as_str())
+            {
+                let warning = c.status != "True" && c.reason != "Creating";
+                record(ctx, kt, warning, &c.reason, "Reconcile", c.message.clone()).await;
+            }
+        }
     }
     let ready = next
         .conditions

@@ -38,8 +38,46 @@ async fn run(
     run_fenced(kt, others, b, Fence::unfenced()).await
 }
 
-/// [`run`] with the leader-election fence `fence`.
+/// [`run`], with the Events recorded (type, reason, action) apart from
+/// the other requests.
+async fn run_with_events(
+    kt: KafkaTopic,
+    others: Vec<KafkaTopic>,
+    b: Arc<FakeBrokers>,
+) -> (
+    Result<Action, Error>,
+    Vec<Seen>,
+    Vec<(String, String, String)>,
+) {
+    let (r, seen, _) = run_all(kt, others, b, Fence::unfenced()).await;
+    let (events, seen): (Vec<Seen>, Vec<Seen>) = seen.into_iter().partition(is_event);
+    let events = events
+        .iter()
+        .map(|e| {
+            let f = |k: &str| e.body[k].as_str().unwrap_or_default().to_owned();
+            (f("type"), f("reason"), f("action"))
+        })
+        .collect();
+    (r, seen, events)
+}
+
+fn is_event(s: &Seen) -> bool {
+    s.path.starts_with("/apis/events.k8s.io/")
+}
+
+/// [`run`] with the leader-election fence `fence` (Events left out).
 async fn run_fenced(
+    kt: KafkaTopic,
+    others: Vec<KafkaTopic>,
+    b: Arc<FakeBrokers>,
+    fence: Fence,
+) -> (Result<Action, Error>, Vec<Seen>, Arc<Context>) {
+    let (r, seen, ctx) = run_all(kt, others, b, fence).await;
+    (r, seen.into_iter().filter(|s| !is_event(s)).collect(), ctx)
+}
+
+/// Every request the API server saw, Events included.
+async fn run_all(
     kt: KafkaTopic,
     others: Vec<KafkaTopic>,
     b: Arc<FakeBrokers>,
@@ -79,8 +117,10 @@ async fn run_fenced(
     for o in others.iter().chain(std::iter::once(&kt)) {
         writer.apply_watcher_event(&watcher::Event::Apply(o.clone()));
     }
+    let client = kube::Client::new(svc, "ns");
     let ctx = Arc::new(Context {
-        client: kube::Client::new(svc, "ns"),
+        recorder: kube::runtime::events::Recorder::new(client.clone(), "kaas-operator".into()),
+        client,
         data_dir: b.data.clone(),
         admin: b,
         store,
@@ -132,10 +172,14 @@ async fn adds_the_finalizer_first() {
 #[tokio::test]
 async fn creates_through_create_topics_without_touching_the_api() {
     let (_d, b) = setup();
-    let (r, seen, _) = run(finalized(kt("orders", 0, 3)), vec![], b.clone()).await;
+    let (r, seen, events) = run_with_events(finalized(kt("orders", 0, 3)), vec![], b.clone()).await;
     assert_eq!(r.unwrap(), Action::requeue(Duration::from_millis(500)));
     assert!(seen.is_empty(), "{seen:?}");
     assert_eq!(b.calls(), vec!["CreateTopics orders 3"]);
+    assert_eq!(
+        events,
+        vec![("Normal".into(), "Created".into(), "CreateTopics".into())]
+    );
     assert!(b.stamp_id("orders").is_some());
 }
 
@@ -188,7 +232,7 @@ async fn unchanged_status_is_not_rewritten() {
 async fn grow_not_supported_is_a_condition_not_an_error() {
     let (_d, b) = setup();
     let id = b.client_creates("orders", 3);
-    let (r, seen, _) = run(
+    let (r, seen, events) = run_with_events(
         owning(finalized(kt("orders", 0, 6)), &id),
         vec![],
         b.clone(),
@@ -196,6 +240,10 @@ async fn grow_not_supported_is_a_condition_not_an_error() {
     .await;
     assert!(r.is_ok(), "NotSupported must not be an error loop: {r:?}");
     assert_eq!(b.calls(), vec!["CreatePartitions orders 6"]);
+    assert_eq!(
+        events,
+        vec![("Warning".into(), "NotSupported".into(), "Reconcile".into())]
+    );
     assert_eq!(seen.len(), 1);
     let c = &seen[0].body["status"]["conditions"][0];
     assert_eq!(

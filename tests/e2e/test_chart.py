@@ -573,3 +573,10 @@ def test_crd_refuses_a_shrink_or_a_rename_and_keeps_off_strimzis_short_name():
     rules = {r["rule"] for r in spec["x-kubernetes-validations"]}
     assert "self.partitions >= oldSelf.partitions" in rules, rules
     assert any("self.topicName == oldSelf.topicName" in r for r in rules), rules
+    # status.conditions is a list-map keyed by type, like metav1.Condition
+    # lists (server-side apply merges a condition by its type).
+    status = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
+    conds = status["properties"]["conditions"]
+    assert (conds.get("x-kubernetes-list-type"), conds.get("x-kubernetes-list-map-keys")) \
+        == ("map", ["type"]), conds
+    assert "type" in conds["items"]["required"], conds

@@ -182,6 +182,18 @@ def test_operator_loop_against_in_memory_api_server(broker, kube_api, tmp_path):
         api.call("DELETE", f"{BASE}/orders")
         wait_until(lambda: api.get("orders") is None, 30, what="resource released")
         assert not (broker.data_dir / "orders").exists()
+
+        # What was done is on the resource as Events (kubectl describe).
+        def events():
+            items = (api.call("GET", "/apis/events.k8s.io/v1/namespaces/ns/events") or {}).get("items", [])
+            return [(e.get("type"), e.get("reason"), e.get("action")) for e in items
+                    if (e.get("regarding") or {}).get("name") == "orders"
+                    and (e.get("regarding") or {}).get("kind") == "KafkaTopic"
+                    and e.get("reportingController") == "kaas-operator"]
+        want = [("Normal", "Created", "CreateTopics"), ("Normal", "Ready", "Reconcile"),
+                ("Normal", "PartitionsIncreased", "CreatePartitions"),
+                ("Warning", "NotSupported", "Reconcile"), ("Normal", "Deleted", "DeleteTopics")]
+        wait_until(lambda: all(w in events() for w in want), 10, what=f"events {want}: {events()}")
         assert metric(mport, 'kaas_operator_reconciles_total{result="ok"}') >= 3
         assert proc.poll() is None, oplog()
     except BaseException:
