@@ -70,10 +70,14 @@ class Broker:
     def start(self):
         binary = os.environ.get("KAAS_BIN", str(ROOT / "target/release/kaas"))
         with open(self.log, "ab") as log:
+            # Each run starts from a whole cluster: the restarted broker
+            # gets its share back at once, not after the production
+            # default's 60 s of stable membership (--broker-args overrides).
+            env = {"KAAS_REBALANCE_DELAY_MS": "0", **os.environ}
             self.proc = subprocess.Popen(
                 [binary, "broker", "--broker-id", str(self.id), "--data-dir", str(self.data),
                  "--listen", self.boot, "--metrics-listen", f"127.0.0.1:{self.mport}", *self.extra],
-                stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+                stdout=log, stderr=log, stdin=subprocess.DEVNULL, env=env)
 
     def wait_ready(self, timeout=60):
         end = time.monotonic() + timeout

@@ -237,6 +237,22 @@ pub struct BrokerArgs {
     /// How often the controller and the assignment watcher poll their files.
     #[arg(long, env = "KAAS_POLL_MS", default_value_t = 100)]
     pub poll_ms: u64,
+    /// Moves for balance alone (to a broker that came back or joined)
+    /// start only after the live brokers have been the same for this long;
+    /// a failover is never delayed (Kafka: leader.imbalance.check.interval.seconds).
+    #[arg(long, env = "KAAS_REBALANCE_DELAY_MS", default_value_t = 60_000)]
+    pub rebalance_delay_ms: u64,
+    /// Moves for balance alone start only when at least this percentage of
+    /// the partitions (or of the coordinator shards) is out of its balanced
+    /// place (Kafka: leader.imbalance.per.broker.percentage).
+    #[arg(long, env = "KAAS_REBALANCE_THRESHOLD_PERCENT", default_value_t = 10,
+          value_parser = clap::value_parser!(u32).range(0..=100))]
+    pub rebalance_threshold_percent: u32,
+    /// Partitions (and, separately, coordinator shards) moved for balance at
+    /// once: each pauses for about a second, the next starts as one lands.
+    #[arg(long, env = "KAAS_REBALANCE_MAX_MOVES", default_value_t = 100,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub rebalance_max_moves: u64,
     /// On SIGTERM, how long to wait for the partitions to be handed off;
     /// the whole shutdown gives up 3 s after it (exit code 4).
     #[arg(long, env = "KAAS_SHUTDOWN_TIMEOUT_MS", default_value_t = 15_000)]
@@ -273,6 +289,11 @@ impl BrokerArgs {
             lease: Duration::from_millis(self.lease_ms),
             grace: Duration::from_millis(self.lease_grace_ms),
             poll: Duration::from_millis(self.poll_ms.max(10)),
+            rebalance: kaas_actors::cluster::membership::Rebalance {
+                delay: Duration::from_millis(self.rebalance_delay_ms),
+                max_moves: usize::try_from(self.rebalance_max_moves).unwrap_or(usize::MAX),
+                min_percent: self.rebalance_threshold_percent,
+            },
         };
         if t.lease < t.heartbeat * 2 {
             anyhow::bail!("--lease-ms must be at least twice --heartbeat-ms");

@@ -169,6 +169,11 @@ class Broker:
         env = {k: v for k, v in os.environ.items() if not k.startswith("KAAS_")}
         env.setdefault("RUST_BACKTRACE", "1")
         env.setdefault("RUST_LOG", "info")
+        # Tests expect a broker that joins or comes back to get its share
+        # at once (the production default waits 60 s of stable membership
+        # and a 10% imbalance: test_cluster_balance covers that).
+        env["KAAS_REBALANCE_DELAY_MS"] = "0"
+        env["KAAS_REBALANCE_THRESHOLD_PERCENT"] = "0"
         env.update(self.env)
         self.starts += 1
         with open(self.log_path, "ab") as log:

@@ -147,3 +147,64 @@ def test_a_broker_whose_port_is_taken_moves_no_partitions(broker_factory, topic_
     # move would stall a partition for at least lease + grace).
     assert stall < (LEASE_MS + GRACE_MS) / 1000, stall
     wait_leaders(first, topic_name, 6, {0, 1})
+
+
+def test_a_broker_that_comes_back_gets_its_share_after_the_delay_a_few_at_a_time(
+        broker_factory, topic_name):
+    """Issue 30 item 5: leadership moved twice per failure — the survivors
+    took over, and the broker took everything straight back when it
+    returned (a second pause for every partition and shard). Now the
+    survivors keep what they took over until the live brokers have been the
+    same for --rebalance-delay-ms, and the moves back run at most
+    --rebalance-max-moves at a time (here 1: never two partitions, nor two
+    shards, vacated in one version). A failover itself is never delayed."""
+    delay_s = 6
+    args = FAST + ["--group-shards", "6", "--rebalance-delay-ms", str(delay_s * 1000),
+                   "--rebalance-threshold-percent", "10", "--rebalance-max-moves", "1"]
+    bs = broker_factory.cluster(3, args)
+    parts = 6
+    create_everywhere(bs, topic_name, parts)
+    cdir = volume(bs[0]) / "__cluster"
+    victim = bs[2]
+    # The delay counts from the last membership change (the third broker's
+    # join): the cluster settles first.
+    wait_until_spread = time.monotonic() + 60
+    while _spread(bs, {topic_name: parts}, {0, 1, 2}) is None:
+        assert time.monotonic() < wait_until_spread, "not spread over three brokers"
+        time.sleep(0.2)
+    victim.kill9()
+    survivors = bs[:2]
+    wait_leaders(survivors, topic_name, parts, {0, 1}, timeout=30)
+    failover = _grants(read_assignment(cdir), [topic_name])
+    assert {l for l, _ in failover.values()} == {0, 1}
+    start = len(assignment_versions(cdir))
+
+    victim.start()
+    back = time.monotonic()
+    # Within the delay: nothing taken back (grants and epochs unchanged).
+    while time.monotonic() < back + delay_s - 2:
+        now = _grants(read_assignment(cdir), [topic_name])
+        assert now == failover, f"moved back within the delay: {now} after {failover}"
+        time.sleep(0.3)
+    # After it: its share, two partitions, each moved back once.
+    deadline = time.monotonic() + 60
+    while _spread(bs, {topic_name: parts}, {0, 1, 2}) is None:
+        assert time.monotonic() < deadline, "the broker that came back never got its share"
+        time.sleep(0.2)
+    assert time.monotonic() - back >= delay_s - 0.5, "moved back before the delay"
+    versions = assignment_versions(cdir)[start:]
+
+    def vacated(entries):
+        return sum(1 for e in entries if e["leader"] < 0 and e.get("releasing"))
+    for v in versions:
+        assert vacated(v["topics"][topic_name]["partitions"]) <= 1, v["topics"][topic_name]
+        assert vacated(v["coordinators"]) <= 1, v["coordinators"]
+    final = _grants(versions[-1], [topic_name])
+    moved_back = [k for k in final if final[k][0] == 2]
+    assert len(moved_back) == 2, final
+    for k in final:
+        grants = {(v["topics"][topic_name]["partitions"][k[1]]["leader"],
+                   v["topics"][topic_name]["partitions"][k[1]]["epoch"]) for v in versions}
+        granted = {g for g in grants if g[0] >= 0}
+        # Each partition: its failover grant, plus one for those moved back.
+        assert len(granted) == (2 if k in moved_back else 1), (k, sorted(granted))

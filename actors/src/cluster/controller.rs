@@ -32,7 +32,7 @@
 use super::history::{self, Probe, Published};
 use super::lease::LeaseGuard;
 use super::membership::Shared;
-use super::plan::{plan_with_shards, BrokerView, TopicInfo};
+use super::plan::{plan_moves, BrokerView, MovePolicy, TopicInfo};
 use super::records::{
     read_json, Assignment, AssignmentDelta, BrokerRecord, ASSIGNMENT, BROKERS_DIR,
 };
@@ -236,6 +236,13 @@ struct Leading {
     unchanged_plan: Option<PlanInputs>,
     /// Coordinator shards, once `group-shards.json` was read (0 before).
     shards: u32,
+    /// The eligible brokers as of the last pass, and since when (our
+    /// clock) they have been those: moves for balance wait for
+    /// [`Rebalance::delay`](super::membership::Rebalance) of stability.
+    eligible: (Vec<i32>, Duration),
+    /// Moves for balance started and not finished: continued (whatever the
+    /// threshold) until nothing is out of place or the brokers change.
+    rebalancing: bool,
     /// When `controller/epoch-<ours + 1>` was last probed: at most every
     /// [`LIST_EVERY`] (a successor needs our record to stand still for
     /// lease + grace, by which time our own lease has lapsed and every
@@ -260,11 +267,18 @@ struct PlanInputs {
     shards: u32,
     view_gen: u64,
     brokers: Vec<(i32, bool, bool, BrokerRecord)>,
+    policy: MovePolicy,
 }
 
 impl PlanInputs {
-    fn of(l: &Leading, shards: u32, brokers: &BTreeMap<i32, BrokerView>) -> Self {
+    fn of(
+        l: &Leading,
+        shards: u32,
+        brokers: &BTreeMap<i32, BrokerView>,
+        policy: MovePolicy,
+    ) -> Self {
         Self {
+            policy,
             base: (
                 l.prev.controller_epoch,
                 l.prev.controller_id,
@@ -315,6 +329,40 @@ pub struct ControllerState {
     /// listing and exact probes above it): between listings a pass only
     /// probes the next epoch by exact name.
     claim: Option<ControllerEpoch>,
+}
+
+/// The moves for balance this pass may make: none until the eligible
+/// brokers have been the same for `r.delay` (a change restarts the wait and
+/// stops a rebalance under way); then up to `r.max_moves` in flight, started
+/// only above `r.min_percent` out of place and finished once started.
+fn rebalance_policy(
+    l: &mut Leading,
+    brokers: &BTreeMap<i32, BrokerView>,
+    r: super::membership::Rebalance,
+    now: Duration,
+) -> MovePolicy {
+    let eligible: Vec<i32> = brokers
+        .iter()
+        .filter(|(_, b)| b.eligible())
+        .map(|(id, _)| *id)
+        .collect();
+    if eligible != l.eligible.0 {
+        l.eligible = (eligible, now);
+        l.rebalancing = false;
+    }
+    if l.rebalancing {
+        MovePolicy {
+            max_moves: r.max_moves,
+            min_percent: 0,
+        }
+    } else if now.saturating_sub(l.eligible.1) >= r.delay {
+        MovePolicy {
+            max_moves: r.max_moves,
+            min_percent: r.min_percent,
+        }
+    } else {
+        MovePolicy::NONE
+    }
 }
 
 /// A broker as the controller currently sees it (tests and the dashboard).
@@ -639,6 +687,8 @@ impl ControllerState {
             named: (0, 0, Vec::new()),
             unchanged_plan: None,
             shards: 0,
+            eligible: (Vec::new(), self.clock.now()),
+            rebalancing: false,
             epoch_probed_at: Some(self.clock.now()),
             probe_next: false,
             shards_probed_at: None,
@@ -1104,7 +1154,8 @@ impl ControllerState {
         // of its CPU re-planning every one of them each poll). A broker's
         // death, a new or changed topic, or a folded version changes the
         // inputs, so it is still planned in the same pass.
-        let inputs = PlanInputs::of(l, shards, &brokers);
+        let policy = rebalance_policy(l, &brokers, self.shared.timing.rebalance, now);
+        let inputs = PlanInputs::of(l, shards, &brokers, policy);
         if repair_at.is_none() && l.unchanged_plan.as_ref() == Some(&inputs) {
             self.housekeeping();
             self.remove_vacated();
@@ -1175,11 +1226,25 @@ impl ControllerState {
                 .max()
                 .unwrap_or(0)
         };
-        let planned = plan_with_shards(base, l.epoch, me, &brokers, &topics, shards, disk_epoch);
+        let (planned, moves) = plan_moves(
+            base, l.epoch, me, &brokers, &topics, shards, policy, disk_epoch,
+        );
         if list_failed.get() {
             // A new partition's starting epoch must be above what is on disk;
             // without a listing we cannot know it. Try again next poll.
             return Err(std::io::Error::other("partition directory unreadable"));
+        }
+        let was = l.rebalancing;
+        l.rebalancing = policy.max_moves > 0 && moves.wanted > 0 && (was || moves.vacated > 0);
+        if l.rebalancing && !was {
+            tracing::info!(
+                out_of_place = moves.wanted,
+                moving = moves.vacated,
+                stable_for_ms = now.saturating_sub(l.eligible.1).as_millis() as u64,
+                "rebalancing: moving partitions and coordinator shards to brokers below their share, a bounded number at a time"
+            );
+        } else if was && !l.rebalancing && moves.wanted == 0 {
+            tracing::info!("rebalanced: every broker leads its share");
         }
         let next = match planned {
             Some(n) => n,

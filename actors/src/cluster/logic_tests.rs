@@ -8,7 +8,7 @@
 
 use super::controller::{ControllerState, Liveness};
 use super::lease::Lease;
-use super::membership::{BeatOutcome, MembershipState, Shared, Timing};
+use super::membership::{BeatOutcome, MembershipState, Rebalance, Shared, Timing};
 use super::records::{
     broker_record_path, write_json, Assignment, BrokerRecord, ASSIGNMENT, BROKERS_DIR,
 };
@@ -26,6 +26,7 @@ const TIMING: Timing = Timing {
     lease: Duration::from_secs(3),
     grace: Duration::from_secs(1),
     poll: Duration::from_millis(100),
+    rebalance: Rebalance::IMMEDIATE,
 };
 
 fn real() -> SharedFs {

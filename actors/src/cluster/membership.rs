@@ -39,6 +39,36 @@ pub struct Timing {
     pub grace: Duration,
     /// Assignment / controller poll interval.
     pub poll: Duration,
+    /// When the controller moves partitions for balance alone.
+    pub rebalance: Rebalance,
+}
+
+/// When the controller moves held partitions (and coordinator shards) from
+/// their live owners for balance alone — a broker that came back, or joined
+/// — rather than because an owner is gone (a failover is never delayed).
+/// Each move pauses its partition for about a second, so one failure
+/// should cost one move: the survivors keep what they took over until the
+/// brokers have been stable for `delay`, and then only when enough is out
+/// of place, a bounded number at a time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rebalance {
+    /// Moves start once the set of eligible brokers has not changed for
+    /// this long (any join, death, shutdown or return restarts it).
+    pub delay: Duration,
+    /// Moves in flight at once per class (partitions; coordinator shards).
+    pub max_moves: usize,
+    /// Moves start only when at least this percentage of a class is out of
+    /// its balanced place; once started they run to balance.
+    pub min_percent: u32,
+}
+
+impl Rebalance {
+    /// Every move as soon as it is seen (unit tests' default).
+    pub const IMMEDIATE: Rebalance = Rebalance {
+        delay: Duration::ZERO,
+        max_moves: usize::MAX,
+        min_percent: 0,
+    };
 }
 
 impl Timing {

@@ -19,6 +19,13 @@
 //!   (or its owner gone) forces it, so a joining broker takes no more than
 //!   its share, and the placement is a fixed point: planned again, it
 //!   changes nothing.
+//! * Moves for balance alone are limited by a [`MovePolicy`]: the
+//!   controller allows them only once the eligible brokers have been the
+//!   same for a while, only when enough of a class is out of place, and at
+//!   most so many in flight at once (see `Rebalance` in the controller). A
+//!   grant of a partition nobody holds (failover, a new partition) is
+//!   never limited, and goes where the balanced placement has room, so a
+//!   broker that comes back first receives what is free.
 //! * Consumer-group coordinator shards follow every rule above, exactly as
 //!   partitions of one more topic (named [`COORDINATOR_SHARDS`] inside the
 //!   plan, which no real topic can be); they are balanced apart from the
@@ -49,7 +56,8 @@ impl BrokerView {
     fn live(&self) -> bool {
         self.alive && !self.record.clean_exit
     }
-    fn eligible(&self) -> bool {
+    /// May be granted partitions: live, not suspect, not leaving.
+    pub fn eligible(&self) -> bool {
         self.live() && !self.suspect && !self.record.shutting_down
     }
 }
@@ -99,6 +107,40 @@ fn released(
 /// What each eligible broker holds: (topic, partition index).
 type Load = BTreeMap<i32, Vec<(String, usize)>>;
 
+/// How many held partitions one plan may take from their live owners for
+/// balance alone, per class (partitions; shards).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MovePolicy {
+    /// Moves in flight at most (vacated, not yet granted again — any
+    /// vacated partition of the class counts); 0: none this pass.
+    pub max_moves: usize,
+    /// Start only when at least this percentage of the class is out of
+    /// place (0: any imbalance). Moves already started are finished.
+    pub min_percent: u32,
+}
+
+impl MovePolicy {
+    /// Every move at once, at any imbalance (the plan's own rule).
+    pub const ALL: MovePolicy = MovePolicy {
+        max_moves: usize::MAX,
+        min_percent: 0,
+    };
+    /// No move for balance.
+    pub const NONE: MovePolicy = MovePolicy {
+        max_moves: 0,
+        min_percent: 0,
+    };
+}
+
+/// What a plan found out of place, and did about it (both classes).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Moves {
+    /// Held partitions the balanced placement would move.
+    pub wanted: usize,
+    /// Of those, vacated by this plan.
+    pub vacated: usize,
+}
+
 /// Balance one class of grants (partitions, or shards) with
 /// [`balance::place`]: each eligible broker ends with at most
 /// ceil(total / brokers) of the class and ceil(partitions / brokers) of each
@@ -114,9 +156,10 @@ fn balance(
     brokers: &BTreeMap<i32, BrokerView>,
     version: u64,
     shards: bool,
-) {
+    policy: MovePolicy,
+) -> Moves {
     if load.is_empty() {
-        return;
+        return Moves::default();
     }
     let ids: Vec<i32> = load.keys().copied().collect();
     let class: Vec<String> = next
@@ -162,15 +205,42 @@ fn balance(
             }
         })
         .collect();
-    let total = topics.iter().map(|t| t.partitions).sum();
+    let total: usize = topics.iter().map(|t| t.partitions).sum();
     let placed = balance::place(&topics, ids.len(), total);
+    // The moves for balance alone, and how many this pass may start.
+    let wanted: usize = (0..class.len())
+        .flat_map(|ti| (0..ids.len()).map(move |b| (ti, b)))
+        .map(|(ti, b)| held[ti][b].len().saturating_sub(placed[ti][b]))
+        .sum();
+    let in_flight: usize = class
+        .iter()
+        .map(|n| {
+            next[n]
+                .partitions
+                .iter()
+                .filter(|e| e.leader < 0 && e.releasing.is_some())
+                .count()
+        })
+        .sum();
+    let worth = (wanted as u128) * 100 >= u128::from(policy.min_percent) * (total as u128);
+    let mut budget = if worth {
+        policy.max_moves.saturating_sub(in_flight)
+    } else {
+        0
+    };
+    let mut vacated = 0usize;
     for (ti, name) in class.iter().enumerate() {
         let parts = &mut next.get_mut(name).expect("topic").partitions;
         let mut room = vec![0usize; ids.len()];
         for (b, &id) in ids.iter().enumerate() {
             let h = &held[ti][b];
             let keep = placed[ti][b].min(h.len());
-            for &i in &h[keep..] {
+            let go = (h.len() - keep).min(budget);
+            budget -= go;
+            vacated += go;
+            // Highest indices first; what the budget leaves stays (over
+            // its share) until a later pass.
+            for &i in h[h.len() - go..].iter() {
                 let e = &mut parts[i];
                 e.releasing = Some((id, e.incarnation, version));
                 e.leader = -1;
@@ -196,6 +266,7 @@ fn balance(
             e.epoch += 1;
         }
     }
+    Moves { wanted, vacated }
 }
 
 /// Compute the next assignment, or `None` if nothing changes, keeping the
@@ -231,8 +302,34 @@ pub fn plan_with_shards(
     brokers: &BTreeMap<i32, BrokerView>,
     topics: &BTreeMap<String, TopicInfo>,
     shards: u32,
-    mut disk_epoch: impl FnMut(&str, i32) -> i32,
+    disk_epoch: impl FnMut(&str, i32) -> i32,
 ) -> Option<Assignment> {
+    plan_moves(
+        prev,
+        controller_epoch,
+        controller_id,
+        brokers,
+        topics,
+        shards,
+        MovePolicy::ALL,
+        disk_epoch,
+    )
+    .0
+}
+
+/// [`plan_with_shards`] with moves for balance limited by `policy`; also
+/// says what was out of place and what this plan moved.
+#[allow(clippy::too_many_arguments)]
+pub fn plan_moves(
+    prev: &Assignment,
+    controller_epoch: i32,
+    controller_id: i32,
+    brokers: &BTreeMap<i32, BrokerView>,
+    topics: &BTreeMap<String, TopicInfo>,
+    shards: u32,
+    policy: MovePolicy,
+    mut disk_epoch: impl FnMut(&str, i32) -> i32,
+) -> (Option<Assignment>, Moves) {
     let version = prev.version + 1;
     let mut next: BTreeMap<String, TopicAssignment> = BTreeMap::new();
     // Partitions to grant: (topic, index).
@@ -362,8 +459,20 @@ pub fn plan_with_shards(
     }
     let (free_shards, free): (Vec<_>, Vec<_>) =
         free.into_iter().partition(|(t, _)| t == COORDINATOR_SHARDS);
-    balance(&mut next, &load, &free, brokers, version, false);
-    balance(&mut next, &shard_load, &free_shards, brokers, version, true);
+    let a = balance(&mut next, &load, &free, brokers, version, false, policy);
+    let b = balance(
+        &mut next,
+        &shard_load,
+        &free_shards,
+        brokers,
+        version,
+        true,
+        policy,
+    );
+    let moves = Moves {
+        wanted: a.wanted + b.wanted,
+        vacated: a.vacated + b.vacated,
+    };
 
     let endpoints: Vec<BrokerEndpoint> = brokers
         .iter()
@@ -384,16 +493,17 @@ pub fn plan_with_shards(
         && prev.topics == next
         && prev.coordinators == coordinators;
     if same {
-        return None;
+        return (None, moves);
     }
-    Some(Assignment {
+    let next = Assignment {
         controller_epoch,
         controller_id,
         version,
         brokers: endpoints,
         topics: next,
         coordinators,
-    })
+    };
+    (Some(next), moves)
 }
 
 #[cfg(test)]
@@ -727,6 +837,95 @@ mod tests {
         let mut l = leaders(&v3);
         l.sort();
         assert_eq!(l, vec![0, 0, 1, 1, 2, 2]);
+    }
+
+    fn vacated(a: &Assignment) -> usize {
+        a.topics["t"]
+            .partitions
+            .iter()
+            .filter(|e| e.releasing.is_some())
+            .count()
+    }
+
+    #[test]
+    fn moves_for_balance_are_limited_by_the_policy_and_failover_is_not() {
+        // 0 and 1 hold 3 + 3 (2 was away); 2 is back: two are out of place.
+        let b = live(&[0, 1]);
+        let a = plan(&Assignment::default(), 1, 0, &b, &topic(6), |_, _| 0).unwrap();
+        let b3 = live(&[0, 1, 2]);
+        let run = |policy| plan_moves(&a, 1, 0, &b3, &topic(6), 0, policy, |_, _| 0);
+        // None allowed: 2 is advertised again, nothing moves.
+        let (n, m) = run(MovePolicy::NONE);
+        assert_eq!(
+            m,
+            Moves {
+                wanted: 2,
+                vacated: 0
+            }
+        );
+        let n = n.expect("the broker list changed");
+        assert_eq!(vacated(&n), 0);
+        assert_eq!(n.topics, a.topics);
+        // One at a time.
+        let one = MovePolicy {
+            max_moves: 1,
+            min_percent: 0,
+        };
+        let (n, m) = run(one);
+        assert_eq!(
+            m,
+            Moves {
+                wanted: 2,
+                vacated: 1
+            }
+        );
+        let n = n.unwrap();
+        assert_eq!(vacated(&n), 1);
+        // The one in flight counts: the next pass starts none until it lands.
+        let mut b3a = b3.clone();
+        let (again, m) = plan_moves(&n, 1, 0, &b3a, &topic(6), 0, one, |_, _| 0);
+        assert_eq!((again, m.vacated), (None, 0));
+        for id in [0, 1] {
+            applied(&mut b3a.get_mut(&id).unwrap().record, &n);
+        }
+        let (n2, m) = plan_moves(&n, 1, 0, &b3a, &topic(6), 0, one, |_, _| 0);
+        let n2 = n2.unwrap();
+        assert_eq!(m.vacated, 1, "the landed one is granted, the next vacated");
+        assert_eq!(leaders(&n2).iter().filter(|&&l| l == 2).count(), 1);
+        // Below the threshold: 2 of 6 is 33%, so 34% starts nothing.
+        let (_, m) = run(MovePolicy {
+            max_moves: 100,
+            min_percent: 34,
+        });
+        assert_eq!(
+            m,
+            Moves {
+                wanted: 2,
+                vacated: 0
+            }
+        );
+        let (_, m) = run(MovePolicy {
+            max_moves: 100,
+            min_percent: 33,
+        });
+        assert_eq!(
+            m,
+            Moves {
+                wanted: 2,
+                vacated: 2
+            }
+        );
+
+        // A failover is never limited: 1 dies, its partitions go at once
+        // (to 2 first, which has room), with no move for balance allowed.
+        let mut dead = b3.clone();
+        dead.get_mut(&1).unwrap().alive = false;
+        let (n, m) = plan_moves(&a, 1, 0, &dead, &topic(6), 0, MovePolicy::NONE, |_, _| 0);
+        let n = n.unwrap();
+        assert_eq!(m.vacated, 0);
+        let mut l = leaders(&n);
+        l.sort();
+        assert_eq!(l, vec![0, 0, 0, 2, 2, 2], "one failure, one move");
     }
 
     #[test]
