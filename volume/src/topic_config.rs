@@ -517,8 +517,12 @@ mod tests {
     use std::sync::{Arc, Barrier};
     use std::time::Duration;
 
+    // A deadline generous enough to mean "hung", not "slow": a test's own
+    // writes acknowledge within it on a loaded machine (100 ms failed a
+    // fresh-clone CI run once, one fsync being slow), and a torn version
+    // is waited out in about a second.
     const SHORT: Timing = Timing {
-        deadline: Duration::from_millis(300),
+        deadline: Duration::from_secs(1),
         grace: Duration::from_millis(10),
     };
 
