@@ -1497,6 +1497,9 @@ impl kaas_volume::fs::Fs for Witness {
     fn create_dir_all(&self, p: &Path) -> std::io::Result<()> {
         RealFs.create_dir_all(p)
     }
+    fn create_dir(&self, p: &Path) -> std::io::Result<()> {
+        RealFs.create_dir(p)
+    }
     fn remove_dir(&self, p: &Path) -> std::io::Result<()> {
         RealFs.remove_dir(p)
     }
@@ -2013,6 +2016,10 @@ impl kaas_volume::fs::Fs for Counting {
     fn create_dir_all(&self, p: &Path) -> std::io::Result<()> {
         self.note("mkdir", p);
         RealFs.create_dir_all(p)
+    }
+    fn create_dir(&self, p: &Path) -> std::io::Result<()> {
+        self.note("mkdir", p);
+        RealFs.create_dir(p)
     }
     fn remove_dir(&self, p: &Path) -> std::io::Result<()> {
         self.note("rmdir", p);

@@ -1329,6 +1329,9 @@ mod tests {
         fn create_dir_all(&self, p: &Path) -> std::io::Result<()> {
             RealFs.create_dir_all(p)
         }
+        fn create_dir(&self, p: &Path) -> std::io::Result<()> {
+            RealFs.create_dir(p)
+        }
         fn remove_dir(&self, p: &Path) -> std::io::Result<()> {
             RealFs.remove_dir(p)
         }

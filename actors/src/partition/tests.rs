@@ -1221,6 +1221,9 @@ impl kaas_volume::fs::Fs for LaggingView {
     fn create_dir_all(&self, p: &Path) -> std::io::Result<()> {
         self.inner.create_dir_all(p)
     }
+    fn create_dir(&self, p: &Path) -> std::io::Result<()> {
+        self.inner.create_dir(p)
+    }
     fn remove_dir(&self, p: &Path) -> std::io::Result<()> {
         self.inner.remove_dir(p)
     }
@@ -1270,6 +1273,9 @@ impl kaas_volume::fs::Fs for HiddenTopicDir {
     }
     fn create_dir_all(&self, p: &Path) -> std::io::Result<()> {
         self.inner.create_dir_all(p)
+    }
+    fn create_dir(&self, p: &Path) -> std::io::Result<()> {
+        self.inner.create_dir(p)
     }
     fn remove_dir(&self, p: &Path) -> std::io::Result<()> {
         self.inner.remove_dir(p)

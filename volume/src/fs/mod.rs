@@ -103,14 +103,9 @@ pub trait Fs: Send + Sync + 'static {
     fn create_dir_all(&self, path: &Path) -> io::Result<()>;
     /// Create one directory whose parent must exist (`NotFound` otherwise:
     /// never resurrects a parent renamed aside meanwhile); succeeds if it
-    /// already exists. Seams that do not implement it refuse.
-    fn create_dir(&self, path: &Path) -> io::Result<()> {
-        let _ = path;
-        Err(io::Error::new(
-            io::ErrorKind::Unsupported,
-            "create_dir not implemented by this seam",
-        ))
-    }
+    /// already exists. Required of every seam: a wrapper that forgot it
+    /// used to refuse every mkdir through it (`Unsupported`).
+    fn create_dir(&self, path: &Path) -> io::Result<()>;
     /// Remove an empty directory.
     fn remove_dir(&self, path: &Path) -> io::Result<()>;
     /// Names in a directory (not `.`/`..`). May be stale on NFS: callers use a
