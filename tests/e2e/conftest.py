@@ -699,6 +699,7 @@ def broker_factory(request, tmp_path, substrate):
             rel = Path(backing).name if backing else f"{kw['name']}-private"
             kw["data_dir"] = mnt / test_dir / rel / "data"
         b = Broker(tmp_path / kw["name"], extra_args=extra_args, **kw)
+        b.real_mount = mounts[-1] if volume is not None else None
         made.append(b)
         if substrate == "weakfs":
             m = WeakMount(backing or (b.workdir / "backing"), b.data_dir,

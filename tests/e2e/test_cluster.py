@@ -13,8 +13,11 @@ from __future__ import annotations
 import random
 import re
 import json
+import os
 import signal
+import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -66,6 +69,81 @@ def test_failover_kill9_leader_then_controller(broker_factory, topic_name):
     check_ledger(bs, led)
     # Lease + grace + poll, plus client metadata refresh; generous for CI.
     assert failover < (LEASE_MS + GRACE_MS) / 1000 + 8, failover
+
+
+def _fuse_client_pids(mountpoint) -> list[int]:
+    """The FUSE client daemon(s) serving `mountpoint` (glusterfs, ceph-fuse)."""
+    pids = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            comm = (d / "comm").read_text().strip()
+            args = (d / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if comm in ("glusterfs", "ceph-fuse") and str(mountpoint).encode() in args:
+            pids.append(int(d.name))
+    return pids
+
+
+def _vanish(b) -> None:
+    """Kill -9 the FUSE daemon serving `b`'s data directory."""
+    if b.real_mount is not None:
+        pids = _fuse_client_pids(b.real_mount.path)
+        assert pids, f"no FUSE client found for {b.real_mount.path}"
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+    else:
+        b.weakfs.proc.kill()
+        b.weakfs.proc.wait(10)
+
+
+def _come_back(b) -> None:
+    """Detach the dead mount and mount a new client at the same place."""
+    mnt = b.real_mount.path if b.real_mount is not None else b.weakfs.mountpoint
+    subprocess.run(["fusermount3", "-uz", str(mnt)], capture_output=True, timeout=30)
+    subprocess.run(["umount", "-l", str(mnt)], capture_output=True, timeout=30)
+    if b.real_mount is not None:
+        v = b.real_mount.volume
+        r = v.run("mount", str(v.state), str(mnt), timeout=120)
+        assert r.returncode == 0, r.stdout + r.stderr
+    else:
+        b.weakfs.proc = None
+        b.weakfs.mount()
+
+
+@pytest.mark.substrates("glusterfs", "cephfs")  # and the module's local, weakfs
+def test_a_vanished_mount_costs_its_broker_the_lease_and_nothing_acknowledged(
+        broker_factory, topic_name, substrate):
+    """Bad input from the filesystem itself: the FUSE daemon of one
+    broker's mount is killed (-9) under acks=all load, so every call on
+    that mount fails ("transport endpoint is not connected"). That broker
+    cannot renew its heartbeat, so its lease lapses and it stops leading;
+    the other takes its partitions over; it does not crash. Once its mount
+    is back it rejoins by itself, and no acknowledged record is lost.
+    (CephFS: the survivor also stalls until the MDS evicts the dead client,
+    ~5 s with the test substrate's settings — ARCHITECTURE, "The real
+    substrates".)"""
+    if substrate == "local":
+        pytest.skip("a local directory has no mount to lose")
+    bs = broker_factory.cluster(2, FAST)
+    create_everywhere(bs, topic_name, 4)
+    victim = next(b for b in bs if b.broker_id != controller_id(bs))
+    survivor = next(b for b in bs if b is not victim)
+    with Ledger(bootstrap(bs), topic_name, 4) as led:
+        led.wait_acks(200)
+        assert victim.broker_id in leaders(bs, topic_name).values()
+        _vanish(victim)
+        wait_leaders([survivor], topic_name, 4, {survivor.broker_id}, timeout=60)
+        led.wait_acks(200)
+        assert victim.alive(), "the broker whose mount vanished exited:\n" + victim.log_text()[-3000:]
+        _come_back(victim)
+        wait_leaders(bs, topic_name, 4, {0, 1}, timeout=90, spread=True)
+        led.wait_acks(200)
+    assert not led.errors, led.errors[:5]
+    assert victim.alive(), victim.log_text()[-3000:]
+    check_ledger(bs, led)
 
 
 def test_zombie_leader_acknowledges_nothing_after_its_lease(broker_factory, topic_name):

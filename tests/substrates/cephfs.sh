@@ -15,6 +15,15 @@
 #   KAAS_CEPH_MDS_TICK  'mds tick interval' in seconds (default 0.5; Ceph's 5 makes
 #                       a second client's open of a just-written file wait up to
 #                       5 s, longer than the broker's 3 s lease)
+#   KAAS_CEPH_SESSION_TIMEOUT  the file system's session_timeout in seconds
+#                       (default 30, Ceph's floor; its 60 keeps the caps of a
+#                       client that died — its ceph-fuse killed — for a
+#                       minute, and every other client's access to those
+#                       files, the brokers' heartbeats among them, waits)
+#   KAAS_CEPH_CAP_REVOKE_EVICTION  'mds cap revoke eviction timeout' in
+#                       seconds (default 5; Ceph's 0 never evicts a client
+#                       that does not answer a cap revoke, so a dead one
+#                       blocks the others until its session times out)
 #
 # Needs ceph-mon, ceph-mgr, ceph-osd, ceph-mds, ceph-fuse, ceph, monmaptool,
 # ceph-authtool (Ceph 16 Pacific) and root (FUSE).
@@ -27,6 +36,8 @@ PROG="cephfs.sh"
 MON_PORT="${KAAS_CEPH_MON_PORT:-3300}"
 PORTS="${KAAS_CEPH_PORTS:-6800-6899}"
 MDS_TICK="${KAAS_CEPH_MDS_TICK:-0.5}"
+SESSION_TIMEOUT="${KAAS_CEPH_SESSION_TIMEOUT:-30}"
+CAP_REVOKE_EVICTION="${KAAS_CEPH_CAP_REVOKE_EVICTION:-5}"
 
 die() {
     echo "$PROG: $*" >&2
@@ -232,6 +243,7 @@ osd op num threads per shard = 1
 [mds]
 mds data = $STATE/mds/\$id
 mds tick interval = $MDS_TICK
+mds cap revoke eviction timeout = $CAP_REVOKE_EVICTION
 mds cache memory limit = 134217728
 EOF
 }
@@ -295,7 +307,8 @@ cmd_up() {
     # Small pools (8 PGs each): one OSD, a test's worth of data.
     if ! { cephc osd pool create cephfs_metadata 8 8 >/dev/null &&
         cephc osd pool create cephfs_data 8 8 >/dev/null &&
-        cephc fs new cephfs cephfs_metadata cephfs_data >/dev/null; }; then
+        cephc fs new cephfs cephfs_metadata cephfs_data >/dev/null &&
+        cephc fs set cephfs session_timeout "$SESSION_TIMEOUT" >/dev/null; }; then
         fail_with "creating the file system failed" "$LOG/cli.err"
     fi
 
