@@ -21,7 +21,7 @@
 #                       minute, and every other client's access to those
 #                       files, the brokers' heartbeats among them, waits)
 #   KAAS_CEPH_CAP_REVOKE_EVICTION  'mds cap revoke eviction timeout' in
-#                       seconds (default 5; Ceph's 0 never evicts a client
+#                       seconds (default 15; Ceph's 0 never evicts a client
 #                       that does not answer a cap revoke, so a dead one
 #                       blocks the others until its session times out)
 #
@@ -37,7 +37,7 @@ MON_PORT="${KAAS_CEPH_MON_PORT:-3300}"
 PORTS="${KAAS_CEPH_PORTS:-6800-6899}"
 MDS_TICK="${KAAS_CEPH_MDS_TICK:-0.5}"
 SESSION_TIMEOUT="${KAAS_CEPH_SESSION_TIMEOUT:-30}"
-CAP_REVOKE_EVICTION="${KAAS_CEPH_CAP_REVOKE_EVICTION:-5}"
+CAP_REVOKE_EVICTION="${KAAS_CEPH_CAP_REVOKE_EVICTION:-15}"
 
 die() {
     echo "$PROG: $*" >&2
