@@ -146,6 +146,32 @@ def test_a_vanished_mount_costs_its_broker_the_lease_and_nothing_acknowledged(
     check_ledger(bs, led)
 
 
+@pytest.mark.substrates("glusterfs", "cephfs")
+def test_the_filesystems_own_server_killed_and_restarted_loses_nothing(
+        broker_factory, topic_name, substrate):
+    """Bad input from the filesystem's server side: GlusterFS's only brick,
+    or CephFS's only MDS, killed -9 under acks=all load and started again 5 s
+    later. Every broker's calls fail or wait meanwhile, so every lease may
+    lapse; the brokers stay up, the cluster recovers by itself once the
+    server is back (every partition led again, the producer acknowledging),
+    and no acknowledged record is lost."""
+    if substrate not in ("glusterfs", "cephfs"):
+        pytest.skip("only a real shared filesystem has a server to kill")
+    bs = broker_factory.cluster(2, FAST)
+    create_everywhere(bs, topic_name, 4)
+    volume = bs[0].real_mount.volume
+    with Ledger(bootstrap(bs), topic_name, 4) as led:
+        led.wait_acks(200)
+        what = "restart-brick" if substrate == "glusterfs" else "restart-mds"
+        r = volume.run(what, str(volume.state), "5", timeout=180)
+        assert r.returncode == 0, r.stdout + r.stderr
+        wait_leaders(bs, topic_name, 4, {0, 1}, timeout=120)
+        led.wait_acks(200, timeout=120)
+    assert not led.errors, led.errors[:5]
+    assert all(b.alive() for b in bs), [b.log_text()[-2000:] for b in bs if not b.alive()]
+    check_ledger(bs, led)
+
+
 def test_zombie_leader_acknowledges_nothing_after_its_lease(broker_factory, topic_name):
     """SIGSTOP a leader past its lease; the partition moves; a produce that
     was queued to the zombie is refused with NOT_LEADER_OR_FOLLOWER after

@@ -8,6 +8,7 @@
 #   cephfs.sh mount STATE MNT  mount a new ceph-fuse client at MNT
 #   cephfs.sh umount MNT       unmount that client
 #   cephfs.sh down STATE       unmount every client, stop every daemon, remove STATE
+#   cephfs.sh restart-mds STATE SECONDS  kill -9 the MDS, start it again SECONDS later
 #
 # Environment:
 #   KAAS_CEPH_MON_PORT  the mon's msgr2 port (default 3300)
@@ -45,7 +46,7 @@ die() {
 }
 
 usage() {
-    die "usage: $PROG up STATE | mount STATE MNT | umount MNT | down STATE"
+    die "usage: $PROG up STATE | mount STATE MNT | umount MNT | down STATE | restart-mds STATE SECONDS"
 }
 
 # set_state DIR: the paths of the cluster kept in DIR.
@@ -458,8 +459,27 @@ cmd_down() {
     [ "$failed" = 0 ] || die "down left something behind (see above)"
 }
 
+# restart-mds STATE SECONDS: kill -9 the only MDS (every client's metadata
+# calls wait meanwhile), wait SECONDS, start it again and return once it is
+# up:active (it replays its journal; clients reconnect to it).
+cmd_restart_mds() {
+    set_state "$1"
+    local pid
+    pid="$(pidfile_pid "$RUN/mds.a.pid")"
+    [ -n "$pid" ] || die "no MDS of $STATE running"
+    kill -9 "$pid"
+    wait_for 30 "the MDS to exit" bash -c '! kill -0 "$1" 2>/dev/null' _ "$pid" ||
+        die "the MDS ($pid) did not exit after kill -9"
+    rm -f "$RUN/mds.a.pid"
+    sleep "$2"
+    start_daemon mds.a ceph-mds -i a
+    wait_for 120 "the MDS to be up:active" mds_active ||
+        fail_with "the MDS did not become active again" "$LOG/mds.a.out" "$LOG/mds.a.log"
+}
+
 case "${1:-}" in
     up) [ $# -eq 2 ] || usage; cmd_up "$2" ;;
+    restart-mds) [ $# -eq 3 ] || usage; cmd_restart_mds "$2" "$3" ;;
     mount) [ $# -eq 3 ] || usage; cmd_mount "$2" "$3" ;;
     umount) [ $# -eq 2 ] || usage; cmd_umount "$2" ;;
     down) [ $# -eq 2 ] || usage; cmd_down "$2" ;;

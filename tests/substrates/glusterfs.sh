@@ -6,6 +6,7 @@
 #   glusterfs.sh mount STATE MNT  mount a new, independent FUSE client at MNT
 #   glusterfs.sh umount MNT       unmount that client for sure
 #   glusterfs.sh down STATE       stop everything, remove STATE and what GlusterFS left outside it
+#   glusterfs.sh restart-brick STATE SECONDS  kill -9 the brick, start it again SECONDS later
 #
 # Environment:
 #   KAAS_GLUSTER_BRICK_HOST   host name for the brick (default: `hostname` when it
@@ -36,7 +37,7 @@ die() {
 }
 
 usage() {
-    die "usage: glusterfs.sh up STATE | mount STATE MNT | umount MNT | down STATE"
+    die "usage: glusterfs.sh up STATE | mount STATE MNT | umount MNT | down STATE | restart-brick STATE SECONDS"
 }
 
 need_tools() {
@@ -481,8 +482,26 @@ cmd_down() {
     rm -rf -- "$st" || die "could not remove $st"
 }
 
+# restart-brick STATE SECONDS: kill -9 the brick daemon (the volume's only
+# brick: every client's calls fail meanwhile), wait SECONDS, start it again
+# ('volume start force') and return once it is online.
+cmd_restart_brick() {
+    local st pid killed=0
+    st="$(cd "$1" && pwd)" || die "no state directory $1"
+    for pid in $(state_pids "$st"); do
+        [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = glusterfsd ] || continue
+        kill -9 "$pid" && killed=1
+    done
+    [ "$killed" = 1 ] || die "no brick daemon of $st found"
+    sleep "$2"
+    gcli_ok "$st" "volume start force" volume start "$VOL" force
+    wait_for "$WAIT" "brick online" brick_online "$st" 2>/dev/null ||
+        die "brick not online within ${WAIT}s after the restart (see $st/log/bricks/)"
+}
+
 case "${1:-}" in
     up) [ $# -eq 2 ] || usage; cmd_up "$2" ;;
+    restart-brick) [ $# -eq 3 ] || usage; cmd_restart_brick "$2" "$3" ;;
     mount) [ $# -eq 3 ] || usage; cmd_mount "$2" "$3" ;;
     umount) [ $# -eq 2 ] || usage; cmd_umount "$2" ;;
     down) [ $# -eq 2 ] || usage; cmd_down "$2" ;;
