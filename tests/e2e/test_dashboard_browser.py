@@ -22,7 +22,7 @@ import pytest
 
 from cluster import FAST, bootstrap, create_everywhere
 from conftest import create_topic, wait_until
-from test_dashboard import Load
+from test_dashboard import Load, api
 
 REPO = Path(__file__).resolve().parents[2]
 BROWSER_DIR = REPO / "tests" / "browser"
@@ -173,8 +173,7 @@ def lag_elsewhere(brokers, topic: str) -> tuple[str, int, int]:
         c.close()
 
         def coordinator():
-            with urllib.request.urlopen(page.metrics_url.rsplit("/", 1)[0] + "/api/cluster", timeout=5) as r:
-                groups = json.loads(r.read())["consumer_lag"]["groups"]
+            groups = api(page, "/api/cluster")["consumer_lag"]["groups"]
             return next((g["coordinator"] for g in groups if g["group"] == group and g["lag"] == 23), None)
         wait_until(lambda: coordinator() is not None, timeout=20, what=f"{group} in broker 0's view")
         if coordinator() != page.broker_id:

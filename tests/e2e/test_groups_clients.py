@@ -34,6 +34,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 import kafka_wire as w
 from conftest import client_conf, create_topic, producer_conf, wait_until
+from test_dashboard import api
 
 pytestmark = [
     pytest.mark.substrates("local"),
@@ -158,6 +159,23 @@ def test_consumer_lag_in_metrics_and_actors_json(broker, topic_name):
     broker.assert_no_panic()
 
 
+def three_brokers_and_a_group_behind(broker_factory, topic_name: str, prefix: str):
+    """Three brokers, a 6-partition topic with 20 records per partition, and
+    a group that committed p on partition p (lag 20 - p each, 105 in all):
+    (brokers, group, partitions)."""
+    from cluster import FAST, bootstrap, create_everywhere
+    bs = broker_factory.cluster(3, FAST + ["--group-shards", "8"])
+    parts = 6
+    create_everywhere(bs, topic_name, parts)
+    produce(bootstrap(bs), topic_name, 20 * parts, parts)
+    group = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    c = group_consumer(bootstrap(bs), group)
+    c.commit(offsets=[TopicPartition(topic_name, p, p) for p in range(parts)],
+             asynchronous=False)
+    c.close()
+    return bs, group, parts
+
+
 @pytest.mark.slow
 def test_consumer_lag_of_partitions_led_by_other_brokers(broker_factory, topic_name):
     """Three brokers: the group's coordinator leads only some of the topic's
@@ -166,17 +184,8 @@ def test_consumer_lag_of_partitions_led_by_other_brokers(broker_factory, topic_n
     leaders (ListOffsets, refreshed every second), none left unknown.
     Before that, two thirds of the partitions were unknown and the lag
     counted only the coordinator's own."""
-    from cluster import FAST, bootstrap, create_everywhere, leaders
-    bs = broker_factory.cluster(3, FAST + ["--group-shards", "8"])
-    parts = 6
-    create_everywhere(bs, topic_name, parts)
-    produce(bootstrap(bs), topic_name, 20 * parts, parts)  # 20 per partition
-    group = f"lag-remote-{uuid.uuid4().hex[:8]}"
-    c = group_consumer(bootstrap(bs), group)
-    # Commit p on partition p: lag 20 - p each, 105 in all.
-    c.commit(offsets=[TopicPartition(topic_name, p, p) for p in range(parts)],
-             asynchronous=False)
-    c.close()
+    from cluster import bootstrap, leaders
+    bs, group, parts = three_brokers_and_a_group_behind(broker_factory, topic_name, "lag-remote")
     want = {(topic_name,): 105, **{(topic_name, p): 20 - p for p in range(parts)}}
 
     # The coordinator is the broker whose metrics carry the group.
@@ -208,12 +217,6 @@ def test_consumer_lag_of_partitions_led_by_other_brokers(broker_factory, topic_n
                what=f"lag {want} on the coordinator")
 
 
-def api(b, path: str) -> dict:
-    url = b.metrics_url.rsplit("/", 1)[0] + path
-    with urllib.request.urlopen(url, timeout=5) as r:
-        return json.loads(r.read())
-
-
 @pytest.mark.slow
 def test_consumer_lag_of_every_group_on_every_broker_page(broker_factory, topic_name):
     """Three brokers, a group coordinated by one of them: every broker's
@@ -223,16 +226,8 @@ def test_consumer_lag_of_every_group_on_every_broker_page(broker_factory, topic_
     high watermark of partitions it does not lead (read from their
     leaders). Before, the lag was only on the coordinator's own page and
     two thirds of the partition rows had no offsets at all."""
-    from cluster import FAST, bootstrap, create_everywhere, leaders
-    bs = broker_factory.cluster(3, FAST + ["--group-shards", "8"])
-    parts = 6
-    create_everywhere(bs, topic_name, parts)
-    produce(bootstrap(bs), topic_name, 20 * parts, parts)  # 20 per partition
-    group = f"lag-view-{uuid.uuid4().hex[:8]}"
-    c = group_consumer(bootstrap(bs), group)
-    c.commit(offsets=[TopicPartition(topic_name, p, p) for p in range(parts)],
-             asynchronous=False)
-    c.close()
+    from cluster import bootstrap, leaders
+    bs, group, parts = three_brokers_and_a_group_behind(broker_factory, topic_name, "lag-view")
     # Offsets below the start: 5 records deleted from partition 0.
     from confluent_kafka.admin import AdminClient
     adm = AdminClient({"bootstrap.servers": bootstrap(bs)})

@@ -13,7 +13,7 @@
 //! While elected it observes every broker's record (timing `seq` changes on
 //! its own clock), scans topic stamps, folds every version it has not read
 //! yet into its base (a deposed controller's late version included: it
-//! plans from it, never past it), runs [`plan`], and publishes the change
+//! plans from it, never past it), runs [`plan_moves`](super::plan::plan_moves), and publishes the change
 //! as the next version (O_EXCL) when anything changed. It checkpoints the
 //! whole map now and then and prunes versions well below the checkpoint. Nobody is declared dead before
 //! *this host* has watched its heartbeat stand still for lease + grace — but
@@ -256,7 +256,7 @@ struct Leading {
     shards_probed_at: Option<Duration>,
 }
 
-/// What [`plan_with_shards`] decides from, without what does not matter to
+/// What [`plan_moves`] decides from, without what does not matter to
 /// it (a broker record's heartbeat `seq` changes every beat; the plan reads
 /// only liveness, incarnation, applied version, shutdown and fences). The
 /// plan is a pure function of these (a partition it would grant anew reads

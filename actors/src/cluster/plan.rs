@@ -270,7 +270,10 @@ fn balance(
 }
 
 /// Compute the next assignment, or `None` if nothing changes, keeping the
-/// previous assignment's number of coordinator shards.
+/// previous assignment's number of coordinator shards, every move for
+/// balance allowed. The tests' shorthand: the controller calls
+/// [`plan_moves`] with its rebalance policy.
+#[cfg(test)]
 pub fn plan(
     prev: &Assignment,
     controller_epoch: i32,
@@ -294,7 +297,9 @@ pub fn plan(
 /// Compute the next assignment with `shards` coordinator shards, or `None`
 /// if nothing changes. `disk_epoch(topic, partition)` is the highest leader
 /// epoch already on disk for a partition the previous assignment does not
-/// know (`(COORDINATOR_SHARDS, shard)` for a shard).
+/// know (`(COORDINATOR_SHARDS, shard)` for a shard). Every move for balance
+/// allowed: the tests' shorthand for [`plan_moves`].
+#[cfg(test)]
 pub fn plan_with_shards(
     prev: &Assignment,
     controller_epoch: i32,
@@ -317,8 +322,11 @@ pub fn plan_with_shards(
     .0
 }
 
-/// [`plan_with_shards`] with moves for balance limited by `policy`; also
-/// says what was out of place and what this plan moved.
+/// The next assignment with `shards` coordinator shards (`None`: nothing
+/// changes), moves for balance limited by `policy`; also says what was out
+/// of place and what this plan moved. `disk_epoch(topic, partition)` is the
+/// highest leader epoch already on disk for a partition the previous
+/// assignment does not know (`(COORDINATOR_SHARDS, shard)` for a shard).
 #[allow(clippy::too_many_arguments)]
 pub fn plan_moves(
     prev: &Assignment,
